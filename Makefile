@@ -1,0 +1,35 @@
+# mtkit: `make demo` runs the main job, `make test` runs the tests. Both install what they need
+# into .venv first.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+MIRROR ?= $(abspath ../shared/data/multi30k)
+
+.PHONY: install test demo lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# Without a GPU, take the CPU build of torch (a plain `torch` requirement pulls a
+# several-GB CUDA build). On this workplace's machines `pip install torch==2.13.0` finds a CPU
+# wheel on local disk; elsewhere the PyTorch CPU index serves it.
+install: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip >/dev/null || true
+	@if ! $(BIN)/python -c "import torch" 2>/dev/null; then \
+	  if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch; \
+	  else $(BIN)/pip install -q torch==2.13.0 2>/dev/null \
+	    || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; fi; \
+	fi
+	$(BIN)/pip install -q -e ".[dev]"
+
+test: install
+	MTKIT_DATA_MIRROR=$${MTKIT_DATA_MIRROR:-$(MIRROR)} $(BIN)/python -m pytest -q tests
+
+lint: install
+	$(BIN)/ruff check mtkit tests bench
+
+demo: install
+	bash bench/demo.sh
+
+clean:
+	rm -rf $(VENV) runs *.egg-info

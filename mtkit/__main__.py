@@ -1,0 +1,3 @@
+from mtkit.cli import main
+
+main()

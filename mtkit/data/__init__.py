@@ -1,0 +1,1 @@
+"""Data: sources, cleaning, sentencepiece, binarized storage, batching, and the `prep` pipeline."""

@@ -1,0 +1,17 @@
+"""User-facing errors: `cli.py` turns each into one line on stderr and exit code 2."""
+
+
+class MtkitError(Exception):
+    """An error the user can fix (bad recipe, missing file, bad data). Never a bug."""
+
+
+class ConfigError(MtkitError):
+    """A recipe or an override is invalid; the message lists every problem found."""
+
+
+class DataError(MtkitError):
+    """Input text, a download or a prepared data directory is unusable."""
+
+
+class CheckpointError(MtkitError):
+    """A checkpoint or run directory cannot be loaded."""

@@ -1,0 +1,1 @@
+"""Translation models behind one decoding interface (see `base.py`); built by `build.py`."""
