@@ -496,6 +496,15 @@ def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = 
     return recipe
 
 
+def section_from_dict(cls: Any, raw: dict, *, source: str, prefix: str) -> Any:
+    """Validate one section (e.g. `DecodeConfig` built from a recipe plus command-line options)."""
+    problems = _Problems()
+    obj = _build(cls, raw, prefix, problems, None)
+    if problems.items:
+        raise ConfigError("\n".join(f"{source}: {key}: {msg}" for key, msg in problems.items))
+    return obj
+
+
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
     """Read a YAML recipe, apply ``--set`` overrides, validate. Relative paths in the recipe
     are relative to the recipe file."""
