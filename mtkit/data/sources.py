@@ -1,0 +1,125 @@
+"""Data sources: turn a recipe's `FileSource` into a verified local file.
+
+A source is a local path (plain or .gz) or a URL with its sha256. A URL is looked up, in this
+order, in the mirror folder (``--mirror DIR`` or ``$MTKIT_DATA_MIRROR``, by file name), in the
+download cache (``$MTKIT_CACHE``, default ``~/.cache/mtkit``), and finally on the network. Every
+file taken for a URL source is checked against its sha256; a download is written under a
+temporary name and renamed into the cache only after its checksum matches, so the cache never
+holds a file that a later run would trust wrongly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from mtkit.config import FileSource
+from mtkit.errors import DataError
+
+# Called as on_download(file_name, bytes_so_far, total_bytes_or_None) while a file downloads.
+# The command line turns it into a rich progress bar; the library owns no bar itself.
+DownloadProgress = Callable[[str, int, "int | None"], None]
+
+_CHUNK = 1 << 20
+_TIMEOUT_S = 30
+
+
+def cache_dir() -> Path:
+    """The download cache: ``$MTKIT_CACHE`` or ``~/.cache/mtkit``."""
+    env = os.environ.get("MTKIT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "mtkit"
+
+
+def mirror_dir(mirror: str | Path | None = None) -> Path | None:
+    """The mirror folder: the argument if given, else ``$MTKIT_DATA_MIRROR``, else None."""
+    if mirror is not None:
+        return Path(mirror).expanduser()
+    env = os.environ.get("MTKIT_DATA_MIRROR")
+    return Path(env).expanduser() if env else None
+
+
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verify(path: Path, expected: str | None, what: str) -> None:
+    if expected is None:
+        return
+    actual = sha256_file(path)
+    if actual != expected:
+        raise DataError(f"{path}: checksum mismatch for {what}: expected sha256 {expected}, "
+                        f"got {actual}")
+
+
+def resolve(source: FileSource, *, mirror: str | Path | None = None,
+            on_download: DownloadProgress | None = None) -> Path:
+    """The verified local file for `source`, downloading it into the cache if needed.
+
+    Raises DataError when a local file is missing, a checksum does not match, or a URL file
+    is neither in the mirror, nor in the cache, nor downloadable.
+    """
+    if source.path is not None:
+        path = Path(source.path)
+        if not path.is_file():
+            raise DataError(f"{path}: data file not found")
+        _verify(path, source.sha256, str(path))
+        return path
+    assert source.url is not None and source.sha256 is not None  # checked by the config
+    name = source.file_name
+    mdir = mirror_dir(mirror)
+    if mdir is not None and (mdir / name).is_file():
+        _verify(mdir / name, source.sha256, source.url)
+        return mdir / name
+    cached = cache_dir() / source.sha256[:16] / name
+    if cached.is_file():
+        _verify(cached, source.sha256, source.url)
+        return cached
+    try:
+        _download(source.url, cached, source.sha256, on_download)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        where = f"not in the mirror {mdir}; " if mdir is not None else ""
+        raise DataError(
+            f"{name}: cannot get {source.url} ({reason}); {where}connect to the network, or "
+            f"put {name} in a folder DIR and pass --mirror DIR (or set MTKIT_DATA_MIRROR=DIR)"
+        ) from None
+    return cached
+
+
+def _download(url: str, dest: Path, sha256: str, on_download: DownloadProgress | None) -> None:
+    """Stream `url` to a temporary file beside `dest`; rename it only if the checksum matches."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
+            length = resp.headers.get("Content-Length") if resp.headers else None
+            total = int(length) if length and length.isdigit() else None
+            done = 0
+            for chunk in iter(lambda: resp.read(_CHUNK), b""):
+                out.write(chunk)
+                h.update(chunk)
+                done += len(chunk)
+                if on_download is not None:
+                    on_download(dest.name, done, total)
+        if h.hexdigest() != sha256:
+            raise DataError(f"{dest.name}: checksum mismatch for {url}: expected sha256 "
+                            f"{sha256}, got {h.hexdigest()}")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it private; a cache is shareable
+        os.replace(tmp, dest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

@@ -1,0 +1,155 @@
+"""Sentencepiece (Kudo & Richardson 2018): training and the `Tokenizer` every command uses.
+
+The special ids are fixed in `mtkit.data.vocab` (pad 0, unk 1, bos 2, eos 3) and passed to the
+trainer here, so every model mtkit trains agrees on them. A joint model (one vocabulary for both
+languages, needed to share embeddings) is stored as ``spm.model``; separate models as
+``spm.src.model`` and ``spm.tgt.model``, in the prepared data directory.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from mtkit.config import SpmConfig
+from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mtkit.errors import DataError
+
+JOINT_MODEL = "spm.model"
+SRC_MODEL = "spm.src.model"
+TGT_MODEL = "spm.tgt.model"
+
+# Sentencepiece samples `input_sentence_size` sentences with its own generator: seed it so a
+# prep run is reproducible. Fixed (not train.seed) because the data section alone decides prep.
+_SPM_SEED = 1
+
+
+def model_files(joint: bool) -> list[str]:
+    """File names of the sentencepiece model(s) in a data directory."""
+    return [JOINT_MODEL] if joint else [SRC_MODEL, TGT_MODEL]
+
+
+def train_spm(sentences: Iterable[str], cfg: SpmConfig, *, what: str = "joint") -> bytes:
+    """Train a sentencepiece model on `sentences` (in memory) and return its serialized bytes.
+
+    Raises DataError when the text cannot support the requested vocabulary size.
+    """
+    spm.set_random_generator_seed(_SPM_SEED)
+    out = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=out,
+            model_type=cfg.model_type,
+            vocab_size=cfg.vocab_size,
+            character_coverage=cfg.character_coverage,
+            # 0 means "every sentence": sentencepiece reads 0 as no sampling too.
+            input_sentence_size=cfg.input_sentence_size,
+            shuffle_input_sentence=True,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+            num_threads=max(1, os.cpu_count() or 1),
+            minloglevel=2,  # sentencepiece's INFO log is pages long; warnings still show
+        )
+    except RuntimeError as e:
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
+        msg = msg.rsplit("] ", 1)[-1]  # drop sentencepiece's "INTERNAL: file.cc(744) [...]"
+        raise DataError(f"data.spm: cannot train the {what} sentencepiece model "
+                        f"(vocab_size {cfg.vocab_size}): {msg}") from None
+    return out.getvalue()
+
+
+def _processor(proto: bytes) -> spm.SentencePieceProcessor:
+    return spm.SentencePieceProcessor(model_proto=proto)
+
+
+class Tokenizer:
+    """Source and target sentencepiece models (the same object when joint).
+
+    Encoding returns ids without BOS/EOS; decoding ignores pad, bos and eos ids and returns
+    detokenized text.
+    """
+
+    def __init__(self, src_proto: bytes, tgt_proto: bytes | None = None) -> None:
+        self.joint = tgt_proto is None
+        self._src = _processor(src_proto)
+        self._tgt = self._src if tgt_proto is None else _processor(tgt_proto)
+
+    @classmethod
+    def load(cls, data_dir: str | Path) -> Tokenizer:
+        """Load the model(s) that `mtkit prep` wrote into `data_dir`."""
+        data_dir = Path(data_dir)
+        if (data_dir / JOINT_MODEL).is_file():
+            return cls((data_dir / JOINT_MODEL).read_bytes())
+        if (data_dir / SRC_MODEL).is_file() and (data_dir / TGT_MODEL).is_file():
+            return cls((data_dir / SRC_MODEL).read_bytes(), (data_dir / TGT_MODEL).read_bytes())
+        raise DataError(f"{data_dir}: no sentencepiece model ({JOINT_MODEL}, or {SRC_MODEL} and "
+                        f"{TGT_MODEL}); run `mtkit prep` first")
+
+    def save(self, data_dir: str | Path) -> list[Path]:
+        """Write the model file(s) into `data_dir` (the caller makes the directory atomic)."""
+        data_dir = Path(data_dir)
+        names = model_files(self.joint)
+        procs = [self._src] if self.joint else [self._src, self._tgt]
+        for name, proc in zip(names, procs, strict=True):
+            (data_dir / name).write_bytes(proc.serialized_model_proto())
+        return [data_dir / n for n in names]
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self._src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self._tgt.get_piece_size()
+
+    def encode_src(self, line: str) -> list[int]:
+        return self._src.encode(line, out_type=int)
+
+    def encode_tgt(self, line: str) -> list[int]:
+        return self._tgt.encode(line, out_type=int)
+
+    def encode_src_lines(self, lines: Sequence[str]) -> list[list[int]]:
+        """Encode many lines at once on every core (ids without BOS/EOS)."""
+        return self._src.encode(list(lines), out_type=int, num_threads=os.cpu_count() or 1)
+
+    def encode_tgt_lines(self, lines: Sequence[str]) -> list[list[int]]:
+        return self._tgt.encode(list(lines), out_type=int, num_threads=os.cpu_count() or 1)
+
+    def decode_src(self, ids: Iterable[int]) -> str:
+        return self._src.decode(_plain(ids))
+
+    def decode_tgt(self, ids: Iterable[int]) -> str:
+        return self._tgt.decode(_plain(ids))
+
+    def src_pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self._src.id_to_piece(i) for i in _ints(ids)]
+
+    def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self._tgt.id_to_piece(i) for i in _ints(ids)]
+
+    def normalize_src(self, line: str) -> str:
+        """`line` as sentencepiece normalizes it (NFKC, collapsed spaces): what decoding the
+        encoded line gives back when every character is in the vocabulary."""
+        return _unescape(self._src.normalize(line))
+
+    def normalize_tgt(self, line: str) -> str:
+        return _unescape(self._tgt.normalize(line))
+
+
+def _ints(ids: Iterable[int]) -> list[int]:
+    # Accepts lists, numpy arrays and tensors alike.
+    return [int(i) for i in ids]
+
+
+def _plain(ids: Iterable[int]) -> list[int]:
+    return [i for i in _ints(ids) if i not in (PAD_ID, BOS_ID, EOS_ID)]
+
+
+def _unescape(normalized: str) -> str:
+    # Sentencepiece marks spaces (and the dummy prefix) with U+2581 in normalized text.
+    return normalized.replace("\u2581", " ").strip(" ")
