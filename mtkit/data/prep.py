@@ -1,0 +1,343 @@
+"""`mtkit prep`: raw parallel text to a prepared data directory, once.
+
+Pipeline: resolve every split's files (local, mirror, cache or download; `sources`), read them
+(`clean.read_parallel`), clean the training split's text, train sentencepiece on what is left
+(`spm`), encode every split, apply the token-length rules to the training split, and write the
+binarized splits (`store`) with the sentencepiece model(s) and the text of the validation and
+test splits into ``RUN_DIR/data/``.
+
+Idempotence: ``data/manifest.json`` records a hash of the recipe's `data` section and a
+fingerprint of every input file; when both match (and every output file is present with its
+recorded size) prep does nothing. Atomicity: everything is written into a temporary folder
+beside ``data/``, the manifest last, and the folder is renamed into place only when complete,
+so an interrupted prep never leaves a ``data/`` that a later run trusts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from mtkit.config import DataConfig, Recipe, SplitConfig, dump_recipe, recipe_to_dict
+from mtkit.data import clean, sources, store
+from mtkit.data.sampler import TokenBatchSampler
+from mtkit.data.sources import DownloadProgress
+from mtkit.data.spm import Tokenizer, train_spm
+from mtkit.errors import DataError
+from mtkit.fileio import atomic_write
+
+log = logging.getLogger(__name__)
+
+DATA_DIR = "data"
+MANIFEST = "manifest.json"
+_FORMAT = 1  # bump when the layout of the data directory changes
+
+
+@dataclass
+class SplitInfo:
+    """One prepared split: pairs, ids per side, and sentences over `data.max_len`."""
+
+    pairs: int
+    src_tokens: int
+    tgt_tokens: int
+    src_over_max_len: int
+    tgt_over_max_len: int
+
+
+@dataclass
+class PrepReport:
+    """What prep did (or found already done) and the numbers it reports."""
+
+    data_dir: Path
+    skipped: bool
+    seconds: float
+    splits: dict[str, SplitInfo]
+    clean: clean.CleanStats
+    invalid_utf8: dict[str, int]  # input file -> lines where invalid UTF-8 was replaced
+    src_vocab_size: int
+    tgt_vocab_size: int
+    batch_tokens: int = 0
+    train_batches: int = 0
+    padding_efficiency: float = 0.0  # real / padded tokens of the training batches
+    files: dict[str, int] = field(default_factory=dict)  # output file -> size in bytes
+
+
+def data_dir(run_dir: str | Path) -> Path:
+    """The prepared data directory of a run."""
+    return Path(run_dir) / DATA_DIR
+
+
+def data_hash(data: DataConfig) -> str:
+    """A hash of the data section: any change in it means the data must be prepared again."""
+    text = json.dumps(recipe_to_dict(data), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _splits(data: DataConfig) -> dict[str, SplitConfig]:
+    assert data.train is not None and data.valid is not None  # checked by the config
+    return {"train": data.train, "valid": data.valid, **data.test}
+
+
+def _fingerprint(data: DataConfig, *, with_sha: bool = False) -> dict[str, dict]:
+    """Size and mtime (and, for the manifest, sha256) of every local input. URL inputs are
+    pinned by the sha256 in the data section already."""
+    out = {}
+    for name, split in _splits(data).items():
+        for side, src in (("src", split.src), ("tgt", split.tgt)):
+            if src.path is not None:
+                p = Path(src.path)
+                st = p.stat() if p.is_file() else None
+                out[f"{name}.{side}"] = {"path": str(p), "size": st and st.st_size,
+                                         "mtime_ns": st and st.st_mtime_ns}
+                if with_sha and st is not None:
+                    out[f"{name}.{side}"]["sha256"] = sources.sha256_file(p)
+    return out
+
+
+def _inputs_unchanged(recorded: dict[str, dict], now: dict[str, dict]) -> bool:
+    if recorded.keys() != now.keys():
+        return False
+    for key, rec in recorded.items():
+        cur = now[key]
+        if cur["size"] is None or cur["size"] != rec["size"] or cur["path"] != rec["path"]:
+            return False
+        # Same size, new mtime (e.g. touched or copied): compare contents before redoing.
+        if cur["mtime_ns"] != rec["mtime_ns"] and (
+                sources.sha256_file(cur["path"]) != rec.get("sha256")):
+            return False
+    return True
+
+
+def _read_manifest(run_dir: Path) -> dict | None:
+    path = data_dir(run_dir) / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_prepared(recipe: Recipe, run_dir: str | Path) -> bool:
+    """True when ``run_dir/data`` was prepared from this data section and unchanged inputs."""
+    run_dir = Path(run_dir)
+    man = _read_manifest(run_dir)
+    if man is None or man.get("format") != _FORMAT or man.get("data_hash") != data_hash(
+            recipe.data):
+        return False
+    ddir = data_dir(run_dir)
+    for name, size in man.get("files", {}).items():
+        p = ddir / name
+        if not p.is_file() or p.stat().st_size != size:
+            return False
+    return _inputs_unchanged(man.get("inputs", {}), _fingerprint(recipe.data))
+
+
+def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = None,
+            console: Console | None = None, on_download: DownloadProgress | None = None,
+            force: bool = False) -> PrepReport:
+    """Prepare ``run_dir/data`` for `recipe` unless it is up to date (or `force`), write
+    ``run_dir/recipe.yaml``, and report (to `console`, if given) what was done."""
+    run_dir = Path(run_dir)
+    if not force and is_prepared(recipe, run_dir):
+        man = _read_manifest(run_dir)
+        assert man is not None
+        report = _report_from_manifest(man, data_dir(run_dir), skipped=True)
+    else:
+        report = _build(recipe, run_dir, mirror=mirror, console=console,
+                        on_download=on_download)
+    with atomic_write(run_dir / "recipe.yaml") as f:
+        f.write(dump_recipe(recipe))
+    _add_batching(report, recipe)
+    if console is not None:
+        _print_report(report, recipe, console)
+    else:
+        log.info("prep: %s (%s)", report.data_dir, "up to date" if report.skipped else "done")
+    return report
+
+
+def _add_batching(report: PrepReport, recipe: Recipe) -> None:
+    train = store.ParallelData.load(report.data_dir, "train")
+    sampler = TokenBatchSampler(train.src_lens, train.tgt_lens,
+                                batch_tokens=recipe.train.batch_tokens, seed=recipe.train.seed,
+                                max_len=recipe.data.max_len)
+    report.batch_tokens = recipe.train.batch_tokens
+    report.train_batches = len(sampler)
+    report.padding_efficiency = sampler.padding_efficiency()
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
+           console: Console | None, on_download: DownloadProgress | None) -> PrepReport:
+    t0 = time.perf_counter()
+    data = recipe.data
+    # Taken before reading, so that a file changed meanwhile is redone next time.
+    fingerprint = _fingerprint(data, with_sha=True)
+    texts = _read_splits(data, mirror=mirror, on_download=on_download)
+    stats = clean.CleanStats()
+    src_lines, tgt_lines = texts["train"][0].lines, texts["train"][1].lines
+    keep = clean.clean_text(src_lines, tgt_lines, data.clean, stats)
+    train_src = [src_lines[i] for i in keep]
+    train_tgt = [tgt_lines[i] for i in keep]
+    tok = _train_tokenizer(train_src, train_tgt, recipe)
+    encoded = {"train": (tok.encode_src_lines(train_src), tok.encode_tgt_lines(train_tgt))}
+    keep = clean.clean_tokens(*encoded["train"], data.clean, stats)
+    encoded["train"] = tuple([side[i] for i in keep] for side in encoded["train"])
+    for name, (s, t) in texts.items():
+        if name != "train":
+            encoded[name] = (tok.encode_src_lines(s.lines), tok.encode_tgt_lines(t.lines))
+    ddir = data_dir(run_dir)
+    with _staging(ddir) as tmp:
+        files = _write_all(tmp, tok, texts, encoded)
+        report = PrepReport(
+            data_dir=ddir, skipped=False, seconds=0.0, clean=stats,
+            splits={n: _split_info(s, t, data.max_len) for n, (s, t) in encoded.items()},
+            invalid_utf8={str(f.path): f.invalid_utf8 for pair in texts.values()
+                          for f in pair if f.invalid_utf8},
+            src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size, files=files)
+        report.seconds = time.perf_counter() - t0
+        _write_manifest(tmp, report, recipe, fingerprint)
+    return report
+
+
+def _read_splits(data: DataConfig, *, mirror: str | Path | None,
+                 on_download: DownloadProgress | None) -> dict[str, tuple]:
+    out = {}
+    for name, split in _splits(data).items():
+        src = sources.resolve(split.src, mirror=mirror, on_download=on_download)
+        tgt = sources.resolve(split.tgt, mirror=mirror, on_download=on_download)
+        out[name] = clean.read_parallel(src, tgt)
+    return out
+
+
+def _train_tokenizer(train_src: list[str], train_tgt: list[str], recipe: Recipe) -> Tokenizer:
+    cfg = recipe.data.spm
+    if not train_src:
+        raise DataError("the training split is empty after cleaning; nothing to train "
+                        "sentencepiece on")
+    if cfg.joint:
+        return Tokenizer(train_spm(itertools.chain(train_src, train_tgt), cfg))
+    return Tokenizer(train_spm(train_src, cfg, what=f"source ({recipe.data.src_lang})"),
+                     train_spm(train_tgt, cfg, what=f"target ({recipe.data.tgt_lang})"))
+
+
+def _split_info(src: list[list[int]], tgt: list[list[int]], max_len: int) -> SplitInfo:
+    return SplitInfo(pairs=len(src), src_tokens=sum(map(len, src)),
+                     tgt_tokens=sum(map(len, tgt)),
+                     src_over_max_len=sum(len(s) > max_len for s in src),
+                     tgt_over_max_len=sum(len(t) > max_len for t in tgt))
+
+
+def _write_all(tmp: Path, tok: Tokenizer, texts: dict[str, tuple],
+               encoded: dict[str, tuple]) -> dict[str, int]:
+    """Write models, binarized splits and evaluation text into `tmp`; name -> size."""
+    paths = tok.save(tmp)
+    for name, (s, t) in encoded.items():
+        paths += store.write_side(tmp, name, "src", s, tok.src_vocab_size)
+        paths += store.write_side(tmp, name, "tgt", t, tok.tgt_vocab_size)
+        if name != "train":
+            paths.append(store.write_text(tmp, name, "src", texts[name][0].lines))
+            paths.append(store.write_text(tmp, name, "tgt", texts[name][1].lines))
+    mode = 0o666 & ~_umask()
+    for p in paths:
+        os.chmod(p, mode)  # temporary files are created private; data is not
+    return {p.name: p.stat().st_size for p in paths}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_manifest(tmp: Path, report: PrepReport, recipe: Recipe,
+                    fingerprint: dict[str, dict]) -> None:
+    body = {"format": _FORMAT, "data_hash": data_hash(recipe.data), "inputs": fingerprint,
+            "data": recipe_to_dict(recipe.data), **_report_fields(report)}
+    with atomic_write(tmp / MANIFEST) as f:
+        json.dump(body, f, indent=1, ensure_ascii=False)
+
+
+def _report_fields(report: PrepReport) -> dict:
+    return {"seconds": round(report.seconds, 3),
+            "splits": {n: asdict(s) for n, s in report.splits.items()},
+            "clean": {"read": report.clean.read, "dropped": report.clean.dropped},
+            "invalid_utf8": report.invalid_utf8, "src_vocab_size": report.src_vocab_size,
+            "tgt_vocab_size": report.tgt_vocab_size, "files": report.files}
+
+
+def _report_from_manifest(man: dict, ddir: Path, *, skipped: bool) -> PrepReport:
+    return PrepReport(
+        data_dir=ddir, skipped=skipped, seconds=man["seconds"],
+        splits={n: SplitInfo(**s) for n, s in man["splits"].items()},
+        clean=clean.CleanStats(read=man["clean"]["read"], dropped=man["clean"]["dropped"]),
+        invalid_utf8=man["invalid_utf8"], src_vocab_size=man["src_vocab_size"],
+        tgt_vocab_size=man["tgt_vocab_size"], files=man["files"])
+
+
+@contextlib.contextmanager
+def _staging(final: Path):
+    """A temporary folder beside `final`, renamed to `final` when the block succeeds."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.*"):  # left by an interrupted run
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        yield tmp
+        old = None
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+        os.replace(tmp, final)  # between the two renames there is no data/: never half of one
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _print_report(report: PrepReport, recipe: Recipe, console: Console) -> None:
+    if report.skipped:
+        console.print(f"prep: {report.data_dir} is up to date (same data section and inputs); "
+                      "nothing to do. Use --force to prepare it again.")
+    else:
+        console.print(clean.clean_table(report.clean, recipe.data.clean))
+    for path, n in report.invalid_utf8.items():
+        console.print(f"[yellow]warning:[/] {path}: invalid UTF-8 replaced with U+FFFD on "
+                      f"{n} line{'s' if n != 1 else ''}")
+    console.print(_splits_table(report, recipe))
+    vocab = (f"joint {report.src_vocab_size}" if recipe.data.spm.joint else
+             f"source {report.src_vocab_size}, target {report.tgt_vocab_size}")
+    console.print(f"sentencepiece {recipe.data.spm.model_type}: {vocab} pieces")
+    console.print(f"batching: {report.train_batches} training batches of <= "
+                  f"{report.batch_tokens} tokens per side; padding efficiency "
+                  f"{report.padding_efficiency:.3f} (real / padded tokens)")
+    if not report.skipped:
+        console.print(f"prep: wrote {report.data_dir} in {report.seconds:.1f} s")
+
+
+def _splits_table(report: PrepReport, recipe: Recipe) -> Table:
+    d = recipe.data
+    table = Table(title=f"prepared splits ({d.src_lang} -> {d.tgt_lang})")
+    for col in ("split", "pairs", f"{d.src_lang} tokens", f"{d.tgt_lang} tokens",
+                f"over max_len {d.max_len} (src/tgt)"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    for name, s in report.splits.items():
+        table.add_row(name, str(s.pairs), str(s.src_tokens), str(s.tgt_tokens),
+                      f"{s.src_over_max_len}/{s.tgt_over_max_len}")
+    return table
