@@ -150,6 +150,9 @@ class RNNConfig:
                        "location", "local-m", "local-p"] = "additive"
     attn_dim: int = _rng(256, ge=1)  # hidden size of additive/concat scoring
     local_window: int = _rng(10, ge=1)  # D of Luong local attention: window 2D+1
+    # Source positions `location` attention can score (Luong 2015 eq. 8: W_a has one row per
+    # position); must cover data.max_len + 1 (EOS). Unused by other attentions.
+    max_positions: int = _rng(512, ge=2)
     placement: Literal["bahdanau", "luong"] = "bahdanau"
     input_feeding: bool = True  # Luong §3.3; only with placement=luong
     init: Literal["bridge", "zeros"] = "bridge"  # decoder initial state
@@ -312,6 +315,15 @@ class Recipe:
                 and not self.data.spm.joint):
             out.append(("model.transformer.share_embeddings",
                         "needs a joint vocabulary (data.spm.joint: true)"))
+        rnn, tf = self.model.rnn, self.model.transformer
+        if (self.model.arch == "rnn" and rnn.attention == "location"
+                and rnn.max_positions < self.data.max_len + 1):
+            out.append(("model.rnn.max_positions", f"location attention must score every "
+                        f"source position: expected >= data.max_len + 1 ({self.data.max_len + 1})"))
+        if (self.model.arch == "transformer" and tf.positions == "learned"
+                and tf.max_positions < self.data.max_len + 1):
+            out.append(("model.transformer.max_positions", f"learned positions must cover "
+                        f"data.max_len + 1 ({self.data.max_len + 1}) tokens"))
         return out
 
 
