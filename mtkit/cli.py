@@ -85,5 +85,58 @@ def run_dir_for(recipe_name: str, run_dir: Path | None) -> Path:
 # Commands are added below, each once it works.
 
 
+class _DownloadBars:
+    """A rich progress bar per downloaded file, on stderr; started by the first download."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+
+        self._bar = Progress(*Progress.get_default_columns(), DownloadColumn(),
+                             TransferSpeedColumn(), console=console)
+        self._tasks: dict[str, Any] = {}
+
+    def __call__(self, name: str, done: int, total: int | None) -> None:
+        if not self._tasks:
+            self._bar.start()
+        if name not in self._tasks:
+            self._tasks[name] = self._bar.add_task(f"download {name}", total=total)
+        self._bar.update(self._tasks[name], completed=done, total=total)
+
+    def close(self) -> None:
+        if self._tasks:
+            self._bar.stop()
+
+
+@app.command()
+@user_errors
+def prep(
+    recipe: RecipeArg,
+    overrides: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    mirror: MirrorOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Prepare again even if up to date.")]
+    = False,
+) -> None:
+    """Prepare a recipe's data: fetch, clean, train sentencepiece, binarize, report batching.
+
+    Writes RUN_DIR/data/ and RUN_DIR/recipe.yaml; does nothing when already up to date.
+
+    Example: MTKIT_DATA_MIRROR=../shared/data/multi30k mtkit prep recipes/en-de.yaml
+    """
+    from rich.console import Console
+
+    from mtkit.config import load_recipe
+    from mtkit.data.prep import prepare
+
+    rec = load_recipe(recipe, overrides or [])
+    console = Console(stderr=True)
+    bars = _DownloadBars(console)
+    try:
+        prepare(rec, run_dir_for(rec.name, run_dir), mirror=mirror, console=console,
+                on_download=bars, force=force)
+    finally:
+        bars.close()
+
+
 def main() -> None:
     app()
