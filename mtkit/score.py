@@ -322,21 +322,28 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
         raise MtkitError("paired significance tests need two or more hypothesis files; "
                          "the first is the baseline")
     _check_line_counts(refs, hyps, src)
-    scorers = {name: _make_metric(name, metrics, refs) for name in metrics.metrics}
-    scores = [{s.name: s for s in (_corpus_score(m, h) for m in scorers.values())}
-              for h in hyps]
-    # keyed by sacrebleu's own names (chrF2++, ...); signatures exist once a corpus was scored
-    signatures = {n: m.get_signature().format()
-                  for n, m in zip(scores[0], scorers.values(), strict=True)}
-    tests = [_paired_test(t, hyps, scorers, significance)
+    scorers = {key: _make_metric(key, metrics, refs) for key in metrics.metrics}
+    # Per-sentence sufficient statistics, once per metric and system; the corpus score is their
+    # aggregate, exactly as in sacrebleu's corpus_score.
+    stats = {k: [m._extract_corpus_statistics(list(h.lines), None) for h in hyps]
+             for k, m in scorers.items()}
+    scores = [{k: _aggregate(m, stats[k][i]) for k, m in scorers.items()} for i in range(len(hyps))]
+    name = {k: s.name for k, s in scores[0].items()}  # sacrebleu's names: BLEU, chrF2++, TER
+    # signatures exist once references were cached; tables are keyed by sacrebleu's names
+    signatures = {name[k]: m.get_signature().format() for k, m in scorers.items()}
+    same = {name[k]: [st == stats[k][0] for st in stats[k]] for k in scorers}
+    tests = [_paired_test(t, hyps, scorers, significance, same)
              for t in (significance.tests if significance else ())]
-    report = ScoreReport(references=[r.name for r in refs], systems=[h.name for h in hyps],
-                         sentences=len(refs[0].lines), scores=scores, signatures=signatures,
-                         width=metrics.width, significance=tests)
+    report = ScoreReport(
+        references=[r.name for r in refs], systems=[h.name for h in hyps],
+        sentences=len(refs[0].lines), signatures=signatures, width=metrics.width,
+        scores=[{name[k]: s for k, s in row.items()} for row in scores], significance=tests)
     if src is None:
         return report
     bleu = scorers.get("bleu") or _make_metric("bleu", metrics, refs)
-    return dataclasses.replace(report, by_length=_bleu_by_length(src, hyps, bleu, buckets),
+    bleu_stats = stats.get("bleu") or [bleu._extract_corpus_statistics(list(h.lines), None)
+                                       for h in hyps]
+    return dataclasses.replace(report, by_length=_bleu_by_length(src, bleu, bleu_stats, buckets),
                                length_signature=bleu.get_signature().format())
 
 
@@ -356,8 +363,8 @@ def _make_metric(name: str, opts: MetricOptions, refs: Sequence[Text]) -> Metric
                          f"{opts.tokenize!r}: {e}") from None
 
 
-def _corpus_score(metric: Metric, hyp: Text) -> MetricScore:
-    s = metric.corpus_score(list(hyp.lines), None)
+def _aggregate(metric: Metric, stats: list[Any]) -> MetricScore:
+    s = metric._aggregate_and_compute(stats)
     return MetricScore(s.name, float(s.score), s._verbose)
 
 
@@ -380,9 +387,10 @@ def _sacrebleu_seed(seed: int) -> Iterator[None]:
 
 
 def _paired_test(test: str, hyps: Sequence[Text], scorers: dict[str, Metric],
-                 opts: SignificanceOptions) -> PairedTestResult:
+                 opts: SignificanceOptions, same: dict[str, list[bool]]) -> PairedTestResult:
     """Run sacrebleu's PairedTest exactly as `sacrebleu --paired-bs/--paired-ar` does (one worker,
-    references from the metrics' caches); with AR the CIs come from `bs_samples` resamples."""
+    references from the metrics' caches); with AR the CIs come from `bs_samples` resamples.
+    `same[metric][i]`: system i has the baseline's per-sentence statistics."""
     n = opts.bs_samples if test == "bs" else opts.ar_trials
     named = [(h.name, list(h.lines)) for h in hyps]
     with _sacrebleu_seed(opts.seed):
@@ -393,20 +401,19 @@ def _paired_test(test: str, hyps: Sequence[Text], scorers: dict[str, Metric],
     for metric, column in table.items():
         if metric == "System":
             continue
-        base = float(column[0].score)
-        results[metric] = [_paired_score(r, base, i == 0) for i, r in enumerate(column)]
+        results[metric] = [_paired_score(r, i == 0, same[metric][i]) for i, r in enumerate(column)]
     return PairedTestResult(test=test, n=n, seed=opts.seed, alpha=opts.alpha,
                             signatures={m: s.format() for m, s in signatures.items()},
                             results=results)
 
 
-def _paired_score(r: Any, baseline_score: float, is_baseline: bool) -> PairedScore:
+def _paired_score(r: Any, is_baseline: bool, same_as_baseline: bool) -> PairedScore:
     p = None if is_baseline else float(r.p_value)
-    if p is not None and float(r.score) == baseline_score:
+    if p is not None and same_as_baseline:
         # sacrebleu counts only resampled differences strictly above the observed one
-        # (significance._compute_p_value), so an observed difference of exactly 0, e.g. a
-        # system identical to the baseline, gets p = 1/(n+1) and is marked significant. Every
-        # resampled difference is >= 0, so no evidence of a difference: p = 1.
+        # (significance._compute_p_value), so a system whose sentences score exactly like the
+        # baseline's (observed and every resampled difference 0) gets p = 1/(n+1) and is marked
+        # significant. With the >= of Riezler & Maxwell (2005) every trial counts: p = 1.
         p = 1.0
     return PairedScore(score=float(r.score),
                        mean=None if r.mean is None else float(r.mean),
@@ -422,16 +429,16 @@ def bucket_bounds(edges: Sequence[int]) -> list[tuple[int, int | None]]:
     return list(zip(lows, [*edges, None], strict=True))
 
 
-def _bleu_by_length(src: Text, hyps: Sequence[Text], bleu: Metric,
+def _bleu_by_length(src: Text, bleu: Metric, stats: list[list[Any]],
                     edges: Sequence[int]) -> list[LengthBucket]:
-    """Corpus BLEU of each bucket's sentences, from sacrebleu's per-sentence statistics summed
-    over the bucket: the same number as `corpus_score` on just those lines."""
+    """Corpus BLEU of each bucket's sentences per system, from sacrebleu's per-sentence
+    statistics (`stats[system][sentence]`) aggregated over the bucket: the same number as
+    `corpus_score` on just those lines."""
     bounds = bucket_bounds(edges)
     members: list[list[int]] = [[] for _ in bounds]
     for i, line in enumerate(src.lines):
         n = len(line.split())
         members[next(k for k, (_, hi) in enumerate(bounds) if hi is None or n <= hi)].append(i)
-    stats = [bleu._extract_corpus_statistics(list(h.lines), None) for h in hyps]
     return [LengthBucket(lo, hi, len(idx), tuple(
         float(bleu._aggregate_and_compute([st[i] for i in idx]).score) if idx else None
         for st in stats)) for (lo, hi), idx in zip(bounds, members, strict=True)]
@@ -483,8 +490,9 @@ def _fmt(x: float | None, width: int) -> str:
 
 def _render_scores(report: ScoreReport, console: Console) -> None:
     names = list(report.signatures)
-    table = Table(title=f"Scores ({report.sentences} sentences, "
-                        f"{len(report.references)} reference(s))")
+    console.print(f"[bold]Scores[/bold]: {report.sentences} sentences against "
+                  f"{', '.join(report.references)}", soft_wrap=True)
+    table = Table()
     table.add_column("System")
     for n in names:
         table.add_column(n, justify="right")
@@ -502,8 +510,9 @@ def _render_scores(report: ScoreReport, console: Console) -> None:
 
 def _render_test(report: ScoreReport, test: PairedTestResult, console: Console) -> None:
     w = report.width
-    table = Table(title=f"{TEST_NAMES[test.test]} (n={test.n}, seed {test.seed}): "
-                        f"score (μ ± 95% CI), * p < {test.alpha} against the baseline")
+    console.print(f"[bold]{TEST_NAMES[test.test]}[/bold] (n={test.n}, seed {test.seed}): "
+                  f"score (μ ± 95% CI); * p < {test.alpha} against the baseline", soft_wrap=True)
+    table = Table()
     table.add_column("System")
     for m in test.results:
         table.add_column(m, justify="right")
@@ -526,7 +535,8 @@ def _render_test(report: ScoreReport, test: PairedTestResult, console: Console) 
 
 def _render_lengths(report: ScoreReport, console: Console) -> None:
     assert report.by_length is not None
-    table = Table(title="Corpus BLEU by source length (whitespace tokens)")
+    console.print("[bold]BLEU by source length[/bold] (whitespace tokens)", soft_wrap=True)
+    table = Table()
     table.add_column("Length")
     table.add_column("Sentences", justify="right")
     for system in report.systems:
