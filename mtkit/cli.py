@@ -138,5 +138,124 @@ def prep(
         bars.close()
 
 
+def _score_flag_problems(*, metrics: list[str], paired: bool, paired_ar: bool,
+                         paired_bs_n: int | None, paired_ar_n: int | None, seed: int | None,
+                         src: Path | None, by_length: bool, buckets: str | None,
+                         chrf_plus: bool, chrf_word_order: int | None, tokenize: str | None,
+                         lowercase: bool, ter_case_sensitive: bool) -> list[str]:
+    """Flags that `mtkit score` would otherwise accept and ignore."""
+    checks = [
+        (paired_bs_n is not None and not paired, "--paired-bs-n needs --paired-bs or --paired-ar"),
+        (paired_ar_n is not None and not paired_ar, "--paired-ar-n needs --paired-ar"),
+        (seed is not None and not paired, "--seed needs --paired-bs or --paired-ar"),
+        (by_length and src is None, "--by-length and --plot need --src SRC"),
+        (src is not None and not by_length, "--src is used only by --by-length or --plot"),
+        (buckets is not None and not by_length, "--buckets needs --by-length or --plot"),
+        (chrf_plus and chrf_word_order not in (None, 2),
+         "--chrf-plus is --chrf-word-order 2; give one of them"),
+        ((chrf_plus or chrf_word_order is not None) and "chrf" not in metrics,
+         "--chrf-plus/--chrf-word-order need chrf in --metrics"),
+        (ter_case_sensitive and "ter" not in metrics,
+         "--ter-case-sensitive needs ter in --metrics"),
+        (tokenize is not None and "bleu" not in metrics and not by_length,
+         "--tokenize applies to BLEU; add bleu to --metrics or use --by-length"),
+        (lowercase and not {"bleu", "chrf"} & set(metrics) and not by_length,
+         "--lowercase applies to BLEU and chrF (TER: --ter-case-sensitive)"),
+    ]
+    return [message for bad, message in checks if bad]
+
+
+@app.command()
+@user_errors
+def score(
+    hyps: Annotated[list[Path], typer.Argument(
+        help="Hypothesis files, one sentence per line (plain or .gz); the first is the baseline "
+        "of paired tests; - reads one from stdin.", show_default=False)],
+    refs: Annotated[list[Path], typer.Option(
+        "--ref", "-r", help="Reference file; repeat for several references.", show_default=False)],
+    metrics: Annotated[str, typer.Option(
+        "--metrics", "-m", help="Comma-separated, among bleu, chrf, ter.")] = "bleu,chrf,ter",
+    tokenize: Annotated[str | None, typer.Option(
+        "--tokenize", help="BLEU tokenizer, one of sacrebleu's: 13a (default), intl, char, zh, "
+        "none, ...")] = None,
+    lowercase: Annotated[bool, typer.Option(
+        "--lowercase", help="Lowercase before BLEU and chrF.")] = False,
+    chrf_plus: Annotated[bool, typer.Option(
+        "--chrf-plus", help="chrF++ (word bigrams too): --chrf-word-order 2.")] = False,
+    chrf_word_order: Annotated[int | None, typer.Option(
+        "--chrf-word-order", help="Word n-gram order of chrF (default 0).")] = None,
+    ter_case_sensitive: Annotated[bool, typer.Option(
+        "--ter-case-sensitive", help="Case-sensitive TER (sacrebleu ignores case).")] = False,
+    paired_bs: Annotated[bool, typer.Option(
+        "--paired-bs", help="Paired bootstrap resampling test of each system vs the first."
+        )] = False,
+    paired_ar: Annotated[bool, typer.Option(
+        "--paired-ar", help="Paired approximate randomization test of each system vs the first."
+        )] = False,
+    paired_bs_n: Annotated[int | None, typer.Option(
+        "--paired-bs-n", min=1, help="Bootstrap resamples, also for the CIs of --paired-ar "
+        "(default 1000).")] = None,
+    paired_ar_n: Annotated[int | None, typer.Option(
+        "--paired-ar-n", min=1, help="Approximate randomization trials (default 10000).")] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", min=1, help="Seed of the paired tests (default 12345, sacrebleu's).")] = None,
+    src: Annotated[Path | None, typer.Option(
+        "--src", help="Source file, for --by-length.")] = None,
+    by_length: Annotated[bool, typer.Option(
+        "--by-length", help="Corpus BLEU per source-length bucket (whitespace tokens).")] = False,
+    buckets: Annotated[str | None, typer.Option(
+        "--buckets", help="Inclusive upper bucket edges (default 10,20,30,40,50).")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="Also plot BLEU by length to this .png/.svg/.pdf (implies --by-length)."
+        )] = None,
+    width: Annotated[int, typer.Option("--width", "-w", help="Decimals printed.")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Score translations with sacreBLEU (BLEU, chrF, TER, with signatures), test systems
+    against the first for significance, and show BLEU by source sentence length.
+
+    Example: mtkit score -r test.de base.de attn.de --paired-bs --src test.en --plot len.png
+    """
+    import json  # imported here, with sacrebleu and rich, so that `mtkit --help` stays fast
+
+    from rich.console import Console
+
+    from mtkit import score as sc
+
+    names = list(sc.parse_metrics(metrics))
+    by_length = by_length or plot is not None
+    problems = _score_flag_problems(
+        metrics=names, paired=paired_bs or paired_ar, paired_ar=paired_ar, paired_bs_n=paired_bs_n,
+        paired_ar_n=paired_ar_n, seed=seed, src=src, by_length=by_length, buckets=buckets,
+        chrf_plus=chrf_plus, chrf_word_order=chrf_word_order, tokenize=tokenize,
+        lowercase=lowercase, ter_case_sensitive=ter_case_sensitive)
+    if problems:
+        raise MtkitError("; ".join(problems))
+    metric_opts = sc.MetricOptions(
+        metrics=tuple(names), tokenize=tokenize, lowercase=lowercase,
+        chrf_word_order=2 if chrf_plus else (chrf_word_order or 0),
+        ter_case_sensitive=ter_case_sensitive, width=width)
+    significance = None
+    if paired_bs or paired_ar:
+        d = sc.SignificanceOptions()
+        significance = sc.SignificanceOptions(
+            tests=tuple(t for t, on in (("bs", paired_bs), ("ar", paired_ar)) if on),
+            bs_samples=d.bs_samples if paired_bs_n is None else paired_bs_n,
+            ar_trials=d.ar_trials if paired_ar_n is None else paired_ar_n,
+            seed=d.seed if seed is None else seed)
+    if plot is not None:
+        sc.plot_format(plot)  # a bad extension fails before any scoring
+    edges = sc.parse_buckets(buckets) if buckets is not None else sc.DEFAULT_BUCKETS
+    report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
+                            src=src, buckets=edges)
+    if plot is not None:
+        sc.plot_by_length(report, plot)
+        typer.echo(f"mtkit: wrote {plot}", err=True)
+    if json_out:
+        typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        report.render(Console())
+
+
 def main() -> None:
     app()
