@@ -124,7 +124,9 @@ def merge_subwords(weights: np.ndarray, src_pieces: Sequence[str],
     three times the mass, which keeps the `threshold` method comparable across words.
     """
     src_w, tgt_w = word_ids(src_pieces), word_ids(tgt_pieces)
-    assert weights.shape == (len(tgt_w), len(src_w)), "labels must match the matrix"
+    if weights.shape != (len(tgt_w), len(src_w)):
+        raise ValueError(f"attention of shape {weights.shape} does not fit {len(tgt_w)} target "
+                         f"and {len(src_w)} source pieces")
     n_src, n_tgt = (src_w[-1] + 1 if src_w else 0), (tgt_w[-1] + 1 if tgt_w else 0)
     col_sum = np.zeros((len(src_w), n_src))  # (S, S_w) one-hot: piece -> its word
     col_sum[np.arange(len(src_w)), src_w] = 1.0

@@ -11,6 +11,7 @@ from mtkit.align import (
     AlignScores,
     argmax_src,
     argmax_tgt,
+    check_gold_bounds,
     drop_eos,
     extract_links,
     format_pharaoh,
@@ -91,6 +92,8 @@ def test_merge_subwords_direct():
     got = merge_subwords(w, ["▁a", "b", "▁c"], ["▁x", "y", "▁z"])
     # columns a+b: [.7 .3], [.2 .8], [.4 .6]; rows x, y averaged: [.45 .55]
     np.testing.assert_allclose(got, [[0.45, 0.55], [0.4, 0.6]])
+    with pytest.raises(ValueError, match="does not fit"):
+        merge_subwords(w, ["▁a", "b"], ["▁x", "y", "▁z"])
 
 
 # T=4, S=4. argmax per target row: (0,0) (1,1) (2,2) (0,3); per source column: col 3
@@ -180,6 +183,13 @@ def test_read_gold_reports_file_and_line(tmp_path):
     assert golds[0].where.endswith("gold.txt:1")
     with pytest.raises(DataError, match="cannot read gold alignments"):
         read_gold(tmp_path / "missing.txt")
+
+
+def test_check_gold_bounds_names_line_and_link():
+    g = parse_links("0-0 2?1", where="gold.txt:4")
+    check_gold_bounds(g, 3, 2)  # fits: source words 0..2, target words 0..1
+    with pytest.raises(DataError, match=r"gold\.txt:4: gold link 2-1 \(0-based\) is outside"):
+        check_gold_bounds(g, 2, 2)
 
 
 def test_aer_precision_recall_hand_computed():
