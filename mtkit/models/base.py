@@ -9,6 +9,7 @@ after each step. States are returned as new values, never mutated.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -60,9 +61,9 @@ def reorder(state: State, idx: torch.Tensor) -> State:
 
 
 class Translator(nn.Module):
-    """Base class of every model. Subclasses implement the four methods below.
+    """Base class of every model. Subclasses implement the five methods below.
 
-    `bos`, `eos`, `pad` are token ids (see `mtkit.data.vocab`). `has_attention` is False only
+    Token ids (BOS, EOS, PAD) are fixed in `mtkit.data.vocab`. `has_attention` is False only
     for the fixed-vector baseline (attention `none`), whose steps return attn=None.
     """
 
@@ -76,8 +77,10 @@ class Translator(nn.Module):
         """The decoder state before the first target token."""
         raise NotImplementedError
 
-    def step(self, prev: torch.Tensor, state: State, enc: Encoded) -> Step:
-        """prev: (B,) the previous target token (BOS at the first step)."""
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
+             need_attn: bool = True) -> Step:
+        """prev: (B,) the previous target token (BOS at the first step). With need_attn=False
+        the step may skip computing attention weights and returns attn=None."""
         raise NotImplementedError
 
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
@@ -85,11 +88,33 @@ class Translator(nn.Module):
         """Teacher forcing over tgt_in: (B, T), which starts with BOS."""
         raise NotImplementedError
 
+    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                       *, kind: str = "cross", layer: int | None = None,
+                       head: int | None = None) -> torch.Tensor:
+        """Teacher-forced attention weights for visualisation and alignment.
+
+        kind "cross": (B, T, S) decoder-over-source; "encoder": (B, S, S) and "decoder":
+        (B, T, T) self-attention. layer/head pick one layer and head (None: the model's
+        defaults, e.g. the Transformer's alignment layer and head for "cross", its top layer
+        and the head mean otherwise). Raises MtkitError for kinds a model does not have.
+        Rows at padded query positions carry no meaning; slice them off by length.
+        """
+        raise NotImplementedError
+
     def parameter_counts(self) -> dict[str, int]:
-        """Trainable parameters per top-level component, plus 'total'."""
-        counts = {name: sum(p.numel() for p in m.parameters() if p.requires_grad)
-                  for name, m in self.named_children()}
+        """Trainable parameters per top-level component, plus 'total'. A parameter shared
+        between components (tied embeddings) counts once, in the first component that holds
+        it, so the components add up to the total."""
         seen: set[int] = set()
-        counts["total"] = sum(p.numel() for p in self.parameters()
-                              if p.requires_grad and not (id(p) in seen or seen.add(id(p))))
+
+        def fresh(params: Iterable[nn.Parameter]) -> int:
+            n = 0
+            for p in params:
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    n += p.numel()
+            return n
+
+        counts = {name: fresh(m.parameters()) for name, m in self.named_children()}
+        counts["total"] = sum(counts.values()) + fresh(self.parameters())
         return counts

@@ -1,0 +1,328 @@
+"""RNN encoder-decoders: Sutskever et al. 2014, Bahdanau et al. 2015, Luong et al. 2015.
+
+Shapes: B batch (times beam), S source length, T target length, E embedding size,
+H encoder hidden size per direction, Hm = H or 2H encoder output (memory) size, Hd decoder
+hidden size, L decoder layers, D readout size (E when the output layer is tied to the
+target embedding, else Hd), V target vocabulary.
+
+Modules are composed by `mtkit.models.build.build_model`; this file only defines them.
+
+Decoder state (every tensor batch-first, see `base.State`):
+  "h"    (B, L, Hd)  hidden state of every decoder layer
+  "c"    (B, L, Hd)  LSTM cell state (LSTM only)
+  "feed" (B, D)      previous attentional hidden state (Luong placement with input feeding)
+  "t"    (B,)        decoder step index, long (local-m attention only)
+Encoded.extras:
+  "final"   (B, Hm)    top encoder layer's final states, both directions concatenated (for the
+                       bridge, and the fixed context of attention `none`)
+  "final_c" (B, Hm)    the same for the LSTM cell state (LSTM with a bridge only)
+  "keys"    (B, S, K)  attention keys precomputed once per sentence (see attention.py)
+The RNN modules take (L, B, Hd); we transpose only at that call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from mtkit.errors import MtkitError
+from mtkit.models.attention import Attention
+from mtkit.models.base import Encoded, Output, State, Step, Translator
+
+Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
+
+
+def _top(hidden: Hidden) -> torch.Tensor:
+    """The top layer's hidden state: (B, Hd)."""
+    return (hidden[0] if isinstance(hidden, tuple) else hidden)[-1]
+
+
+class RNNEncoder(nn.Module):
+    """Embedding, dropout, then a (bi)directional multi-layer RNN over packed sequences, so
+    padding never enters the recurrence and a backward direction starts at the real last
+    token. nn.LSTM/GRU/RNN apply `dropout` between layers themselves."""
+
+    def __init__(self, embed: nn.Embedding, rnn: nn.RNNBase, dropout: float) -> None:
+        super().__init__()
+        self.embed = embed
+        self.rnn = rnn
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src: torch.Tensor, src_lens: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """src (B, S), src_lens (B,) -> memory (B, S, Hm) (zeros on padding), final h (B, Hm),
+        final c (B, Hm) or None (not LSTM)."""
+        x = self.dropout(self.embed(src))
+        packed = pack_padded_sequence(x, src_lens.cpu(), batch_first=True, enforce_sorted=False)
+        out, hidden = self.rnn(packed)
+        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+        if isinstance(hidden, tuple):
+            return memory, self._final(hidden[0]), self._final(hidden[1])
+        return memory, self._final(hidden), None
+
+    def _final(self, h: torch.Tensor) -> torch.Tensor:
+        """(layers * dirs, B, H) -> (B, dirs * H): the top layer, forward then backward, the
+        same order as the memory's features."""
+        dirs = 2 if self.rnn.bidirectional else 1
+        return h[-dirs:].transpose(0, 1).reshape(h.size(1), -1)
+
+
+class Bridge(nn.Module):
+    """Decoder initial state s_0 = tanh(W h_enc + b) for every decoder layer (Bahdanau et al.
+    2015, App. A.2.2, which uses the backward encoder's first state; h_enc here is both
+    directions' final states). The LSTM cell state gets its own map."""
+
+    def __init__(self, memory_dim: int, layers: int, hidden: int, *, lstm: bool) -> None:
+        super().__init__()
+        self.layers, self.hidden = layers, hidden
+        self.h = nn.Linear(memory_dim, layers * hidden)
+        self.c = nn.Linear(memory_dim, layers * hidden) if lstm else None
+
+    def forward(self, final: torch.Tensor, final_c: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """final, final_c (B, Hm) -> h, c (B, L, Hd) (c None unless LSTM)."""
+        shape = (final.size(0), self.layers, self.hidden)
+        h = torch.tanh(self.h(final)).view(shape)
+        if self.c is None:
+            return h, None
+        assert final_c is not None, "an LSTM bridge needs the encoder's final cell state"
+        return h, torch.tanh(self.c(final_c)).view(shape)
+
+
+class RNNDecoder(nn.Module):
+    """What both placements share: target embedding, the recurrent stack, attention (None for
+    the fixed-context baseline), a readout layer (D) and the output layer (V)."""
+
+    def __init__(self, embed: nn.Embedding, rnn: nn.RNNBase, attention: Attention | None,
+                 readout: nn.Linear, generator: nn.Linear, dropout: float) -> None:
+        super().__init__()
+        self.embed = embed
+        self.rnn = rnn
+        self.attention = attention
+        self.readout = readout
+        self.generator = generator
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = rnn.mode == "LSTM"
+
+    @property
+    def uses_positions(self) -> bool:
+        return self.attention is not None and self.attention.uses_positions
+
+    def initial_state(self, h: torch.Tensor, c: torch.Tensor | None) -> State:
+        """h, c (B, L, Hd) -> the state before the first target token."""
+        state = {"h": h}
+        if self.lstm:
+            state["c"] = torch.zeros_like(h) if c is None else c
+        if self.uses_positions:
+            state["t"] = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+        return state
+
+    def _hidden(self, state: State) -> Hidden:
+        h = state["h"].transpose(0, 1).contiguous()
+        return (h, state["c"].transpose(0, 1).contiguous()) if self.lstm else h
+
+    def _state(self, hidden: Hidden, old: State) -> State:
+        """The new state's recurrent part, plus the step counter when local-m needs it."""
+        if isinstance(hidden, tuple):
+            state = {"h": hidden[0].transpose(0, 1), "c": hidden[1].transpose(0, 1)}
+        else:
+            state = {"h": hidden.transpose(0, 1)}
+        if "t" in old:
+            state["t"] = old["t"] + 1
+        return state
+
+    def _positions(self, state: State, steps: int) -> torch.Tensor | None:
+        """(B, steps) decoder step indices starting at the state's step, or None."""
+        if not self.uses_positions:
+            return None
+        return state["t"].unsqueeze(1) + torch.arange(steps, device=state["t"].device)
+
+    def _attend(self, query: torch.Tensor, enc: Encoded, positions: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query (B, T, Hd) -> context (B, T, Hm), weights (B, T, S) or None.
+
+        Attention `none`: the encoder's final state is the one fixed context vector for every
+        step (Sutskever et al. 2014; Cho et al. 2014, the bottleneck Bahdanau et al. remove)."""
+        if self.attention is None:
+            return enc.extras["final"].unsqueeze(1).expand(-1, query.size(1), -1), None
+        keys = enc.extras.get("keys", enc.memory)
+        weights = self.attention(query, keys, enc.src_mask, positions)
+        return torch.bmm(weights, enc.memory), weights
+
+    def _logits(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) readout -> (B, T, V) logits."""
+        return self.generator(self.dropout(out))
+
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, need_attn: bool) -> Step:
+        raise NotImplementedError
+
+    def teacher(self, tgt_in: torch.Tensor, state: State, enc: Encoded
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """tgt_in (B, T) from `state` -> logits (B, T, V), attention (B, T, S) or None."""
+        raise NotImplementedError
+
+
+class BahdanauDecoder(RNNDecoder):
+    """Bahdanau et al. 2015, App. A.2.2: the attention is scored from the previous state
+    s_{t-1} (eq. 6), the context c_t is an input to the recurrence with y_{t-1} (eq. 4), and
+    a deep output t = tanh(W [s_t; c_t; E y_{t-1}]) feeds the softmax (one tanh layer
+    standing in for the paper's maxout)."""
+
+    def _cell(self, emb: torch.Tensor, hidden: Hidden, enc: Encoded,
+              positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """One step: emb (B, 1, E) -> out (B, 1, Hd), context (B, 1, Hm), weights, hidden."""
+        ctx, weights = self._attend(_top(hidden).unsqueeze(1), enc, positions)
+        out, hidden = self.rnn(torch.cat([emb, ctx], dim=-1), hidden)
+        return out, ctx, weights, hidden
+
+    def _readout(self, out: torch.Tensor, ctx: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.readout(torch.cat([out, ctx, emb], dim=-1)))
+
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, need_attn: bool) -> Step:
+        emb = self.dropout(self.embed(prev.unsqueeze(1)))
+        out, ctx, weights, hidden = self._cell(emb, self._hidden(state), enc,
+                                               self._positions(state, 1))
+        logits = self._logits(self._readout(out, ctx, emb)).squeeze(1)
+        attn = weights.squeeze(1) if need_attn and weights is not None else None
+        return Step(logits, attn, self._state(hidden, state))
+
+    def teacher(self, tgt_in, state, enc):
+        emb = self.dropout(self.embed(tgt_in))  # (B, T, E)
+        hidden = self._hidden(state)
+        steps = tgt_in.size(1)
+        if self.attention is None:
+            # The context is fixed, so no input depends on an earlier output: one call.
+            ctx = enc.extras["final"].unsqueeze(1).expand(-1, steps, -1)
+            out, _ = self.rnn(torch.cat([emb, ctx], dim=-1), hidden)
+            return self._logits(self._readout(out, ctx, emb)), None
+        positions = self._positions(state, steps)
+        outs, ctxs, attns = [], [], []
+        for t in range(steps):  # scores need s_{t-1}: inherently sequential
+            pos = None if positions is None else positions[:, t : t + 1]
+            out, ctx, weights, hidden = self._cell(emb[:, t : t + 1], hidden, enc, pos)
+            outs.append(out)
+            ctxs.append(ctx)
+            attns.append(weights)
+        out, ctx = torch.cat(outs, dim=1), torch.cat(ctxs, dim=1)
+        return self._logits(self._readout(out, ctx, emb)), torch.cat(attns, dim=1)
+
+
+class LuongDecoder(RNNDecoder):
+    """Luong et al. 2015: the attention is scored from the current state s_t (§3), the
+    attentional hidden state h~_t = tanh(W_c [c_t; s_t]) (eq. 5) feeds the softmax, and with
+    input feeding (§3.3) h~_{t-1} is concatenated to the next input."""
+
+    def __init__(self, embed: nn.Embedding, rnn: nn.RNNBase, attention: Attention | None,
+                 readout: nn.Linear, generator: nn.Linear, dropout: float, *,
+                 input_feeding: bool) -> None:
+        super().__init__(embed, rnn, attention, readout, generator, dropout)
+        self.input_feeding = input_feeding
+
+    def initial_state(self, h: torch.Tensor, c: torch.Tensor | None) -> State:
+        state = super().initial_state(h, c)
+        if self.input_feeding:
+            state["feed"] = h.new_zeros(h.size(0), self.readout.out_features)
+        return state
+
+    def _attentional(self, out: torch.Tensor, enc: Encoded, positions: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """out (B, T, Hd) -> h~ (B, T, D), weights (B, T, S) or None."""
+        ctx, weights = self._attend(out, enc, positions)
+        return torch.tanh(self.readout(torch.cat([ctx, out], dim=-1))), weights
+
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, need_attn: bool) -> Step:
+        x = self.dropout(self.embed(prev.unsqueeze(1)))
+        if self.input_feeding:
+            x = torch.cat([x, state["feed"].unsqueeze(1)], dim=-1)
+        out, hidden = self.rnn(x, self._hidden(state))
+        h_att, weights = self._attentional(out, enc, self._positions(state, 1))
+        new = self._state(hidden, state)
+        if self.input_feeding:
+            new["feed"] = h_att.squeeze(1)
+        attn = weights.squeeze(1) if need_attn and weights is not None else None
+        return Step(self._logits(h_att).squeeze(1), attn, new)
+
+    def teacher(self, tgt_in, state, enc):
+        emb = self.dropout(self.embed(tgt_in))
+        hidden = self._hidden(state)
+        positions = self._positions(state, tgt_in.size(1))
+        if not self.input_feeding:
+            # No input depends on an earlier output: run the recurrence over the whole target
+            # at once, then attend for all steps in one batched op.
+            out, _ = self.rnn(emb, hidden)
+            h_att, attn = self._attentional(out, enc, positions)
+            return self._logits(h_att), attn
+        feed = state["feed"].unsqueeze(1)
+        h_atts, attns = [], []
+        for t in range(tgt_in.size(1)):
+            out, hidden = self.rnn(torch.cat([emb[:, t : t + 1], feed], dim=-1), hidden)
+            pos = None if positions is None else positions[:, t : t + 1]
+            feed, weights = self._attentional(out, enc, pos)
+            h_atts.append(feed)
+            attns.append(weights)
+        attn = None if self.attention is None else torch.cat(attns, dim=1)
+        return self._logits(torch.cat(h_atts, dim=1)), attn
+
+
+class RNNTranslator(Translator):
+    """Encoder, optional bridge (None: the decoder starts from zeros) and one decoder."""
+
+    def __init__(self, encoder: RNNEncoder, bridge: Bridge | None, decoder: RNNDecoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.bridge = bridge
+        self.decoder = decoder
+        self.has_attention = decoder.attention is not None
+
+    def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
+        memory, final, final_c = self.encoder(src, src_lens)
+        mask = torch.arange(src.size(1), device=src.device) < src_lens.unsqueeze(1)
+        extras: State = {}
+        if self.bridge is not None or self.decoder.attention is None:
+            extras["final"] = final
+        if self.bridge is not None and final_c is not None:
+            extras["final_c"] = final_c
+        if self.decoder.attention is not None:
+            keys = self.decoder.attention.prepare(memory)
+            if keys is not None:
+                extras["keys"] = keys
+        return Encoded(memory, mask, extras)
+
+    def init_state(self, enc: Encoded) -> State:
+        if self.bridge is not None:
+            h, c = self.bridge(enc.extras["final"], enc.extras.get("final_c"))
+        else:
+            rnn = self.decoder.rnn
+            h = enc.memory.new_zeros(enc.memory.size(0), rnn.num_layers, rnn.hidden_size)
+            c = None
+        return self.decoder.initial_state(h, c)
+
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
+             need_attn: bool = True) -> Step:
+        return self.decoder.step(prev, state, enc, need_attn)
+
+    def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                return_attn: bool = False) -> Output:
+        enc = self.encode(src, src_lens)
+        logits, attn = self.decoder.teacher(tgt_in, self.init_state(enc), enc)
+        return Output(logits, attn if return_attn else None)
+
+    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                       *, kind: str = "cross", layer: int | None = None,
+                       head: int | None = None) -> torch.Tensor:
+        """Cross attention (B, T, S); an RNN has no self-attention, layers or heads."""
+        if kind not in ("cross", "encoder", "decoder"):
+            raise MtkitError(f"unknown attention kind {kind!r}; expected cross, encoder or "
+                             "decoder")
+        if kind != "cross":
+            raise MtkitError(f"an RNN model has no {kind} self-attention; only kind 'cross'")
+        if layer is not None or head is not None:
+            raise MtkitError("an RNN model has one attention without layers or heads; "
+                             "leave layer and head unset")
+        if not self.has_attention:
+            raise MtkitError("this model uses attention `none` (one fixed context vector), "
+                             "so it has no attention weights to show")
+        attn = self.forward(src, src_lens, tgt_in, return_attn=True).attn
+        assert attn is not None
+        return attn

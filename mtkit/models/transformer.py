@@ -1,0 +1,368 @@
+"""The Transformer (Vaswani et al. 2017), with incremental decoding from a key/value cache.
+
+Shapes: B batch (times beam), S source length, T target length, d model size, h heads,
+dh = d / h, V vocabulary, N decoder layers.
+
+Modules are composed by `mtkit.models.build.build_model`; this file only defines them.
+
+Attention runs through `torch.nn.functional.scaled_dot_product_attention` (fused kernels; the
+weights are never materialised) unless a caller asks for the weights: then, and only for the
+one layer asked for, an explicit softmax path computes the same thing and returns them.
+
+Encoded.extras: "cross_k{i}", "cross_v{i}" (B, h, S, dh) for decoder layer i: the
+cross-attention keys and values, computed once per sentence in `encode`.
+Decoder state: "self_k{i}", "self_v{i}" (B, h, t, dh), the self-attention cache after t
+steps; each step returns a new state one position longer. All batch-first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mtkit.errors import MtkitError
+from mtkit.models.base import Encoded, Output, State, Step, Translator
+
+Weights = torch.Tensor | None  # (B, h, T, S) attention weights, when asked for
+
+
+class _Attention(nn.Module):
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017, §3.2.2): the part shared
+    by self- and cross-attention."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.dropout = dropout
+        self.out = nn.Linear(d_model, d_model)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) -> (B, h, T, dh)."""
+        b, t, d = x.shape
+        return x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None, *, causal: bool, need_weights: bool
+                ) -> tuple[torch.Tensor, Weights]:
+        """q (B, h, T, dh), k/v (B, h, S, dh), mask (B, 1, 1, S) True on keys to attend to ->
+        output (B, T, d) after the output projection, weights (B, h, T, S) or None."""
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            if causal:
+                future = torch.ones(q.size(2), k.size(2), dtype=torch.bool,
+                                    device=q.device).triu(1)
+                scores = scores.masked_fill(future, float("-inf"))
+            weights = scores.softmax(dim=-1)
+            out = F.dropout(weights, p, self.training) @ v
+        else:
+            weights = None
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                 is_causal=causal)
+        b, h, t, dh = out.shape
+        return self.out(out.transpose(1, 2).reshape(b, t, h * dh)), weights
+
+
+class SelfAttention(_Attention):
+    """Self-attention with one fused query/key/value projection."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__(d_model, heads, dropout)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, causal: bool = False,
+                need_weights: bool = False) -> tuple[torch.Tensor, Weights]:
+        """x (B, T, d) over a whole sequence -> (B, T, d), weights."""
+        q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+        return self._attend(q, k, v, mask, causal=causal, need_weights=need_weights)
+
+    def step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+             need_weights: bool = False
+             ) -> tuple[torch.Tensor, Weights, torch.Tensor, torch.Tensor]:
+        """x (B, 1, d), caches (B, h, t, dh) -> (B, 1, d), weights, caches (B, h, t+1, dh).
+        The one new query may see every cached position, so no mask is needed."""
+        q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+        k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
+        out, weights = self._attend(q, k, v, None, causal=False, need_weights=need_weights)
+        return out, weights, k, v
+
+
+class CrossAttention(_Attention):
+    """Decoder-over-encoder attention; keys and values come from `kv` once per sentence."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__(d_model, heads, dropout)
+        self.q = nn.Linear(d_model, d_model)
+        self.kv = nn.Linear(d_model, 2 * d_model)
+
+    def kv_heads(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """memory (B, S, d) -> keys, values (B, h, S, dh)."""
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *,
+                need_weights: bool = False) -> tuple[torch.Tensor, Weights]:
+        """x (B, T, d), k/v (B, h, S, dh), mask (B, 1, 1, S) -> (B, T, d), weights."""
+        return self._attend(self._split(self.q(x)), k, v, mask, causal=False,
+                            need_weights=need_weights)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN (§3.3) with dropout on the activations."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation: str, act_dropout: float) -> None:
+        super().__init__()
+        self.inner = nn.Linear(d_model, ffn_dim)
+        self.outer = nn.Linear(ffn_dim, d_model)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.dropout = nn.Dropout(act_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.outer(self.dropout(self.act(self.inner(x))))
+
+
+class _Sublayers(nn.Module):
+    """Residual connections around sublayers, post-norm x = LN(x + f(x)) as in Vaswani et al.
+    2017, or pre-norm x = x + f(LN(x)) (Wang et al. 2019; Xiong et al. 2020), which trains
+    without warm-up tuning and needs a final LayerNorm on the stack."""
+
+    def __init__(self, d_model: int, n: int, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n))
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def inp(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """What sublayer i reads."""
+        return self.norms[i](x) if self.pre_norm else x
+
+    def res(self, i: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The stream after sublayer i produced y from x."""
+        x = x + self.dropout(y)
+        return x if self.pre_norm else self.norms[i](x)
+
+
+class EncoderLayer(_Sublayers):
+    def __init__(self, d_model: int, heads: int, ffn: FeedForward, *, dropout: float,
+                 attn_dropout: float, pre_norm: bool) -> None:
+        super().__init__(d_model, 2, dropout, pre_norm)
+        self.self_attn = SelfAttention(d_model, heads, attn_dropout)
+        self.ffn = ffn
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, *, need_weights: bool = False
+                ) -> tuple[torch.Tensor, Weights]:
+        """x (B, S, d), mask (B, 1, 1, S) -> (B, S, d), self-attention weights or None."""
+        y, weights = self.self_attn(self.inp(0, x), mask, need_weights=need_weights)
+        x = self.res(0, x, y)
+        return self.res(1, x, self.ffn(self.inp(1, x))), weights
+
+
+class DecoderLayer(_Sublayers):
+    def __init__(self, d_model: int, heads: int, ffn: FeedForward, *, dropout: float,
+                 attn_dropout: float, pre_norm: bool) -> None:
+        super().__init__(d_model, 3, dropout, pre_norm)
+        self.self_attn = SelfAttention(d_model, heads, attn_dropout)
+        self.cross_attn = CrossAttention(d_model, heads, attn_dropout)
+        self.ffn = ffn
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *,
+                self_weights: bool = False, cross_weights: bool = False
+                ) -> tuple[torch.Tensor, Weights, Weights]:
+        """Teacher forcing. x (B, T, d); k/v (B, h, S, dh) this layer's cross keys/values;
+        mask (B, 1, 1, S) -> (B, T, d), self weights (B, h, T, T), cross weights (B, h, T, S).
+        Target padding sits after the real tokens, so the causal mask alone keeps it out."""
+        y, sw = self.self_attn(self.inp(0, x), causal=True, need_weights=self_weights)
+        x = self.res(0, x, y)
+        y, cw = self.cross_attn(self.inp(1, x), k, v, mask, need_weights=cross_weights)
+        x = self.res(1, x, y)
+        return self.res(2, x, self.ffn(self.inp(2, x))), sw, cw
+
+    def step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, cross_weights: bool
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Weights]:
+        """One position: x (B, 1, d) -> (B, 1, d), new caches (B, h, t+1, dh), cross weights."""
+        y, _, k_cache, v_cache = self.self_attn.step(self.inp(0, x), k_cache, v_cache)
+        x = self.res(0, x, y)
+        y, cw = self.cross_attn(self.inp(1, x), k, v, mask, need_weights=cross_weights)
+        x = self.res(1, x, y)
+        return self.res(2, x, self.ffn(self.inp(2, x))), k_cache, v_cache, cw
+
+
+def sinusoids(length: int, d_model: int, start: int = 0) -> torch.Tensor:
+    """Positions start..start+length-1 -> (length, d): sin on even, cos on odd features
+    (Vaswani et al. 2017, §3.5)."""
+    pos = torch.arange(start, start + length, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32)
+                     * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: d_model // 2])
+    return table
+
+
+class Embedding(nn.Module):
+    """Token embedding × √d (§3.4) plus positions, then dropout. Positions are sinusoidal
+    (any length) or learned (up to max_positions); the token table may be shared."""
+
+    def __init__(self, tokens: nn.Embedding, *, learned: bool, max_positions: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.tokens = tokens
+        d = tokens.embedding_dim
+        self.scale = math.sqrt(d)
+        self.learned = nn.Embedding(max_positions, d) if learned else None
+        # Not saved with checkpoints: rebuilt from the formula.
+        self.register_buffer("table", sinusoids(max_positions, d), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def positions(self, start: int, length: int) -> torch.Tensor:
+        """(length, d) embeddings of positions start..start+length-1."""
+        end = start + length
+        if self.learned is not None:
+            if end > self.learned.num_embeddings:
+                raise MtkitError(f"sequence of {end} tokens is longer than "
+                                 f"model.transformer.max_positions "
+                                 f"({self.learned.num_embeddings}) of learned positions")
+            return self.learned.weight[start:end]
+        if end > self.table.size(0):
+            return sinusoids(length, self.table.size(1), start).to(self.table)
+        return self.table[start:end]
+
+    def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """tokens (B, T) at positions start.. -> (B, T, d)."""
+        x = self.tokens(tokens) * self.scale + self.positions(start, tokens.size(1))
+        return self.dropout(x)
+
+
+class Encoder(nn.Module):
+    def __init__(self, layers: list[EncoderLayer], final_norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = final_norm  # LayerNorm for pre-norm stacks, Identity for post-norm
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, *, weights_layer: int | None = None
+                ) -> tuple[torch.Tensor, Weights]:
+        """x (B, S, d), mask (B, 1, 1, S) -> (B, S, d), self weights of weights_layer."""
+        kept = None
+        for i, layer in enumerate(self.layers):
+            x, w = layer(x, mask, need_weights=i == weights_layer)
+            kept = w if w is not None else kept
+        return self.norm(x), kept
+
+
+class Decoder(nn.Module):
+    def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = final_norm
+
+    def forward(self, x: torch.Tensor, enc: Encoded, *, self_layer: int | None = None,
+                cross_layer: int | None = None) -> tuple[torch.Tensor, Weights, Weights]:
+        """x (B, T, d) -> (B, T, d), self weights (B, h, T, T) of self_layer, cross weights
+        (B, h, T, S) of cross_layer."""
+        mask = enc.src_mask[:, None, None, :]
+        sw = cw = None
+        for i, layer in enumerate(self.layers):
+            x, s, c = layer(x, enc.extras[f"cross_k{i}"], enc.extras[f"cross_v{i}"], mask,
+                            self_weights=i == self_layer, cross_weights=i == cross_layer)
+            sw = s if s is not None else sw
+            cw = c if c is not None else cw
+        return self.norm(x), sw, cw
+
+
+def _pick_head(weights: torch.Tensor, head: int | None) -> torch.Tensor:
+    """(B, h, T, S) -> (B, T, S): one head, or the mean over heads (rows still sum to 1)."""
+    return weights.mean(dim=1) if head is None else weights[:, head]
+
+
+class Transformer(Translator):
+    """Encoder-decoder Transformer. Cross-attention weights for alignment come from decoder
+    layer `align_layer` (negative counts from the top), head `align_head` or the head mean;
+    they are computed only when a caller asks (need_attn / return_attn)."""
+
+    def __init__(self, src_embed: Embedding, tgt_embed: Embedding, encoder: Encoder,
+                 decoder: Decoder, generator: nn.Linear, *, align_layer: int,
+                 align_head: int | None) -> None:
+        super().__init__()
+        self.src_embed = src_embed
+        self.tgt_embed = tgt_embed
+        self.encoder = encoder
+        self.decoder = decoder
+        self.generator = generator
+        self.heads = decoder.layers[0].self_attn.heads
+        self.align_layer = align_layer % len(decoder.layers)
+        self.align_head = align_head
+
+    def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
+        mask = torch.arange(src.size(1), device=src.device) < src_lens.unsqueeze(1)
+        memory, _ = self.encoder(self.src_embed(src), mask[:, None, None, :])
+        extras: State = {}
+        for i, layer in enumerate(self.decoder.layers):
+            extras[f"cross_k{i}"], extras[f"cross_v{i}"] = layer.cross_attn.kv_heads(memory)
+        return Encoded(memory, mask, extras)
+
+    def init_state(self, enc: Encoded) -> State:
+        k = enc.extras["cross_k0"]
+        empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # (B, h, 0, dh)
+        state: State = {}
+        for i in range(len(self.decoder.layers)):
+            state[f"self_k{i}"] = state[f"self_v{i}"] = empty
+        return state
+
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
+             need_attn: bool = True) -> Step:
+        t = state["self_k0"].size(2)  # positions already decoded
+        x = self.tgt_embed(prev.unsqueeze(1), start=t)
+        mask = enc.src_mask[:, None, None, :]
+        new: State = {}
+        attn = None
+        for i, layer in enumerate(self.decoder.layers):
+            x, new[f"self_k{i}"], new[f"self_v{i}"], cw = layer.step(
+                x, state[f"self_k{i}"], state[f"self_v{i}"], enc.extras[f"cross_k{i}"],
+                enc.extras[f"cross_v{i}"], mask, cross_weights=need_attn and i == self.align_layer)
+            if cw is not None:
+                attn = _pick_head(cw, self.align_head).squeeze(1)
+        return Step(self.generator(self.decoder.norm(x)).squeeze(1), attn, new)
+
+    def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                return_attn: bool = False) -> Output:
+        enc = self.encode(src, src_lens)
+        x, _, cw = self.decoder(self.tgt_embed(tgt_in), enc,
+                                cross_layer=self.align_layer if return_attn else None)
+        return Output(self.generator(x), None if cw is None else _pick_head(cw, self.align_head))
+
+    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                       *, kind: str = "cross", layer: int | None = None,
+                       head: int | None = None) -> torch.Tensor:
+        """kind "cross" (B, T, S) (default: the alignment layer and head), "encoder"
+        (B, S, S) or "decoder" (B, T, T) self-attention (default: the top layer, head mean)."""
+        if kind not in ("cross", "encoder", "decoder"):
+            raise MtkitError(f"unknown attention kind {kind!r}; expected cross, encoder or "
+                             "decoder")
+        n = len(self.encoder.layers if kind == "encoder" else self.decoder.layers)
+        if layer is None:
+            layer = self.align_layer if kind == "cross" else n - 1
+        if not -n <= layer < n:
+            raise MtkitError(f"layer {layer} out of range: the {kind} attention has {n} layers "
+                             f"(0..{n - 1}, or negative from the top)")
+        if head is None and kind == "cross":
+            head = self.align_head
+        if head is not None and not 0 <= head < self.heads:
+            raise MtkitError(f"head {head} out of range: the model has {self.heads} heads "
+                             f"(0..{self.heads - 1})")
+        layer %= n
+        if kind == "encoder":
+            mask = torch.arange(src.size(1), device=src.device) < src_lens.unsqueeze(1)
+            _, w = self.encoder(self.src_embed(src), mask[:, None, None, :], weights_layer=layer)
+        else:
+            _, sw, cw = self.decoder(self.tgt_embed(tgt_in), self.encode(src, src_lens),
+                                     self_layer=layer if kind == "decoder" else None,
+                                     cross_layer=layer if kind == "cross" else None)
+            w = sw if kind == "decoder" else cw
+        assert w is not None
+        return _pick_head(w, head)
