@@ -1,0 +1,37 @@
+"""Search: greedy, beam and sampling over the model interface, plus forced decoding.
+
+Nothing here asks which architecture it drives: everything goes through
+`Translator.encode / init_state / step / forward` (mtkit.models.base). Call `model.eval()`
+first; every search runs under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mtkit.config import DecodeConfig
+from mtkit.data.batch import Batch
+from mtkit.decode.beam import beam_search
+from mtkit.decode.forced import forced
+from mtkit.decode.greedy import greedy
+from mtkit.decode.hypothesis import Hypothesis, length_penalty, max_lengths
+from mtkit.decode.sampling import sample
+from mtkit.models.base import Translator
+
+__all__ = ["Hypothesis", "beam_search", "decode_batch", "forced", "greedy", "length_penalty",
+           "max_lengths", "sample"]
+
+
+@torch.no_grad()
+def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
+                 need_attn: bool = False) -> list[list[Hypothesis]]:
+    """Translate one batch with cfg.method; the output limit per sentence is
+    ``max_len_a * source tokens + max_len_b`` (see `max_lengths`).
+
+    batch.src: (B, S) on the model's device. Returns, in batch order, each sentence's
+    hypotheses sorted by score: cfg.nbest for beam and sampling, one for greedy.
+    """
+    enc = model.encode(batch.src, batch.src_lens)
+    max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
+    search = {"beam": beam_search, "greedy": greedy, "sample": sample}[cfg.method]
+    return search(model, enc, cfg, max_len=max_len, need_attn=need_attn)

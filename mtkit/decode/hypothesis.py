@@ -1,0 +1,116 @@
+"""What every search returns, and the arithmetic they share: length penalty, length limits and
+the masking of tokens that may not be produced at a step.
+
+Shapes: B batch (times beam), S source length, T target length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from mtkit.config import DecodeConfig
+from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output sentence.
+
+    tokens: target ids without BOS and without the final EOS;
+    token_logprobs: the model's log-probability of each token *and of the final EOS*, so
+    ``len(token_logprobs) == len(tokens) + 1`` (at temperature 1, before any top-k/top-p
+    filtering, so the numbers are the model's even for sampled output);
+    logprob: their sum; score: logprob divided by the length penalty of
+    ``len(token_logprobs)`` tokens (the value n-best lists are sorted by);
+    attn: (T, S) float CPU tensor with T = len(token_logprobs) (the last row is the EOS step)
+    and S the sentence's real source length (its EOS included), or None when not asked for
+    or when the model has no attention. Row t is the attention of the step that produced
+    token t of *this* hypothesis, followed through every beam reordering.
+    """
+
+    tokens: list[int]
+    score: float
+    logprob: float
+    token_logprobs: list[float]
+    attn: torch.Tensor | None = None
+
+
+def length_penalty(lengths: torch.Tensor, kind: str, alpha: float) -> torch.Tensor:
+    """The divisor of a hypothesis's log-probability: lengths (...) -> (...) float.
+
+    'gnmt': ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14); 'average': |Y|;
+    'none': 1. |Y| counts the final EOS. All three never decrease with |Y| (alpha >= 0),
+    which is what beam search's stopping bound relies on.
+    """
+    lengths = lengths.float()
+    if kind == "gnmt":
+        return ((5.0 + lengths) / 6.0) ** alpha
+    if kind == "average":
+        return lengths
+    assert kind == "none", kind
+    return torch.ones_like(lengths)
+
+
+def max_lengths(src_lens: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
+    """Per-sentence output limit: src_lens (B,) (counting the source EOS) -> (B,) long.
+
+    ``floor(max_len_a * n + max_len_b)`` with n the source tokens without EOS; an output
+    has at most that many tokens before its EOS (which is then forced).
+    """
+    n = (src_lens - 1).clamp(min=0).double()
+    return torch.floor(cfg.max_len_a * n).long() + cfg.max_len_b
+
+
+def as_lengths(max_len: torch.Tensor | int, batch: int, device: torch.device) -> torch.Tensor:
+    """An int or a (B,) tensor of output limits as a (B,) long tensor on `device`."""
+    if isinstance(max_len, int):
+        return torch.full((batch,), max_len, dtype=torch.long, device=device)
+    assert max_len.shape == (batch,), (max_len.shape, batch)
+    return max_len.to(device=device, dtype=torch.long)
+
+
+def step_logprobs(logits: torch.Tensor, t: int, min_len: int,
+                  max_len: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of the next token with the impossible ones set to -inf.
+
+    logits: (B, V) for output position t (0-based); max_len: (B,) per-row limits.
+    PAD and BOS are never produced; EOS is banned while t < min_len; at t == max_len only EOS
+    is allowed, so every hypothesis ends in EOS. The surviving values are the model's own
+    log-probabilities (not renormalised), so scores stay comparable with forced decoding.
+    """
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    banned = [PAD_ID, BOS_ID] + ([EOS_ID] if t < min_len else [])
+    out = lp.index_fill(1, torch.tensor(banned, device=lp.device), -math.inf)
+    eos_only = torch.full_like(lp, -math.inf)
+    eos_only[:, EOS_ID] = lp[:, EOS_ID]
+    return torch.where((max_len <= t).unsqueeze(1), eos_only, out)
+
+
+def source_lengths(src_mask: torch.Tensor) -> list[int]:
+    """Real source lengths from a (B, S) bool mask, as a host list (for trimming attention)."""
+    return src_mask.sum(1).tolist()
+
+
+def to_hypotheses(tokens: torch.Tensor, token_lps: torch.Tensor, attn: torch.Tensor | None,
+                  src_lens: list[int], *, kind: str, alpha: float) -> list[Hypothesis]:
+    """Turn N finished paths into Hypotheses with one host transfer.
+
+    tokens: (N, T) ids, each row holding exactly one EOS at its end position (later
+    positions are ignored); token_lps: (N, T), 0 after the EOS; attn: (N, T, S) or None;
+    src_lens: N real source lengths for trimming attention; kind/alpha: the length penalty.
+    """
+    ends = (tokens == EOS_ID).long().argmax(1)  # first EOS
+    assert bool((tokens.gather(1, ends[:, None]) == EOS_ID).all()), "a path without EOS"
+    logprob = token_lps.sum(1)
+    score = logprob / length_penalty(ends + 1, kind, alpha)
+    toks, lps = tokens.tolist(), token_lps.tolist()
+    attn_cpu = None if attn is None else attn.float().cpu()
+    out = []
+    for i, (e, lp, sc) in enumerate(zip(ends.tolist(), logprob.tolist(), score.tolist(),
+                                              strict=True)):
+        a = None if attn_cpu is None else attn_cpu[i, : e + 1, : src_lens[i]].clone()
+        out.append(Hypothesis(toks[i][:e], sc, lp, lps[i][: e + 1], a))
+    return out

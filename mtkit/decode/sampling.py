@@ -1,0 +1,66 @@
+"""Ancestral sampling with temperature, top-k and nucleus (top-p) filtering, batched.
+
+Shapes: B batch, n samples per sentence (cfg.nbest), S source length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mtkit.config import DecodeConfig
+from mtkit.decode.greedy import Chooser, one_path_each
+from mtkit.decode.hypothesis import Hypothesis, as_lengths, source_lengths, to_hypotheses
+from mtkit.models.base import Encoded, Translator
+
+
+def filter_logprobs(lp: torch.Tensor, *, temperature: float, top_k: int,
+                    top_p: float) -> torch.Tensor:
+    """The sampling distribution's logits: lp (B, V) -> (B, V), removed tokens at -inf.
+
+    Temperature divides the log-probabilities (same as dividing the logits); top-k keeps the
+    k likeliest tokens (Fan et al. 2018); top-p keeps the smallest set of likeliest tokens
+    whose probability reaches p (Holtzman et al. 2020), always at least one.
+    """
+    x = lp / temperature
+    if 0 < top_k < x.size(-1):
+        kth = x.topk(top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, -math.inf)
+    if top_p < 1.0:
+        sorted_x, order = x.sort(dim=-1, descending=True)
+        probs = sorted_x.softmax(-1)
+        # drop a token when the tokens ranked above it already reach top_p
+        drop = (probs.cumsum(-1) - probs) >= top_p
+        drop[:, 0] = False
+        x = x.masked_fill(drop.scatter(1, order, drop), -math.inf)
+    return x
+
+
+def sampler(cfg: DecodeConfig, generator: torch.Generator) -> Chooser:
+    """A Chooser drawing each row's next token from the filtered distribution."""
+    def choose(lp: torch.Tensor) -> torch.Tensor:
+        x = filter_logprobs(lp, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+        return torch.multinomial(x.softmax(-1), 1, generator=generator).squeeze(1)
+
+    return choose
+
+
+def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
+           max_len: torch.Tensor | int, need_attn: bool = False) -> list[list[Hypothesis]]:
+    """cfg.nbest independent samples per sentence of `enc` (B rows), sorted by score.
+
+    Reproducible: the draws come from a torch.Generator seeded with cfg.seed on the model's
+    device, so the same batch with the same seed gives the same samples (a batch composed
+    differently consumes the random stream differently). max_len: int or (B,) limits.
+    """
+    batch, device, n = enc.src_mask.size(0), enc.src_mask.device, cfg.nbest
+    rows = torch.arange(batch, device=device).repeat_interleave(n)  # (B*n,) sentence of row
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    tokens, lps, attn = one_path_each(
+        model, enc.index_select(rows), sampler(cfg, generator),
+        max_len=as_lengths(max_len, batch, device).index_select(0, rows),
+        min_len=cfg.min_len, need_attn=need_attn)
+    src_lens = [s for s in source_lengths(enc.src_mask) for _ in range(n)]
+    hyps = to_hypotheses(tokens, lps, attn, src_lens, kind=cfg.length_penalty, alpha=cfg.alpha)
+    return [sorted(hyps[i * n:(i + 1) * n], key=lambda h: -h.score) for i in range(batch)]
