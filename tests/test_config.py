@@ -1,0 +1,221 @@
+"""Recipes: every validation error by its message, overrides, relative paths, round trips."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mtkit.config import (
+    FileSource,
+    Recipe,
+    dump_recipe,
+    load_recipe,
+    parse_duration,
+    recipe_from_dict,
+    recipe_from_yaml_text,
+)
+from mtkit.errors import ConfigError
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+MINIMAL = {"data": {"train": {"src": "a.src", "tgt": "a.tgt"},
+                    "valid": {"src": "v.src", "tgt": "v.tgt"}}}
+
+
+def _with(**dotted: object) -> dict:
+    """MINIMAL with dotted keys set, e.g. _with(**{"train.lr": 1})."""
+    raw = copy.deepcopy(MINIMAL)
+    for key, value in dotted.items():
+        node = raw
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return raw
+
+
+def _error(raw: dict) -> str:
+    with pytest.raises(ConfigError) as e:
+        recipe_from_dict(raw, source="r.yaml")
+    return str(e.value)
+
+
+@pytest.mark.parametrize(("dotted", "message"), [
+    ({"train.lrr": 1}, "r.yaml: train.lrr: unknown key; did you mean `train.lr`?"),
+    ({"data.spm.vocab_sise": 1},
+     "r.yaml: data.spm.vocab_sise: unknown key; did you mean `data.spm.vocab_size`?"),
+    ({"train.zzzz": 1}, "r.yaml: train.zzzz: unknown key; valid keys: seed, device,"),
+    ({"train.lr": "abc"}, "r.yaml: train.lr: expected a number, got 'abc'"),
+    ({"train.lr": True}, "r.yaml: train.lr: expected a number, got True"),
+    ({"train.compile": "yes"}, "r.yaml: train.compile: expected true or false, got 'yes'"),
+    ({"data.spm.vocab_size": 3},
+     "r.yaml: data.spm.vocab_size: out of range: expected a value >= 16, got 3"),
+    ({"data.spm.character_coverage": 0.0},
+     "r.yaml: data.spm.character_coverage: out of range: expected a value > 0.0, got 0.0"),
+    ({"model.transformer.dropout": 1.0},
+     "r.yaml: model.transformer.dropout: out of range: expected a value < 1.0, got 1.0"),
+    ({"model.arch": "lstm"},
+     "r.yaml: model.arch: invalid choice 'lstm'; expected one of rnn, transformer"),
+    ({"data.spm.model_type": "wordpiece"},
+     "r.yaml: data.spm.model_type: invalid choice 'wordpiece'; expected one of unigram, bpe"),
+    ({"model.transformer.heads": 3},
+     "r.yaml: model.transformer.heads: d_model (256) must be divisible by heads (3)"),
+    ({"data.spm.joint": False}, "r.yaml: model.transformer.share_embeddings: needs a joint "
+     "vocabulary (data.spm.joint: true)"),
+    ({"decode.nbest": 9}, "r.yaml: decode.nbest: cannot exceed beam_size (5)"),
+    ({"train.average_last": 9},
+     "r.yaml: train.average_last: cannot average more than keep_last (3) checkpoints"),
+    ({"model.rnn.attention": "location"},
+     "r.yaml: model.rnn.attention: `location` is Luong attention; use placement: luong"),
+    ({"data.train": None}, "r.yaml: data.train: missing: every recipe needs a `train` split"),
+    ({"data.valid": None}, "r.yaml: data.valid: missing: every recipe needs a `valid` split"),
+    ({"data.test": {"valid": {"src": "a", "tgt": "b"}}},
+     "r.yaml: data.test.valid: test set names use letters, digits"),
+    ({"data.train.src": {"url": "https://example.org/a.gz"}},
+     "r.yaml: data.train.src.sha256: a URL source needs its sha256 checksum"),
+    ({"data.train.src": {"url": "https://example.org/a.gz", "path": "a", "sha256": "0" * 64}},
+     "r.yaml: data.train.src: expected exactly one of `path` or `url`"),
+    ({"data.train.src": {"path": "a", "sha256": "AB"}},
+     "r.yaml: data.train.src.sha256: expected 64 lowercase hex digits, got 'AB'"),
+    ({"train.max_time": "10x"},
+     "r.yaml: train.max_time: expected a duration such as 90s, 10m, 2h30m, got '10x'"),
+    ({"train.device": "gpu"},
+     "r.yaml: train.device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
+    ({"train.betas": [0.9, 1.5]}, "r.yaml: train.betas: expected two numbers in [0, 1)"),
+    ({"train.betas": [0.9]}, "r.yaml: train.betas: expected a list of"),
+    ({"name": "a b"}, "r.yaml: name: expected letters, digits, '_', '-', '.', got 'a b'"),
+    ({"train": [1, 2]}, "r.yaml: train: expected a mapping, got [1, 2]"),
+])
+def test_each_error_names_key_and_expectation(dotted: dict, message: str) -> None:
+    assert _error(_with(**dotted)).startswith(message)
+
+
+def test_all_problems_reported_at_once() -> None:
+    msg = _error(_with(**{"train.lrr": 1, "data.spm.vocab_size": 3, "model.arch": "x"}))
+    lines = msg.splitlines()
+    assert lines[0] == "3 problems in recipe:"
+    assert sorted(lines[1:]) == sorted([
+        "r.yaml: train.lrr: unknown key; did you mean `train.lr`?",
+        "r.yaml: data.spm.vocab_size: out of range: expected a value >= 16, got 3",
+        "r.yaml: model.arch: invalid choice 'x'; expected one of rnn, transformer",
+    ])
+
+
+def test_valid_recipe_types_and_yaml_float_strings() -> None:
+    r = recipe_from_dict(_with(**{"train.lr": "1e-3", "train.betas": [0.9, 0.99]}))
+    assert isinstance(r, Recipe)
+    assert r.train.lr == pytest.approx(1e-3) and isinstance(r.train.lr, float)
+    assert r.train.betas == (0.9, 0.99)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.train.lr = 1.0  # type: ignore[misc]
+
+
+def _write(path: Path, raw: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def test_file_level_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: recipe file not found"):
+        load_recipe(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data:\n  train: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: line \d+ not valid YAML"):
+        load_recipe(bad)
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"name: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"bin\.yaml: not UTF-8 text"):
+        load_recipe(binary)
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"list\.yaml: expected a mapping with sections"):
+        load_recipe(lst)
+
+
+def test_errors_name_the_recipe_path(tmp_path: Path) -> None:
+    path = _write(tmp_path / "r.yaml", _with(**{"train.lrr": 1}))
+    with pytest.raises(ConfigError, match=rf"^{path}: train\.lrr: unknown key"):
+        load_recipe(path)
+
+
+def test_overrides(tmp_path: Path) -> None:
+    path = _write(tmp_path / "r.yaml", MINIMAL)
+    r = load_recipe(path, ["train.lr=3e-4", "data.spm.vocab_size=16000",
+                           "model.transformer.norm=post", "train.max_time=10m", "name=abc"])
+    assert r.train.lr == pytest.approx(3e-4)
+    assert r.data.spm.vocab_size == 16000
+    assert r.model.transformer.norm == "post"
+    assert r.train.max_time == "10m"
+    assert r.name == "abc"
+    # The file is untouched; overrides are validated like the file's own values.
+    assert load_recipe(path).train.lr == pytest.approx(5e-4)
+    with pytest.raises(ConfigError, match=r"train\.lrr: unknown key; did you mean `train\.lr`"):
+        load_recipe(path, ["train.lrr=1"])
+    with pytest.raises(ConfigError, match=r"data\.spm\.vocab_size: out of range"):
+        load_recipe(path, ["data.spm.vocab_size=2"])
+    with pytest.raises(ConfigError, match=r"--set 'train\.lr': expected KEY=VALUE"):
+        load_recipe(path, ["train.lr"])
+    with pytest.raises(ConfigError, match=r"`data\.train\.src` is not a section"):
+        load_recipe(path, ["data.train.src.x=1"])
+    with pytest.raises(ConfigError, match=r"train\.lr: expected a number, got \{'x': 1\}"):
+        load_recipe(path, ["train.lr.x=1"])
+    with pytest.raises(ConfigError, match=r"empty key part"):
+        load_recipe(path, ["train..lr=1"])
+
+
+def test_relative_paths_resolve_against_the_recipe(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = _with(**{"data.train.src": "corpus/a.src", "data.train.tgt": str(tmp_path / "abs.tgt"),
+                   "data.valid.src": {"url": "https://example.org/v.src.gz", "sha256": "1" * 64},
+                   "data.valid.tgt": {"url": "https://example.org/v.tgt.gz", "sha256": "0" * 64}})
+    _write(tmp_path / "sub" / "r.yaml", raw)
+    monkeypatch.chdir(tmp_path)  # the working directory must not matter
+    r = load_recipe(Path("sub/r.yaml"))
+    assert r.data.train.src == FileSource(path=str(tmp_path / "sub" / "corpus" / "a.src"))
+    assert r.data.train.tgt.path == str(tmp_path / "abs.tgt")
+    assert r.data.valid.src.url == "https://example.org/v.src.gz"
+    assert r.data.valid.src.path is None
+    assert r.data.valid.tgt.file_name == "v.tgt.gz"
+
+
+def test_plain_url_string_becomes_a_url_source() -> None:
+    with pytest.raises(ConfigError, match=r"data\.train\.src\.sha256: a URL source needs"):
+        recipe_from_dict(_with(**{"data.train.src": "https://example.org/a.gz"}))
+
+
+def test_dump_round_trip(tmp_path: Path) -> None:
+    r = load_recipe(_write(tmp_path / "r.yaml", MINIMAL), ["train.lr=1e-3"])
+    again = recipe_from_yaml_text(dump_recipe(r), source="checkpoint")
+    assert again == r
+
+
+@pytest.mark.parametrize("name", ["en-de.yaml", "toy.yaml"])
+def test_shipped_recipes_load_and_every_key_has_a_comment(name: str) -> None:
+    path = RECIPES / name
+    r = load_recipe(path)
+    assert r.data.train is not None and r.data.valid is not None
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            assert " # " in line or "  #" in line, f"{name}:{i}: key without a comment: {line}"
+
+
+def test_en_de_names_multi30k() -> None:
+    r = load_recipe(RECIPES / "en-de.yaml")
+    base = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+    assert r.data.train.src.url == base + "train.en.gz"
+    assert r.data.valid.tgt.url == base + "val.de.gz"
+    assert set(r.data.test) == {"test2016"}
+    assert r.data.test["test2016"].src.url == base + "test_2016_flickr.en.gz"
+    assert r.data.spm.joint and r.data.spm.vocab_size == 8000
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("90s") == 90
+    assert parse_duration("2h30m") == 9000
+    assert parse_duration("45") == 45
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_duration("soon")
