@@ -230,7 +230,7 @@ class TrainConfig:
     warmup: int = _rng(4000, ge=0)  # updates of linear warm-up
     plateau_factor: float = _rng(0.5, gt=0.0, lt=1.0)
     plateau_patience: int = _rng(2, ge=0)  # validations without improvement
-    min_lr: float = _rng(1e-6, ge=0.0)
+    min_lr: float = _rng(1e-6, ge=0.0)  # plateau never lowers the learning rate below this
     clip_norm: float = _rng(1.0, ge=0.0)  # 0 = no clipping
     label_smoothing: float = _rng(0.1, ge=0.0, lt=1.0)
     log_every: int = _rng(100, ge=1)
@@ -239,6 +239,7 @@ class TrainConfig:
     valid_beam: int = _rng(1, ge=1)  # 1 = greedy
     patience: int = _rng(0, ge=0)  # validations without improvement before stopping; 0 = off
     keep_last: int = _rng(3, ge=1)  # last-k checkpoints kept besides best.pt
+    checkpoint_every: int = _rng(0, ge=0)  # updates between checkpoints; 0 = at each validation
     average_last: int = _rng(0, ge=0)  # average the last k checkpoints at the end; 0 = off
     max_nonfinite: int = _rng(5, ge=1)  # consecutive non-finite losses before aborting
 
