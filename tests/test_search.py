@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from mtkit.config import DecodeConfig
+from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import collate
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.decode import (
@@ -26,6 +26,7 @@ from mtkit.decode import (
 )
 from mtkit.decode.sampling import filter_logprobs
 from mtkit.models.base import Encoded, Output, State, Step, Translator
+from mtkit.models.build import build_model
 
 torch.set_num_threads(1)
 
@@ -232,3 +233,175 @@ def test_no_attention_when_not_asked():
     for search in (greedy, beam_search, sample):
         assert all(h.attn is None for hs in run(model, search, cfg(), need_attn=False)
                    for h in hs)
+
+
+def test_filter_logprobs_top_k_and_top_p():
+    lp = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    kept = lambda x: torch.isfinite(x)[0].tolist()  # noqa: E731
+    assert kept(filter_logprobs(lp, temperature=1.0, top_k=2, top_p=1.0)) == [1, 1, 0, 0]
+    assert kept(filter_logprobs(lp, temperature=1.0, top_k=0, top_p=0.8)) == [1, 1, 0, 0]
+    assert kept(filter_logprobs(lp, temperature=1.0, top_k=0, top_p=0.81)) == [1, 1, 1, 0]
+    assert kept(filter_logprobs(lp, temperature=1.0, top_k=0, top_p=0.01)) == [1, 0, 0, 0]
+    hot = filter_logprobs(lp, temperature=2.0, top_k=0, top_p=1.0).softmax(-1)
+    torch.testing.assert_close(hot, (lp / 2).softmax(-1))
+
+
+# --------------------------------------------------------------------------- tier 2: toy GRU
+
+
+class ToyGRU(Translator):
+    """A tiny randomly initialised attentional GRU translator (Luong-style dot attention),
+    written against the interface only; peaked outputs so that search choices matter."""
+
+    def __init__(self, vocab: int = 12, hidden: int = 16, *, attention: bool = True,
+                 seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.has_attention = attention
+        self.src_emb = nn.Embedding(vocab, hidden, padding_idx=PAD_ID)
+        self.encoder = nn.GRU(hidden, hidden, batch_first=True)
+        self.tgt_emb = nn.Embedding(vocab, hidden)
+        self.cell = nn.GRUCell(hidden, hidden)
+        self.out = nn.Linear(2 * hidden, vocab)
+        with torch.no_grad():
+            self.out.weight.mul_(4.0)
+            self.out.bias[EOS_ID] += 0.5  # some outputs end early, some run to max_len
+
+    def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
+        mask = torch.arange(src.size(1), device=src.device) < src_lens.unsqueeze(1)
+        memory, _ = self.encoder(self.src_emb(src))  # left to right: padding comes after
+        mean = (memory * mask.unsqueeze(2)).sum(1) / src_lens.unsqueeze(1)
+        return Encoded(memory, mask, {"h0": torch.tanh(mean)})
+
+    def init_state(self, enc: Encoded) -> State:
+        return {"h": enc.extras["h0"]}
+
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
+             need_attn: bool = True) -> Step:
+        h = self.cell(self.tgt_emb(prev), state["h"])
+        attn, ctx = None, torch.zeros_like(h)
+        if self.has_attention:
+            scores = (enc.memory @ h.unsqueeze(2)).squeeze(2)
+            attn = scores.masked_fill(~enc.src_mask, -math.inf).softmax(-1)
+            ctx = (attn.unsqueeze(2) * enc.memory).sum(1)
+        return Step(self.out(torch.cat([h, ctx], -1)), attn if need_attn else None, {"h": h})
+
+    def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                return_attn: bool = False) -> Output:
+        enc = self.encode(src, src_lens)
+        state, logits, attns = self.init_state(enc), [], []
+        for t in range(tgt_in.size(1)):
+            out = self.step(tgt_in[:, t], state, enc, need_attn=return_attn)
+            state = out.state
+            logits.append(out.logits)
+            attns.append(out.attn)
+        with_attn = return_attn and self.has_attention
+        return Output(torch.stack(logits, 1), torch.stack(attns, 1) if with_attn else None)
+
+
+SOURCES = [[5, 6, 7], [4, 9, 10, 11, 5, 6, 7], [8], [], [11, 10, 9, 8, 7]]
+
+
+def decode(model: Translator, sources: list[list[int]], c: DecodeConfig,
+           need_attn: bool = True) -> list[list[Hypothesis]]:
+    return decode_batch(model, collate(sources, None, range(len(sources))), c,
+                        need_attn=need_attn)
+
+
+def assert_same(a: list[list[Hypothesis]], b: list[list[Hypothesis]]) -> None:
+    """Same n-best lists: same tokens, scores within 1e-4, same attention."""
+    assert [[h.tokens for h in hs] for hs in a] == [[h.tokens for h in hs] for hs in b]
+    for ha, hb in zip([h for hs in a for h in hs], [h for hs in b for h in hs], strict=True):
+        assert ha.score == pytest.approx(hb.score, abs=1e-4)
+        assert ha.token_logprobs == pytest.approx(hb.token_logprobs, abs=1e-4)
+        assert (ha.attn is None) == (hb.attn is None)
+        if ha.attn is not None:
+            torch.testing.assert_close(ha.attn, hb.attn, atol=1e-4, rtol=1e-4)
+
+
+def check_invariants(model: Translator) -> None:
+    """Beam 1 == greedy; a batch == one sentence at a time; reported log-probs and attention
+    == teacher forcing of the same output."""
+    model.eval()
+    for kind in ("none", "gnmt", "average"):
+        base = {"max_len_a": 1.0, "max_len_b": 4, "length_penalty": kind}
+        assert_same(decode(model, SOURCES, DecodeConfig(method="greedy", **base)),
+                    decode(model, SOURCES, DecodeConfig(method="beam", beam_size=1, **base)))
+    for c in (DecodeConfig(method="greedy", max_len_b=5),
+              DecodeConfig(beam_size=3, nbest=3, max_len_b=5, min_len=1)):
+        together = decode(model, SOURCES, c)
+        assert_same(together, [decode(model, [s], c)[0] for s in SOURCES])
+    nbest = decode(model, SOURCES, DecodeConfig(beam_size=4, nbest=4, max_len_b=5))
+    check_forced(model, nbest)
+
+
+def check_forced(model: Translator, nbest: list[list[Hypothesis]]) -> None:
+    """Forced decoding of every n-best output gives back its log-probs and attention."""
+    srcs = [s for s, hs in zip(SOURCES, nbest, strict=True) for _ in hs]
+    hyps = [h for hs in nbest for h in hs]
+    scored = forced(model, collate(srcs, [h.tokens for h in hyps], range(len(hyps))))
+    assert len(scored) == len(hyps) > len(SOURCES)
+    for h, f in zip(hyps, scored, strict=True):
+        assert f.tokens == h.tokens
+        assert f.token_logprobs == pytest.approx(h.token_logprobs, abs=1e-4)
+        assert (f.attn is None) == (h.attn is None) == (not model.has_attention)
+        if h.attn is not None:
+            torch.testing.assert_close(f.attn, h.attn, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_toy_gru_search_invariants(attention):
+    check_invariants(ToyGRU(attention=attention))
+
+
+def test_toy_beam_is_no_worse_than_greedy_and_nbest_is_sorted():
+    model = ToyGRU(seed=3)
+    c = DecodeConfig(beam_size=5, nbest=5, length_penalty="none", max_len_b=6)
+    greedy_out = decode(model, SOURCES, dataclasses.replace(c, method="greedy"))
+    for hs, [g] in zip(decode(model, SOURCES, c), greedy_out, strict=True):
+        assert len(hs) == 5
+        assert [h.score for h in hs] == sorted((h.score for h in hs), reverse=True)
+        assert hs[0].score >= g.score - 1e-5
+        assert len({tuple(h.tokens) for h in hs}) == 5
+
+
+def test_sampling_is_seeded_and_filters_work():
+    model = ToyGRU(seed=1)
+    c = DecodeConfig(method="sample", nbest=3, max_len_b=5, seed=7)
+    a, b = decode(model, SOURCES, c), decode(model, SOURCES, c)
+    assert_same(a, b)
+    other = decode(model, SOURCES, dataclasses.replace(c, seed=8))
+    assert [[h.tokens for h in hs] for hs in a] != [[h.tokens for h in hs] for hs in other]
+    for hs in a:
+        assert len(hs) == 3 and [h.score for h in hs] == sorted((h.score for h in hs),
+                                                               reverse=True)
+    check_forced(model, a)  # sampled outputs report the model's own log-probs
+    greedy_out = decode(model, SOURCES, dataclasses.replace(c, method="greedy"))
+    for narrow in (dataclasses.replace(c, top_k=1), dataclasses.replace(c, top_p=1e-6),
+                   dataclasses.replace(c, temperature=1e-3)):
+        assert [[h.tokens for h in hs] for hs in decode(model, SOURCES, narrow)] == \
+            [[g[0].tokens] * 3 for g in greedy_out]
+
+
+# --------------------------------------------------------------------------- tier 3: real models
+
+
+def tiny_rnn(**kw) -> ModelConfig:
+    base = {"emb_dim": 16, "hidden_dim": 16, "attn_dim": 16, "dropout": 0.0, "local_window": 2}
+    return ModelConfig(arch="rnn", rnn=RNNConfig(**{**base, **kw}))
+
+
+TINY = {
+    "gru-bahdanau-additive": tiny_rnn(),
+    "lstm-luong-general-feed": tiny_rnn(cell="lstm", placement="luong", attention="general"),
+    "gru-luong-local-p": tiny_rnn(placement="luong", attention="local-p", enc_layers=2),
+    "gru-no-attention": tiny_rnn(attention="none", bidirectional=False, init="zeros"),
+    "transformer": ModelConfig(arch="transformer", transformer=TransformerConfig(
+        d_model=16, heads=2, enc_layers=2, dec_layers=2, ffn_dim=32, dropout=0.0)),
+}
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_real_models_search_invariants(name):
+    torch.manual_seed(0)
+    check_invariants(build_model(TINY[name], 12, 12))
