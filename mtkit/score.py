@@ -357,10 +357,11 @@ def _make_metric(name: str, opts: MetricOptions, refs: Sequence[Text]) -> Metric
             return CHRF(word_order=opts.chrf_word_order, lowercase=opts.lowercase,
                         references=ref_streams)
         return TER(case_sensitive=opts.ter_case_sensitive, references=ref_streams)
-    except (ImportError, OSError) as e:
-        # e.g. the mecab tokenizers need extra packages, the spm ones a download
+    except (ImportError, OSError, RuntimeError) as e:
+        # the mecab tokenizers need extra packages (RuntimeError), the spm ones a download
+        reason = " ".join(str(e).split())
         raise MtkitError(f"sacrebleu cannot set up {name} with tokenizer "
-                         f"{opts.tokenize!r}: {e}") from None
+                         f"{opts.tokenize!r}: {reason}") from None
 
 
 def _aggregate(metric: Metric, stats: list[Any]) -> MetricScore:
