@@ -76,7 +76,12 @@ class MetricOptions:
 @dataclass(frozen=True)
 class SignificanceOptions:
     """Paired tests of every system against the first (the baseline), as `sacrebleu --paired-bs`
-    and `--paired-ar` run them."""
+    and `--paired-ar` run them.
+
+    Known limit of sacrebleu's p-values, kept as is except for identical systems (see
+    `_paired_score`): trials that tie with the observed difference are not counted. When a
+    system differs from the baseline in only a sentence or two, many approximate randomization
+    shuffles tie exactly and p comes out too small (1/(n+1) for one differing sentence)."""
 
     tests: tuple[str, ...] = ("bs",)  # "bs" bootstrap resampling, "ar" approximate randomization
     bs_samples: int = 1000  # bootstrap resamples; also the resamples behind AR's 95% CIs

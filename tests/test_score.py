@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import struct
 import xml.etree.ElementTree as ET
@@ -28,7 +29,8 @@ from mtkit.score import (
     score_texts,
 )
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+MULTI30K = Path(os.environ.get("MTKIT_DATA_MIRROR")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
 WORDS = [f"w{i}" for i in range(300)]
 
 
