@@ -1,0 +1,109 @@
+"""Several models of one vocabulary translating as one, by averaging their next-token
+probabilities at every step (as in fairseq's ensemble decoding; e.g. Sennrich et al. 2016,
+WMT). An `Ensemble` is itself a `Translator`, so every search drives it unchanged.
+
+Shapes: B batch (times beam), S source length, T target length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from mtkit.errors import MtkitError
+from mtkit.models.base import Encoded, Output, State, Step, Translator
+
+
+def _prefixed(state: State, i: int) -> State:
+    return {f"{i}.{k}": v for k, v in state.items()}
+
+
+def _unprefixed(state: State, i: int) -> State:
+    p = f"{i}."
+    return {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
+
+
+def _mean_probs(logprobs: list[torch.Tensor]) -> torch.Tensor:
+    """log(mean_i p_i) from log-probabilities (..., V) of each member, computed stably."""
+    sizes = {lp.size(-1) for lp in logprobs}
+    if len(sizes) > 1:
+        raise MtkitError(f"ensemble members have different target vocabularies "
+                         f"({', '.join(str(lp.size(-1)) for lp in logprobs)} entries); "
+                         "only checkpoints trained on the same data can be ensembled")
+    return torch.logsumexp(torch.stack(logprobs), 0) - math.log(len(logprobs))
+
+
+def _mean_attn(attns: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The mean over members that returned attention; None when none did."""
+    given = [a for a in attns if a is not None]
+    return torch.stack(given).mean(0) if given else None
+
+
+class Ensemble(Translator):
+    """Members decode in lockstep; their Encoded and states are packed into one, under
+    keys prefixed with the member's index, so `reorder` and `Encoded.index_select` work
+    on the ensemble as on any model. Logits returned are log mean probabilities (already
+    normalised); attention is the mean over members that have it."""
+
+    def __init__(self, models: Sequence[Translator]) -> None:
+        super().__init__()
+        if not models:
+            raise MtkitError("an ensemble needs at least one model")
+        self.members = nn.ModuleList(models)
+        self.has_attention = any(m.has_attention for m in models)
+
+    def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
+        """Each member's Encoded: member 0's memory and mask as the ensemble's own, the
+        others' under ``"{i}:memory"`` / ``"{i}:src_mask"``, every extra as ``"{i}.{key}"``."""
+        encs = [m.encode(src, src_lens) for m in self.members]
+        extras: State = {}
+        for i, e in enumerate(encs):
+            if i:
+                extras[f"{i}:memory"], extras[f"{i}:src_mask"] = e.memory, e.src_mask
+            extras.update(_prefixed(e.extras, i))
+        return Encoded(encs[0].memory, encs[0].src_mask, extras)
+
+    def _member_enc(self, enc: Encoded, i: int) -> Encoded:
+        if i == 0:
+            return Encoded(enc.memory, enc.src_mask, _unprefixed(enc.extras, 0))
+        return Encoded(enc.extras[f"{i}:memory"], enc.extras[f"{i}:src_mask"],
+                       _unprefixed(enc.extras, i))
+
+    def init_state(self, enc: Encoded) -> State:
+        state: State = {}
+        for i, m in enumerate(self.members):
+            state.update(_prefixed(m.init_state(self._member_enc(enc, i)), i))
+        return state
+
+    def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
+             need_attn: bool = True) -> Step:
+        """prev: (B,) -> logits (B, V) = log of the members' mean probabilities."""
+        logprobs, attns, new_state = [], [], {}
+        for i, m in enumerate(self.members):
+            out = m.step(prev, _unprefixed(state, i), self._member_enc(enc, i),
+                         need_attn=need_attn)
+            logprobs.append(torch.log_softmax(out.logits.float(), dim=-1))
+            attns.append(out.attn)
+            new_state.update(_prefixed(out.state, i))
+        return Step(_mean_probs(logprobs), _mean_attn(attns), new_state)
+
+    def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                return_attn: bool = False) -> Output:
+        """Teacher forcing: logits (B, T, V) as log mean probabilities; attn (B, T, S)."""
+        outs = [m(src, src_lens, tgt_in, return_attn=return_attn) for m in self.members]
+        logits = _mean_probs([torch.log_softmax(o.logits.float(), dim=-1) for o in outs])
+        return Output(logits, _mean_attn([o.attn for o in outs]))
+
+    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                       *, kind: str = "cross", layer: int | None = None,
+                       head: int | None = None) -> torch.Tensor:
+        """The mean of the members' maps (see `Translator.attention_maps`), over the
+        members that have attention."""
+        with_attn = [m for m in self.members if m.has_attention]
+        if not with_attn:
+            raise MtkitError("no model of this ensemble has attention")
+        return torch.stack([m.attention_maps(src, src_lens, tgt_in, kind=kind, layer=layer,
+                                             head=head) for m in with_attn]).mean(0)
