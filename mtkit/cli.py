@@ -4,6 +4,7 @@ into one line on stderr with exit code 2. No ML logic lives here."""
 from __future__ import annotations
 
 import functools
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -255,6 +256,120 @@ def score(
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
         report.render(Console())
+
+
+def _decode_config(base: Any, source: str, **options: Any) -> Any:
+    """The recipe's decode section with the command-line options that were given on top,
+    validated like a recipe section."""
+    from mtkit.config import DecodeConfig, recipe_to_dict, section_from_dict
+
+    raw = recipe_to_dict(base)
+    raw.update({k: v for k, v in options.items() if v is not None})
+    return section_from_dict(DecodeConfig, raw, source=source, prefix="decode")
+
+
+@app.command()
+@user_errors
+def translate(
+    models: Annotated[list[Path], typer.Argument(
+        help="Run directory (uses best.pt) or checkpoint file; several = an ensemble.",
+        show_default=False)],
+    input: Annotated[Path | None, typer.Option("-i", "--input",
+                                               help="Input file (default: stdin).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output",
+                                                help="Output file (default: stdout).")] = None,
+    beam: Annotated[int | None, typer.Option("-b", "--beam", help="Beam size.")] = None,
+    nbest: Annotated[int | None, typer.Option("--nbest", help="Hypotheses per sentence.")] = None,
+    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search.")] = False,
+    sample: Annotated[bool, typer.Option("--sample", help="Sample instead of searching.")] = False,
+    length_penalty: Annotated[str | None, typer.Option(
+        "--length-penalty", help="gnmt (Wu et al. 2016), average (÷ length) or none.")] = None,
+    alpha: Annotated[float | None, typer.Option("--alpha", help="GNMT exponent.")] = None,
+    max_len_a: Annotated[float | None, typer.Option(
+        "--max-len-a", help="Output limit a·src_len + b: a.")] = None,
+    max_len_b: Annotated[int | None, typer.Option("--max-len-b", help="... and b.")] = None,
+    min_len: Annotated[int | None, typer.Option("--min-len", help="Tokens before EOS.")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Sample from the k best.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling mass.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
+    batch_tokens: Annotated[int | None, typer.Option(
+        "--batch-tokens", help="Padded source tokens per batch.")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads (0: default).")] = 0,
+    fmt: Annotated[str, typer.Option("--format", help="text or jsonl.")] = "text",
+    align: Annotated[bool, typer.Option(
+        "--align", help="Add Pharaoh word alignments (text: 'hyp ||| links').")] = False,
+    align_method: Annotated[str, typer.Option(
+        "--align-method", help="argmax-tgt, argmax-src, intersection, union, grow-diag-final."
+    )] = "argmax-tgt",
+) -> None:
+    """Translate lines of a file or of stdin, one output line per input line.
+
+    Example: mtkit translate runs/en-de -i test.en -o test.de --beam 5
+    """
+    import torch
+
+    from mtkit.align import METHODS
+    from mtkit.errors import ConfigError, DataError
+    from mtkit.fileio import atomic_write, open_text
+    from mtkit.train.device import resolve_device
+    from mtkit.translate import StreamTranslator, load_translator, pharaoh_aligner
+
+    if greedy and sample:
+        raise ConfigError("--greedy and --sample exclude each other")
+    if fmt not in ("text", "jsonl"):
+        raise ConfigError(f"--format: invalid choice {fmt!r}; expected text or jsonl")
+    if align_method not in METHODS or align_method == "threshold":
+        raise ConfigError(f"--align-method: invalid choice {align_method!r}; expected one of "
+                          + ", ".join(m for m in METHODS if m != "threshold"))
+    if input is not None and not input.is_file():
+        raise DataError(f"{input}: input file not found")
+    if threads > 0:
+        torch.set_num_threads(threads)
+    dev = resolve_device(device)
+    model, recipe, tok = load_translator(list(models), dev)
+    method = "greedy" if greedy else "sample" if sample else ("beam" if beam else None)
+    cfg = _decode_config(recipe.decode, "command line", method=method, beam_size=beam,
+                         nbest=nbest, length_penalty=length_penalty, alpha=alpha,
+                         max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                         batch_tokens=batch_tokens)
+    if align and not model.has_attention:
+        raise ConfigError("--align: this model has no attention (model.rnn.attention: none), "
+                          "so it gives no alignment")
+    worker = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
+                              fmt=fmt,  # type: ignore[arg-type]
+                              align_fn=pharaoh_aligner(align_method) if align else None)
+    _run_translation(worker, input, output, open_text, atomic_write)
+
+
+def _run_translation(worker: Any, input: Path | None, output: Path | None,
+                     open_text: Any, atomic_write: Any) -> None:
+    from contextlib import ExitStack
+
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    with ExitStack() as stack:
+        src = (stack.enter_context(open_text(input, errors="replace")) if input else
+               io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        out = (stack.enter_context(atomic_write(output)) if output else
+               io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", line_buffering=False,
+                                write_through=True))
+        on_batch = None
+        if err.is_terminal:
+            progress = stack.enter_context(Progress(
+                SpinnerColumn(), TextColumn("translating"), TextColumn("{task.completed} sent."),
+                TimeElapsedColumn(), console=err, transient=True))
+            task = progress.add_task("translate", total=None)
+            on_batch = lambda n: progress.advance(task, n)  # noqa: E731
+        stats = worker.run(src, out, on_batch=on_batch)
+    if stats.truncated:
+        err.print(f"[yellow]warning:[/] {stats.truncated} input line(s) longer than "
+                  f"{worker.max_src_len} tokens were truncated")
+    err.print(stats.summary(), highlight=False)
 
 
 def main() -> None:
