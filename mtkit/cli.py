@@ -139,6 +139,72 @@ def prep(
         bars.close()
 
 
+@app.command()
+@user_errors
+def train(
+    recipe: RecipeArg,
+    overrides: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    mirror: MirrorOpt = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the run in RUN_DIR from its last.pt (same recipe).")] = False,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps; "
+        "sets train.device.", show_default=False)] = None,
+) -> None:
+    """Train a model: prepare the data if needed, then train, validate and checkpoint into
+    RUN_DIR (recipe.yaml, data/, checkpoints, metrics.jsonl, train.log).
+
+    Example: mtkit train recipes/en-de.yaml --set train.max_time=10m
+
+    On several GPUs: torchrun --nproc_per_node=4 -m mtkit train recipes/en-de.yaml
+    """
+    from rich.console import Console
+
+    from mtkit.config import load_recipe
+    from mtkit.train.loop import train as run_training
+
+    sets = list(overrides or []) + ([f"train.device={device}"] if device else [])
+    rec = load_recipe(recipe, sets)
+    result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
+                          console=Console(stderr=True))
+    if result.reason == "interrupted":
+        again = " ".join(["mtkit train", str(recipe), *(f"--set {s}" for s in overrides or []),
+                          *(["--run-dir", str(run_dir)] if run_dir else []), "--resume"])
+        typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
+                   f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
+        raise typer.Exit(130)
+
+
+@app.command()
+@user_errors
+def average(
+    inputs: Annotated[list[Path], typer.Argument(
+        help="A run directory (its numbered checkpoints) or two or more checkpoint files.",
+        show_default=False)],
+    last: Annotated[int | None, typer.Option(
+        "--last", "-n", min=2, help="Average the newest N checkpoint_<update>.pt of the run "
+        "directory (default: every one kept).", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Where to write the average (default: averaged.pt in the run "
+        "directory, or beside the first file).", show_default=False)] = None,
+) -> None:
+    """Average model weights of several checkpoints (Vaswani et al. 2017) into one checkpoint
+    that translate, score and align accept.
+
+    Example: mtkit average runs/en-de --last 5
+    """
+    from mtkit.train.checkpoint import AVERAGED, save_average, select_for_average
+
+    paths = select_for_average(inputs, last)
+    out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
+    if any(out.resolve() == p.resolve() for p in paths):
+        raise MtkitError(f"--output {out} is one of the checkpoints being averaged")
+    save_average(paths, out)
+    typer.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
+               f"into {out}", err=True)
+
+
 def _score_flag_problems(*, metrics: list[str], paired: bool, paired_ar: bool,
                          paired_bs_n: int | None, paired_ar_n: int | None, seed: int | None,
                          src: Path | None, by_length: bool, buckets: str | None,

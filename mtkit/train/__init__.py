@@ -1,0 +1,1 @@
+"""Training: loss, optimisers and schedules, checkpoints, the loop (`train`)."""

@@ -1,0 +1,264 @@
+"""Checkpoints: save (atomically), load (without unpickling code), keep, average, and load a
+trained model for translation.
+
+A checkpoint is a dict of tensors and plain Python values only, so
+``torch.load(path, weights_only=True)`` reads it and loading one never runs code:
+
+    format    CHECKPOINT_FORMAT
+    recipe    the resolved recipe as YAML text (`dump_recipe`): the model rebuilds from it alone
+    vocab     {"src": int, "tgt": int} vocabulary sizes
+    model     the model's state dict (float32 weights)
+    ...       training state when written by the trainer: optimizer, schedule, scaler,
+              progress (update, epoch, position in the epoch, ...), rng (per rank), validation
+
+A run directory keeps ``checkpoint_<update>.pt`` for the last `keep_last` saves, ``last.pt``
+(the newest) and ``best.pt`` (the best validation), the latter two as hard links to a numbered
+file where the file system allows (no copy, and pruning a numbered file leaves them intact).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mtkit.errors import CheckpointError, DataError
+from mtkit.fileio import atomic_write
+
+CHECKPOINT_FORMAT = 1
+LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
+_NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")
+
+
+# --------------------------------------------------------------------------- RNG states
+
+
+def capture_rng() -> dict[str, Any]:
+    """Every random generator the training loop draws from, as tensors and primitives:
+    Python's `random`, NumPy's global generator, torch's CPU generator (dropout on a CPU) and
+    each CUDA device's generator (dropout on a GPU)."""
+    version, py_state, gauss = random.getstate()
+    _, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64),
+                   "gauss": gauss},
+        "numpy": {"keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "gauss": float(np_gauss)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Undo `capture_rng`: every generator continues exactly where it was captured."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
+    npst = state["numpy"]
+    np.random.set_state(("MT19937", npst["keys"].numpy().astype(np.uint32), npst["pos"],
+                         npst["has_gauss"], npst["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --------------------------------------------------------------------------- files
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
+    """Write `state` to `path` through a temporary file and a rename: a crash mid-write
+    leaves the previous file (or none), never half of one."""
+    path = Path(path)
+    with atomic_write(path, "wb") as f:
+        torch.save({"format": CHECKPOINT_FORMAT, **state}, f)
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint on the CPU with ``weights_only=True``; CheckpointError when the file
+    is missing, unreadable or not an mtkit checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for truncated or foreign files
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint ({first})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not an mtkit checkpoint (format "
+                              f"{CHECKPOINT_FORMAT} expected)")
+    for key in ("recipe", "vocab", "model"):
+        if key not in state:
+            raise CheckpointError(f"{path}: checkpoint lacks `{key}`")
+    return state
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """Make `dst` name the same file as `src` (hard link, else a copy), atomically."""
+    tmp = dst.with_name(f".{dst.name}.link.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def numbered_checkpoints(run_dir: str | Path) -> list[Path]:
+    """``checkpoint_<update>.pt`` files of a run, oldest (lowest update) first."""
+    found = [(int(m.group(1)), p) for p in Path(run_dir).glob("checkpoint_*.pt")
+             if (m := _NUMBERED.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def write_run_checkpoint(run_dir: Path, state: dict[str, Any], *, update: int,
+                         is_best: bool, keep_last: int) -> Path:
+    """Save ``checkpoint_<update>.pt``, point ``last.pt`` (and ``best.pt`` when `is_best`)
+    at it, and delete numbered checkpoints beyond the newest `keep_last`."""
+    path = save_checkpoint(run_dir / f"checkpoint_{update}.pt", state)
+    _link_or_copy(path, run_dir / LAST)
+    if is_best:
+        _link_or_copy(path, run_dir / BEST)
+    for old in numbered_checkpoints(run_dir)[:-keep_last]:
+        old.unlink()
+    return path
+
+
+def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
+    """sha256 of every tensor's bytes in key order: equal digests mean bitwise-equal
+    weights (used to check that DDP ranks agree, and by the resume tests)."""
+    h = hashlib.sha256()
+    for key in sorted(state_dict):
+        t = state_dict[key].detach().cpu().contiguous()
+        h.update(key.encode("utf-8"))
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- averaging
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the models' weights (Vaswani et al. 2017, §6.1 averaged the
+    last 5 or 20 checkpoints). Sums in float64; integer buffers must agree and are kept.
+    Weights tied in the first checkpoint (one storage, several names) stay tied."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    first = load_checkpoint(paths[0])["model"]
+    sums = {k: v.double() if v.is_floating_point() else v for k, v in first.items()}
+    for p in paths[1:]:
+        sd = load_checkpoint(p)["model"]
+        if sd.keys() != first.keys():
+            diff = sorted(set(sd) ^ set(first))[:3]
+            raise CheckpointError(f"{p}: other weights than {paths[0]} (e.g. {diff}); "
+                                  "only checkpoints of one model can be averaged")
+        for k, v in sd.items():
+            if v.shape != first[k].shape:
+                raise CheckpointError(f"{p}: `{k}` has shape {tuple(v.shape)}, "
+                                      f"{paths[0]} has {tuple(first[k].shape)}")
+            if v.is_floating_point():
+                sums[k] += v.double()
+            elif not torch.equal(v, first[k]):
+                raise CheckpointError(f"{p}: integer buffer `{k}` differs from {paths[0]}")
+    out: dict[str, torch.Tensor] = {}
+    by_storage: dict[int, torch.Tensor] = {}
+    for k, v in first.items():
+        ptr = v.untyped_storage().data_ptr() if v.numel() else id(v)
+        if ptr in by_storage and by_storage[ptr].shape == v.shape:
+            out[k] = by_storage[ptr]
+            continue
+        out[k] = (sums[k] / len(paths)).to(v.dtype) if v.is_floating_point() else v
+        by_storage[ptr] = out[k]
+    return out
+
+
+def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
+    """The checkpoints `mtkit average` means: the newest `last` (default: all) numbered
+    checkpoints of one run directory, or two or more named checkpoint files."""
+    if len(inputs) == 1 and inputs[0].is_dir():
+        found = numbered_checkpoints(inputs[0])
+        n = len(found) if last is None else last
+        if not found or n > len(found):
+            raise CheckpointError(f"{inputs[0]}: {len(found)} checkpoint_<update>.pt file(s) "
+                                  f"kept, cannot average {n} (train.keep_last keeps more)")
+        return found[-n:]
+    if last is not None:
+        raise CheckpointError("--last needs one run directory, not checkpoint files")
+    for p in inputs:
+        if p.is_dir():
+            raise CheckpointError(f"{p}: a directory; give one run directory or checkpoint files")
+        if not p.is_file():
+            raise CheckpointError(f"{p}: checkpoint not found")
+    if len(set(map(Path.resolve, inputs))) < 2:
+        raise CheckpointError("give at least two different checkpoint files (or a run directory)")
+    return inputs
+
+
+def save_average(paths: list[Path], out: Path) -> Path:
+    """Average `paths` and write a model-only checkpoint (recipe and vocabulary from the
+    newest) that `load_model`, `translate` and `score` accept."""
+    newest = load_checkpoint(paths[-1])
+    weights = average_checkpoints(paths)
+    return save_checkpoint(out, {"recipe": newest["recipe"], "vocab": newest["vocab"],
+                                 "model": weights,
+                                 "averaged_from": [str(Path(p).name) for p in paths]})
+
+
+# --------------------------------------------------------------------------- loading a model
+
+
+def resolve_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
+    """A checkpoint file as given, or a run directory's ``best.pt``, else its ``last.pt``."""
+    p = Path(run_dir_or_ckpt)
+    if p.is_dir():
+        for name in (BEST, LAST):
+            if (p / name).is_file():
+                return p / name
+        raise CheckpointError(f"{p}: no {BEST} or {LAST} in this run directory; train a "
+                              f"model first (mtkit train RECIPE --run-dir {p})")
+    if not p.exists():
+        raise CheckpointError(f"{p}: no such checkpoint file or run directory")
+    return p
+
+
+def load_model(run_dir_or_ckpt: str | Path, device: str | torch.device = "cpu"):
+    """Rebuild a trained model for inference: -> (model in eval mode on `device`, recipe,
+    tokenizer). The tokenizer is read from the ``data/`` folder of the run directory that
+    holds the checkpoint."""
+    from mtkit.config import recipe_from_yaml_text
+    from mtkit.data.prep import data_dir
+    from mtkit.data.spm import Tokenizer
+    from mtkit.models.build import build_model
+
+    path = resolve_checkpoint(run_dir_or_ckpt)
+    state = load_checkpoint(path)
+    recipe = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
+    ddir = data_dir(path.parent)
+    try:
+        tokenizer = Tokenizer.load(ddir)
+    except DataError as e:
+        raise CheckpointError(f"{path}: a checkpoint needs its run directory's data/ folder "
+                              f"beside it for the tokenizer ({e})") from None
+    vocab = state["vocab"]
+    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != (vocab["src"], vocab["tgt"]):
+        raise CheckpointError(f"{path}: trained with vocabularies {vocab['src']}/{vocab['tgt']}"
+                              f" but {ddir} holds {tokenizer.src_vocab_size}/"
+                              f"{tokenizer.tgt_vocab_size}; was the data prepared again?")
+    model = build_model(recipe.model, vocab["src"], vocab["tgt"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"{path}: weights do not fit the model its recipe describes "
+                              f"({str(e).splitlines()[0]})") from None
+    return model.to(device).eval(), recipe, tokenizer

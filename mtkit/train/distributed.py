@@ -1,0 +1,80 @@
+"""Multi-process training under torchrun: the process's place in the group, and the few
+collectives the loop needs besides DistributedDataParallel's own gradient all-reduce.
+
+``torchrun --nproc_per_node=K -m mtkit train RECIPE`` sets RANK, WORLD_SIZE and LOCAL_RANK;
+without them training is one process and every helper here is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as torch_dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    """rank of world_size processes; local_rank picks the GPU on this machine."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.enabled:
+            torch_dist.barrier()
+
+    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """In place, returned for chaining; op 'sum' or 'max'."""
+        if self.enabled:
+            torch_dist.all_reduce(t, op=torch_dist.ReduceOp.SUM if op == "sum"
+                                  else torch_dist.ReduceOp.MAX)
+        return t
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        torch_dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, in rank order, on every rank."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        torch_dist.all_gather_object(out, obj)
+        return out
+
+
+def dist_from_env() -> Dist:
+    """The process group torchrun describes in the environment, or a single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    return Dist(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def init_process_group(dist: Dist, device: torch.device) -> None:
+    """NCCL between GPUs, gloo between CPU processes."""
+    if dist.enabled and not torch_dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        torch_dist.init_process_group(backend, rank=dist.rank, world_size=dist.world_size,
+                                      device_id=device if device.type == "cuda" else None)
+
+
+def destroy_process_group(dist: Dist) -> None:
+    if dist.enabled and torch_dist.is_initialized():
+        torch_dist.destroy_process_group()

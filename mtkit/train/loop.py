@@ -1,0 +1,486 @@
+"""`mtkit train`: prepare the data if needed, build the model, train it, validate, checkpoint.
+
+The loop keeps the GPU busy: an update's losses, gradient norm and skip flag stay on the
+device and are read back in bulk at "sync points" (every update on a CPU, where reading is
+free; every `train.log_every` updates on a GPU). Warnings about skipped updates, the
+non-finite abort, log lines and the stop checks (time budget, Ctrl-C) happen there.
+
+A run is exactly resumable: a checkpoint is written only between updates and holds the
+weights, optimizer, schedule, epoch and position in the epoch, and every RNG state, so a
+resumed run draws the same batches and the same dropout masks as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from torch.nn.parallel import DistributedDataParallel
+
+from mtkit.config import Recipe, dump_recipe, parse_duration, recipe_from_yaml_text, recipe_to_dict
+from mtkit.data.prep import data_dir, prepare
+from mtkit.data.sampler import TokenBatchSampler, iterate_batches
+from mtkit.data.spm import Tokenizer
+from mtkit.data.store import ParallelData, text_path
+from mtkit.errors import CheckpointError, DataError, MtkitError
+from mtkit.fileio import open_text
+from mtkit.models.build import build_model
+from mtkit.train import checkpoint as ckpt
+from mtkit.train.device import Amp, resolve_device, setup_backend
+from mtkit.train.distributed import Dist, destroy_process_group, dist_from_env, init_process_group
+from mtkit.train.optim import Schedule, build_optimizer
+from mtkit.train.report import Reporter
+from mtkit.train.signals import GracefulStop
+from mtkit.train.step import finish_update, forward_backward
+from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a run ended. reason: max_updates, max_epochs, max_time, patience or interrupted."""
+
+    run_dir: Path
+    reason: str
+    update: int
+    epoch: int
+    checkpoint: Path | None  # the newest checkpoint written
+    best: float | None  # best validation value of train.valid_metric
+    averaged: Path | None = None
+
+
+def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
+          mirror: str | Path | None = None, console: Console | None = None) -> TrainResult:
+    """Train `recipe` into `run_dir` (one process, or one rank under torchrun)."""
+    dist = dist_from_env()
+    device = resolve_device(recipe.train.device,
+                            local_rank=dist.local_rank if dist.enabled else None)
+    setup_backend(device, recipe.train)
+    init_process_group(dist, device)
+    try:
+        trainer = Trainer(recipe, Path(run_dir), dist=dist, device=device,
+                          console=console or Console(stderr=True))
+        return trainer.run(resume=resume, mirror=mirror)
+    finally:
+        destroy_process_group(dist)
+
+
+@dataclass
+class _Window:
+    """Host-side sums since the last log line."""
+
+    start: float = field(default_factory=time.monotonic)
+    loss: float = 0.0
+    nll: float = 0.0
+    tokens: int = 0  # target tokens of the updates that were applied
+    all_tokens: int = 0  # every target token trained on, for throughput
+    gnorm: float = 0.0
+    updates: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class _Progress:
+    """Where training stands; all of it goes into a checkpoint."""
+
+    update: int = 0
+    epoch: int = 1
+    position: int = 0  # batches of this epoch already consumed (by this rank)
+    tokens: int = 0  # target tokens trained on (this rank)
+    seconds: float = 0.0  # wall-clock of earlier sessions of this run
+    best: float | None = None
+    best_update: int = 0
+    bad: int = 0  # validations since the best
+    valid_update: int = -1  # update of the latest validation
+    saved_update: int = -1  # update of the latest checkpoint
+    nonfinite_run: int = 0  # consecutive skipped updates
+
+
+class Trainer:
+    """One training run. `run` is the whole of it; the methods below are its steps."""
+
+    def __init__(self, recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.device,
+                 console: Console) -> None:
+        self.recipe, self.cfg, self.run_dir = recipe, recipe.train, run_dir
+        self.dist, self.device, self.console = dist, device, console
+        self.p = _Progress()
+        self.amp = Amp.for_device(device, self.cfg.precision)
+        self.max_time = parse_duration(self.cfg.max_time) if self.cfg.max_time else None
+        # Reading device values back stalls a GPU's queue; on a CPU it costs nothing.
+        self.sync_every = self.cfg.log_every if device.type == "cuda" else 1
+        self.pending: list[tuple[int, torch.Tensor, int, float]] = []
+        self.window = _Window()
+        self.last_checkpoint: Path | None = None
+        self.stop = GracefulStop()
+        self.best_unsaved = False  # the latest validation was the best and is not saved yet
+
+    # ------------------------------------------------------------------ setup
+
+    def run(self, *, resume: bool, mirror: str | Path | None) -> TrainResult:
+        state = self._resume_state() if resume else self._check_fresh()
+        if self.dist.is_main:
+            prepare(self.recipe, self.run_dir, mirror=mirror, console=self.console)
+        self.dist.barrier()
+        self._build(state)
+        rep = Reporter(self.run_dir, self.console, enabled=self.dist.is_main,
+                       resumed_at=self.p.update if state is not None else None)
+        with rep, self.stop:
+            self.rep = rep
+            self._log_start(resumed=state is not None)
+            self.t0, self.session_update0 = time.monotonic(), self.p.update
+            reason = self._loop()
+            return self._finish(reason)
+
+    def _check_fresh(self) -> None:
+        if (self.run_dir / ckpt.LAST).is_file():
+            raise CheckpointError(f"{self.run_dir} already holds a training run ({ckpt.LAST});"
+                                  " continue it with --resume, or train into a new --run-dir")
+        return None
+
+    def _resume_state(self) -> dict:
+        path = self.run_dir / ckpt.LAST
+        if not path.is_file():
+            raise CheckpointError(f"--resume: {path} not found; nothing to resume (drop "
+                                  "--resume to start a new run)")
+        state = ckpt.load_checkpoint(path)
+        saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
+        for section in ("data", "model"):
+            before = recipe_to_dict(getattr(saved, section))
+            now = recipe_to_dict(getattr(self.recipe, section))
+            if before != now:
+                keys = [k for k in now if now.get(k) != before.get(k)]
+                raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
+                                      f"the one {path} was trained with (at {section}."
+                                      f"{keys[0] if keys else '?'}); resume with the same "
+                                      "recipe, or train into a new --run-dir")
+        return state
+
+    def _build(self, state: dict | None) -> None:
+        cfg, ddir = self.cfg, data_dir(self.run_dir)
+        self.tokenizer = Tokenizer.load(ddir)
+        self.train_data = ParallelData.load(ddir, "train")
+        self.valid_data = ParallelData.load(ddir, "valid")
+        with open_text(text_path(ddir, "valid", "tgt")) as f:
+            self.valid_refs = [line.rstrip("\n") for line in f]
+        self.sampler = TokenBatchSampler(
+            self.train_data.src_lens, self.train_data.tgt_lens, batch_tokens=cfg.batch_tokens,
+            seed=cfg.seed, rank=self.dist.rank, world_size=self.dist.world_size,
+            max_len=self.recipe.data.max_len)
+        if len(self.sampler) == 0:
+            raise DataError(f"{ddir}: the training split yields no batch for "
+                            f"{self.dist.world_size} process(es)")
+        _seed_all(cfg.seed)  # the same initial weights on every rank
+        self.model = build_model(self.recipe.model, self.tokenizer.src_vocab_size,
+                                 self.tokenizer.tgt_vocab_size).to(self.device)
+        if self.dist.rank > 0:
+            _seed_all(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.model, cfg, self.device)
+        self.schedule = Schedule(cfg)
+        if state is not None:
+            self._restore(state)
+        net: torch.nn.Module = self.model
+        if self.dist.enabled:
+            net = DistributedDataParallel(
+                net, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.net = torch.compile(net) if cfg.compile else net
+
+    def _restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        if self.amp.scaler is not None and state.get("scaler"):
+            self.amp.scaler.load_state_dict(state["scaler"])
+        saved_world = state["progress"].pop("world_size")
+        self.p = _Progress(**state["progress"])
+        self.last_checkpoint = self.run_dir / f"checkpoint_{self.p.update}.pt"
+        if saved_world == self.dist.world_size:
+            ckpt.restore_rng(state["rng"][self.dist.rank])
+        else:  # batches are dealt to ranks differently: start the next epoch afresh
+            log.warning("resuming %d process(es) from a run of %d: continuing with epoch %d",
+                        self.dist.world_size, saved_world, self.p.epoch + 1)
+            self.p.epoch, self.p.position = self.p.epoch + 1, 0
+
+    def _log_start(self, *, resumed: bool) -> None:
+        counts = self.model.parameter_counts()
+        what = f"resumed at update {self.p.update:,}" if resumed else "training"
+        log.info("%s %s: %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
+                 "device %s%s", what, self.recipe.name, self.recipe.model.arch,
+                 f"{counts['total']:,}", len(self.sampler), self.cfg.batch_tokens,
+                 f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
+                 self.device, f" ({self.amp.dtype})" if self.amp.dtype else "")
+
+    # ------------------------------------------------------------------ the loop
+
+    def _loop(self) -> str:
+        uf = self.cfg.update_freq
+        while True:
+            if reason := self._limit_reached():
+                return reason
+            self.sampler.set_epoch(self.p.epoch)
+            todo = self.sampler.batches()[self.p.position:]
+            for i in range(0, len(todo), uf):
+                self._update([b.tolist() for b in todo[i:i + uf]])
+                if reason := self._after_update():
+                    return reason
+            self.p.epoch, self.p.position = self.p.epoch + 1, 0
+
+    def _limit_reached(self) -> str | None:
+        cfg = self.cfg
+        if cfg.max_updates and self.p.update >= cfg.max_updates:
+            return "max_updates"
+        if cfg.max_epochs and self.p.epoch > cfg.max_epochs:
+            return "max_epochs"
+        return None
+
+    def _update(self, group: list[list[int]]) -> None:
+        """One update on the batches `group` (sentence indices)."""
+        batches = list(iterate_batches(self.train_data, group, self.recipe.data.max_len))
+        ntok = sum(b.num_tgt_tokens for b in batches)
+        if self.dist.enabled:  # normalise by the update's tokens over all ranks
+            total = self.dist.all_reduce(torch.tensor(float(ntok), device=self.device))
+            normalizer: float | torch.Tensor = self.dist.world_size / total
+        else:
+            normalizer = 1.0 / ntok
+        lr = self.schedule.apply(self.optimizer, self.p.update + 1)
+        try:
+            loss, nll = forward_backward(
+                self.net, batches, device=self.device, amp=self.amp,
+                smoothing=self.cfg.label_smoothing, normalizer=normalizer,
+                no_sync=self.net.no_sync if self.dist.enabled else None)
+            sums = finish_update(self.params, self.optimizer, self.amp,
+                                 clip_norm=self.cfg.clip_norm, loss_sum=loss, nll_sum=nll,
+                                 dist=self.dist)
+        except torch.OutOfMemoryError:
+            sums = None
+        self.p.position += len(group)
+        if sums is None:
+            self._skip_oom(batches)
+            return
+        self.p.update += 1
+        self.p.tokens += ntok
+        self.pending.append((self.p.update, sums.packed(), ntok, lr))
+
+    def _skip_oom(self, batches: list) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        shape = max((tuple(b.src.shape) for b in batches), key=lambda s: s[0] * s[1])
+        if self.dist.enabled:  # the other ranks are waiting in an all-reduce: cannot skip
+            raise MtkitError(f"out of memory on rank {self.dist.rank} after update "
+                             f"{self.p.update}; lower train.batch_tokens")
+        log.warning("out of memory after update %d on a batch of %d sentences x %d source "
+                    "tokens; batch skipped (lower train.batch_tokens if this repeats)",
+                    self.p.update, *shape)
+
+    def _after_update(self) -> str | None:
+        """Sync, validate, checkpoint and decide whether to stop, as the update asks."""
+        cfg, u = self.cfg, self.p.update
+        valid_now = u % cfg.valid_every == 0
+        save_now = valid_now or (cfg.checkpoint_every > 0 and u % cfg.checkpoint_every == 0)
+        limit = self._limit_reached()
+        synced = bool(u % self.sync_every == 0 or valid_now or save_now or limit)
+        if synced:
+            self._sync()
+        patience_out = self._validate() if valid_now else False
+        if save_now:
+            self._save()
+        if limit:
+            return limit
+        if patience_out:
+            return "patience"
+        return self._stop_requested() if synced else None
+
+    # ------------------------------------------------------------------ sync points
+
+    def _sync(self) -> None:
+        """Read the pending updates' device values: warn about (and count) skipped updates,
+        abort after train.max_nonfinite in a row, write log lines, move the bar."""
+        if not self.pending:
+            return
+        values = torch.stack([v for _, v, _, _ in self.pending]).tolist()
+        w = self.window
+        for (u, _, ntok, lr), (loss, nll, gnorm, skipped) in zip(self.pending, values,
+                                                                  strict=True):
+            w.all_tokens += ntok
+            if skipped:
+                self._nonfinite(u)
+                w.skipped += 1
+            else:
+                self.p.nonfinite_run = 0
+                w.loss, w.nll, w.tokens = w.loss + loss, w.nll + nll, w.tokens + ntok
+                w.gnorm, w.updates = w.gnorm + gnorm, w.updates + 1
+            self.lr = lr
+            if u % self.cfg.log_every == 0:
+                self._log_train(u)
+        self.pending.clear()
+        self._bar()
+
+    def _nonfinite(self, update: int) -> None:
+        self.p.nonfinite_run += 1
+        run = self.p.nonfinite_run
+        log.warning("update %d: non-finite loss or gradient norm; update skipped (%d in a row)",
+                    update, run)
+        if run >= self.cfg.max_nonfinite:
+            good = self.last_checkpoint or "none (no checkpoint written yet)"
+            raise MtkitError(
+                f"update {update}: {run} non-finite losses in a row (train.max_nonfinite); "
+                f"training stopped. Last good checkpoint: {good}. Lower train.lr, raise "
+                "train.warmup or train with precision bf16/fp32, then resume with --resume")
+
+    def _log_train(self, update: int) -> None:
+        w = self.window
+        sums = torch.tensor([w.loss, w.nll, w.tokens, w.all_tokens], dtype=torch.float64,
+                            device=self.device if self.dist.enabled else "cpu")
+        loss, nll, tokens, all_tokens = self.dist.all_reduce(sums).tolist()
+        secs = max(time.monotonic() - w.start, 1e-9)
+        mean = loss / tokens if tokens else math.nan
+        mean_nll = nll / tokens if tokens else math.nan
+        rec = {"update": update, "epoch": self.p.epoch, "loss": mean, "nll": mean_nll,
+               "ppl": math.exp(min(mean_nll, 700)) if tokens else math.nan, "lr": self.lr,
+               "gnorm": w.gnorm / w.updates if w.updates else math.nan,
+               "tgt_tokens": int(all_tokens), "tgt_tokens_per_s": all_tokens / secs,
+               "skipped": w.skipped, "elapsed": self._elapsed()}
+        self.rep.record("train", **rec)
+        log.info("update %s | epoch %d | loss %.3f | ppl %.2f | lr %.2e | gnorm %.2f | "
+                 "%s tgt tok/s%s", f"{update:,}", rec["epoch"], mean, rec["ppl"], self.lr,
+                 rec["gnorm"], f"{rec['tgt_tokens_per_s']:,.0f}",
+                 f" | {w.skipped} skipped" if w.skipped else "")
+        self.last_loss, self.tok_s = mean, rec["tgt_tokens_per_s"]
+        self.window = _Window()
+
+    def _bar(self) -> None:
+        w = self.window
+        rate = (self.p.update - self.session_update0) / max(time.monotonic() - self.t0, 1e-9)
+        tok_s = getattr(self, "tok_s", None)
+        if tok_s is None:
+            tok_s = w.all_tokens / max(time.monotonic() - w.start, 1e-9)
+        etas = []
+        if self.cfg.max_updates and rate > 0:
+            etas.append((self.cfg.max_updates - self.p.update) / rate)
+        if self.max_time is not None:
+            etas.append(self.max_time - self._elapsed())
+        self.rep.bar(update=self.p.update, total=self.cfg.max_updates or None,
+                     epoch=self.p.epoch, loss=getattr(self, "last_loss", None),
+                     lr=getattr(self, "lr", 0.0), tok_s=tok_s, eta=min(etas) if etas else None)
+
+    def _elapsed(self) -> float:
+        return self.p.seconds + time.monotonic() - self.t0
+
+    def _stop_requested(self) -> str | None:
+        """Time budget or a signal; under torchrun every rank stops at the same update."""
+        local = 2.0 if self.stop.requested else (
+            1.0 if self.max_time is not None and self._elapsed() >= self.max_time else 0.0)
+        if self.dist.enabled:
+            local = self.dist.all_reduce(torch.tensor(local, device=self.device), "max").item()
+        return {0.0: None, 1.0: "max_time", 2.0: "interrupted"}[local]
+
+    # ------------------------------------------------------------------ validate, save
+
+    def _validate(self) -> bool:
+        """Validate on rank 0 and share the result; True when patience has run out."""
+        res = validate(self.model, self.valid_data, self.valid_refs, self.tokenizer,
+                       recipe=self.recipe, device=self.device,
+                       amp=self.amp).as_dict() if self.dist.is_main else None
+        res = self.dist.broadcast(res)
+        name = self.cfg.valid_metric
+        metric, higher = res[name], HIGHER_IS_BETTER[name]
+        p = self.p
+        improved = p.best is None or (metric > p.best if higher else metric < p.best)
+        if improved:
+            p.best, p.best_update, p.bad = metric, p.update, 0
+        else:
+            p.bad += 1
+        self.best_unsaved = improved
+        p.valid_update = p.update
+        self.rep.record("valid", update=p.update, epoch=p.epoch, **res, best=improved)
+        self.rep.valid_table({"update": p.update, **res}, metric=name, best=improved)
+        if self.schedule.observe(metric, higher_is_better=higher):
+            log.info("plateau: %s has not improved for %d validations; lr lowered to %.2e",
+                     name, self.cfg.plateau_patience + 1, self.schedule.lr_at(p.update))
+        return self.cfg.patience > 0 and p.bad >= self.cfg.patience
+
+    def _save(self) -> None:
+        rngs = self.dist.gather(ckpt.capture_rng())
+        p = self.p
+        if self.dist.is_main:
+            progress = {**dataclasses.asdict(p), "seconds": self._elapsed(),
+                        "saved_update": p.update, "world_size": self.dist.world_size}
+            state = {
+                "recipe": dump_recipe(self.recipe),
+                "vocab": {"src": self.tokenizer.src_vocab_size,
+                          "tgt": self.tokenizer.tgt_vocab_size},
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "schedule": self.schedule.state_dict(),
+                "scaler": self.amp.scaler.state_dict() if self.amp.scaler else None,
+                "progress": progress,
+                "rng": rngs,
+            }
+            self.last_checkpoint = ckpt.write_run_checkpoint(
+                self.run_dir, state, update=p.update, keep_last=self.cfg.keep_last,
+                is_best=self.best_unsaved and p.valid_update == p.update)
+        p.saved_update = p.update
+        self.best_unsaved = False
+
+    # ------------------------------------------------------------------ the end
+
+    def _finish(self, reason: str) -> TrainResult:
+        self._sync()
+        p = self.p
+        if reason != "interrupted" and p.valid_update != p.update and p.update > 0:
+            self._validate()
+        if p.saved_update != p.update or self.best_unsaved:
+            self._save()
+        averaged = None
+        if reason != "interrupted" and self.cfg.average_last > 0 and self.dist.is_main:
+            averaged = self._average()
+        if self.dist.enabled:
+            self._check_ranks_agree()
+        self.rep.record("end", update=p.update, epoch=p.epoch, reason=reason,
+                        best=p.best, best_update=p.best_update, elapsed=self._elapsed())
+        log.info("stopped (%s) at update %s, epoch %d; best %s %s at update %s; "
+                 "checkpoints in %s", reason, f"{p.update:,}", p.epoch, self.cfg.valid_metric,
+                 "-" if p.best is None else f"{p.best:.2f}", f"{p.best_update:,}",
+                 self.run_dir)
+        return TrainResult(self.run_dir, reason, p.update, p.epoch, self.last_checkpoint,
+                           p.best, averaged)
+
+    def _average(self) -> Path | None:
+        paths = ckpt.numbered_checkpoints(self.run_dir)[-self.cfg.average_last:]
+        if len(paths) < 2:
+            log.warning("train.average_last: only %d checkpoint(s) kept; nothing to average",
+                        len(paths))
+            return None
+        out = ckpt.save_average(paths, self.run_dir / ckpt.AVERAGED)
+        model = copy.deepcopy(self.model)
+        model.load_state_dict(ckpt.load_checkpoint(out)["model"])
+        res: ValidResult = validate(model, self.valid_data, self.valid_refs, self.tokenizer,
+                                    recipe=self.recipe, device=self.device, amp=self.amp)
+        self.rep.record("average", update=self.p.update, checkpoints=[q.name for q in paths],
+                        **res.as_dict())
+        log.info("averaged %d checkpoints (%s) into %s: valid BLEU %.2f, chrF %.2f, ppl %.2f",
+                 len(paths), ", ".join(q.name for q in paths), out, res.bleu, res.chrf, res.ppl)
+        return out
+
+    def _check_ranks_agree(self) -> None:
+        digests = self.dist.gather(ckpt.weights_digest(self.model.state_dict()))
+        self.rep.record("ddp_check", update=self.p.update, digests=digests)
+        if len(set(digests)) > 1:
+            log.warning("ranks hold different weights at the end (digests %s)", digests)
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

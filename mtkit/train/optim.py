@@ -1,0 +1,117 @@
+"""Optimisers and learning-rate schedules.
+
+The schedule is a function of the update number (1-based) times, for `plateau`, a multiplier
+lowered when the validation metric stalls. It is stateful only through that multiplier and
+the plateau bookkeeping, all in `state_dict()` (primitives), so a resumed run continues the
+same curve.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from mtkit.config import TrainConfig
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig,
+                    device: torch.device) -> torch.optim.Optimizer:
+    """Adam (Kingma & Ba 2015) or AdamW (Loshchilov & Hutter 2019) over the trainable
+    parameters.
+
+    With weight decay, biases and normalisation gains (the 1-d parameters) are not decayed:
+    pulling a LayerNorm gain toward 0 only fights the normalisation. On CUDA the fused kernel
+    is used: one launch for all parameters, and it can skip a step on the device when told
+    the gradients are not finite (`optimizer_step`), so the loop needs no host sync for that.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.weight_decay > 0:
+        groups = [g for g in ({"params": [p for p in params if p.dim() >= 2],
+                               "weight_decay": cfg.weight_decay},
+                              {"params": [p for p in params if p.dim() < 2],
+                               "weight_decay": 0.0}) if g["params"]]
+    else:
+        groups = [{"params": params}]
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+               weight_decay=cfg.weight_decay, fused=device.type == "cuda")
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
+    """Step unless `found_inf` (0-d bool tensor) is true, leaving weights and moments as they
+    were when it is.
+
+    A fused optimiser takes the flag itself (the protocol `torch.amp.GradScaler` uses), so the
+    decision stays on the device; others need the flag on the host (free on a CPU).
+    """
+    if getattr(optimizer, "_step_supports_amp_scaling", False):
+        optimizer.found_inf = found_inf.float()  # type: ignore[attr-defined]
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf  # type: ignore[attr-defined]
+    elif not bool(found_inf):
+        optimizer.step()
+
+
+class Schedule:
+    """The learning rate of each update for `train.schedule`.
+
+    inverse_sqrt: linear warm-up to `lr` over `warmup` updates, then lr * sqrt(warmup / u)
+    (Vaswani et al. 2017 as fairseq writes it). noam: Vaswani et al. 2017, eq. 3,
+    d_model^-0.5 * min(u^-0.5, u * warmup^-1.5), rescaled so that its peak (at u = warmup) is
+    `lr`; the d_model factor cancels in the rescaling, which leaves the same curve as
+    inverse_sqrt: the two names are one schedule. constant: `lr` after the linear warm-up.
+    plateau: constant, multiplied by `plateau_factor` whenever the validation metric has not
+    improved for more than `plateau_patience` validations, never below `min_lr`.
+    """
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.kind = cfg.schedule
+        self.peak, self.warmup = cfg.lr, cfg.warmup
+        self.factor, self.patience, self.min_lr = (cfg.plateau_factor, cfg.plateau_patience,
+                                                   cfg.min_lr)
+        self.scale = 1.0  # plateau's multiplier
+        self.best: float | None = None  # plateau's best metric so far
+        self.bad = 0  # plateau: validations since the best
+
+    def lr_at(self, update: int) -> float:
+        """The learning rate of update `update` (1-based)."""
+        u, w = max(update, 1), self.warmup
+        if self.kind in ("inverse_sqrt", "noam"):
+            if w == 0:
+                return self.peak / math.sqrt(u)
+            return self.peak * min(u / w, math.sqrt(w / u))
+        warm = min(1.0, u / w) if w else 1.0
+        return self.peak * warm * self.scale
+
+    def apply(self, optimizer: torch.optim.Optimizer, update: int) -> float:
+        """Set every parameter group's lr for update `update`; returns it."""
+        lr = self.lr_at(update)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def observe(self, metric: float, *, higher_is_better: bool) -> bool:
+        """Record a validation result; True when the plateau schedule lowered the lr."""
+        if self.kind != "plateau":
+            return False
+        better = self.best is None or (metric > self.best if higher_is_better
+                                       else metric < self.best)
+        if better:
+            self.best, self.bad = metric, 0
+            return False
+        self.bad += 1
+        if self.bad <= self.patience or self.peak * self.scale <= self.min_lr:
+            return False
+        self.scale = max(self.scale * self.factor, self.min_lr / self.peak)
+        self.bad = 0
+        return True
+
+    def state_dict(self) -> dict:
+        return {"kind": self.kind, "scale": self.scale, "best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale, self.best, self.bad = float(state["scale"]), state["best"], int(state["bad"])

@@ -1,0 +1,151 @@
+"""What a training run tells the user and leaves behind: a progress bar and log lines on
+stderr, ``train.log``, ``metrics.jsonl`` (one JSON object per line, each with a `kind`:
+train, valid, average, end, ddp_check) and, when the `tensorboard` package is installed,
+TensorBoard event files under ``tensorboard/``. Only rank 0 reports; other ranks get a
+disabled reporter."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
+
+from mtkit.fileio import atomic_write
+
+METRICS, LOG = "metrics.jsonl", "train.log"
+
+
+class _ConsoleHandler(logging.Handler):
+    """Log records as plain lines on the rich console (above a live progress bar)."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.INFO)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        prefix = "" if record.levelno < logging.WARNING else record.levelname.lower() + ": "
+        self.console.print(prefix + record.getMessage(), markup=False, highlight=False,
+                           soft_wrap=True)
+
+
+def _tensorboard(run_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # optional: `pip install tensorboard` to get event files
+        return None
+    return SummaryWriter(str(run_dir / "tensorboard"))
+
+
+def _fmt(value: float, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else format(value, spec)
+
+
+def trim_metrics(path: Path, *, after_update: int | None) -> None:
+    """Start ``metrics.jsonl`` afresh (None) or drop the records of updates after
+    `after_update` (a resumed run redoes them)."""
+    if after_update is None or not path.is_file():
+        with atomic_write(path) as f:
+            f.write("")
+        return
+    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("update", 0) <= after_update]
+    with atomic_write(path) as f:
+        f.write("".join(line + "\n" for line in keep))
+
+
+class Reporter:
+    """Progress bar, log handlers and metric files of one run; a no-op when not `enabled`."""
+
+    def __init__(self, run_dir: Path, console: Console, *, enabled: bool,
+                 resumed_at: int | None) -> None:
+        self.run_dir, self.console, self.enabled = run_dir, console, enabled
+        self._resumed_at = resumed_at
+        self._handlers: list[logging.Handler] = []
+        self._tb: Any = None
+        self._valid_rows: list[tuple] = []
+        self._progress = Progress(
+            TextColumn("update {task.completed:,.0f}{task.fields[of]}"), BarColumn(),
+            TextColumn("epoch {task.fields[epoch]} | loss {task.fields[loss]} | "
+                       "lr {task.fields[lr]} | {task.fields[tok_s]} tgt tok/s | "
+                       "ETA {task.fields[eta]}"),
+            console=console, disable=not (enabled and console.is_terminal))
+        self._task = None
+
+    def __enter__(self) -> Reporter:
+        if not self.enabled:
+            return self
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        trim_metrics(self.run_dir / METRICS, after_update=self._resumed_at)
+        root = logging.getLogger("mtkit")
+        self._old_level = root.level
+        root.setLevel(logging.INFO)
+        fh = logging.FileHandler(self.run_dir / LOG, encoding="utf-8")
+        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self._handlers = [fh, _ConsoleHandler(self.console)]
+        for h in self._handlers:
+            root.addHandler(h)
+        self._tb = _tensorboard(self.run_dir)
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.enabled:
+            return
+        self._progress.stop()
+        root = logging.getLogger("mtkit")
+        for h in self._handlers:
+            root.removeHandler(h)
+            h.close()
+        root.setLevel(self._old_level)
+        if self._tb is not None:
+            self._tb.close()
+
+    def record(self, kind: str, **fields: Any) -> None:
+        """Append one record to metrics.jsonl (and its numbers to TensorBoard)."""
+        if not self.enabled:
+            return
+        rec = {"kind": kind, **fields}
+        with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+        if self._tb is not None and "update" in rec:
+            for key, value in rec.items():
+                if isinstance(value, int | float) and key != "update":
+                    self._tb.add_scalar(f"{kind}/{key}", value, rec["update"])
+
+    def bar(self, *, update: int, total: int | None, epoch: int, loss: float | None,
+            lr: float, tok_s: float, eta: float | None) -> None:
+        if not self.enabled:
+            return
+        fields = {"of": f"/{total:,}" if total else "", "epoch": epoch,
+                  "loss": _fmt(loss, ".3f"), "lr": f"{lr:.2e}", "tok_s": f"{tok_s:,.0f}",
+                  "eta": "-" if eta is None else _duration(eta)}
+        if self._task is None:
+            self._task = self._progress.add_task("train", total=total, completed=update,
+                                                 **fields)
+        self._progress.update(self._task, total=total, completed=update, **fields)
+
+    def valid_table(self, row: dict[str, Any], *, metric: str, best: bool) -> None:
+        """Print the last few validations as a small table (the newest last)."""
+        if not self.enabled:
+            return
+        self._valid_rows = (self._valid_rows + [(row, best)])[-5:]
+        table = Table(title=f"validation (best by {metric})", title_justify="left")
+        for col in ("update", "loss", "ppl", "BLEU", "chrF", "best", "time"):
+            table.add_column(col, justify="right")
+        for r, b in self._valid_rows:
+            table.add_row(f"{r['update']:,}", _fmt(r["loss"], ".3f"), _fmt(r["ppl"], ".2f"),
+                          _fmt(r["bleu"], ".2f"), _fmt(r["chrf"], ".2f"), "*" if b else "",
+                          f"{r['seconds']:.1f}s")
+        self.console.print(table)
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"

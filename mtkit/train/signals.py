@@ -1,0 +1,41 @@
+"""Ctrl-C (SIGINT) and SIGTERM during training: the first asks the loop to stop at the next
+update boundary with a checkpoint; a second one interrupts at once."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class GracefulStop:
+    """Context manager installing the handlers (main thread only); `requested` names the
+    signal that asked to stop, or is None."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested is not None:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        log.warning("%s received: stopping after this update and saving a checkpoint "
+                    "(send it again to quit at once)", self.requested)
+
+    def __enter__(self) -> GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            for s in _SIGNALS:
+                self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()

@@ -1,0 +1,98 @@
+"""One update: gradients accumulated over `update_freq` batches, then clip, check and step.
+
+Shapes: B batch, S source length, T target length.
+
+Nothing here reads a value back to the host: losses, the gradient norm and the "skipped" flag
+stay on the device, so a GPU never waits for Python between updates (the loop reads them in
+bulk every few updates). Token counts are known on the host already: batches are counted
+before they are copied to the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mtkit.data.batch import Batch
+from mtkit.train.device import Amp
+from mtkit.train.distributed import Dist
+from mtkit.train.loss import label_smoothed_nll
+from mtkit.train.optim import optimizer_step
+
+
+@dataclass(frozen=True)
+class UpdateSums:
+    """Device-side results of one update: summed label-smoothed loss and NLL over its target
+    tokens, the gradient norm before clipping, and whether the step was skipped."""
+
+    loss: torch.Tensor
+    nll: torch.Tensor
+    gnorm: torch.Tensor
+    skipped: torch.Tensor
+
+    def packed(self) -> torch.Tensor:
+        """(4,) float32: loss, nll, gnorm, skipped (for one bulk copy to the host)."""
+        return torch.stack([self.loss.float(), self.nll.float(), self.gnorm.float(),
+                            self.skipped.float()])
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """Pinned, non-blocking copy to a GPU (the copy overlaps the previous step's kernels)."""
+    if device.type == "cuda":
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch.to(device)
+
+
+def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.device,
+                     amp: Amp, smoothing: float, normalizer: float | torch.Tensor,
+                     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accumulate into ``.grad`` the gradient of ``normalizer * sum of token losses`` over
+    `batches` (host batches; each is copied to `device` here).
+
+    With normalizer = 1 / (target tokens of all the batches), the gradient is that of the
+    mean token loss of their union: gradient accumulation gives the update of one larger
+    batch (Ott et al. 2018, §4.2), however the tokens fall into batches. `no_sync` (DDP's)
+    defers the gradient all-reduce to the last batch. Returns the summed loss and NLL.
+    """
+    loss_sum = torch.zeros((), device=device)
+    nll_sum = torch.zeros((), device=device)
+    for i, host_batch in enumerate(batches):
+        b = to_device(host_batch, device)
+        last = i == len(batches) - 1
+        ctx = no_sync() if no_sync is not None and not last else contextlib.nullcontext()
+        with ctx:
+            with amp.autocast():
+                out = net(b.src, b.src_lens, b.tgt_in)
+            sums = label_smoothed_nll(out.logits, b.tgt_out, smoothing=smoothing)
+            amp.backward(sums.loss * normalizer)
+        loss_sum += sums.loss.detach()
+        nll_sum += sums.nll
+    return loss_sum, nll_sum
+
+
+def finish_update(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, amp: Amp, *,
+                  clip_norm: float, loss_sum: torch.Tensor, nll_sum: torch.Tensor,
+                  dist: Dist) -> UpdateSums:
+    """Unscale (float16), measure and clip the gradient norm (Pascanu et al. 2013), and step
+    unless the loss or the gradients are not finite; then clear the gradients.
+
+    Under DDP every rank holds the same all-reduced gradients, and the loss flags are
+    max-reduced, so all ranks make the same skip decision."""
+    if amp.scaler is not None:
+        amp.scaler.unscale_(optimizer)
+    grads = [p.grad for p in params if p.grad is not None]
+    gnorm = torch.nn.utils.get_total_norm(grads)
+    if clip_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, clip_norm, gnorm)
+    bad = (~torch.isfinite(gnorm) | ~torch.isfinite(loss_sum)).float()
+    skipped = dist.all_reduce(bad, "max") > 0
+    optimizer_step(optimizer, skipped)
+    if amp.scaler is not None:
+        amp.scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return UpdateSums(loss_sum, nll_sum, gnorm, skipped)

@@ -1,0 +1,91 @@
+"""Validation during training: teacher-forced loss and perplexity, and BLEU/chrF of greedy or
+beam output against the untouched reference text (sacreBLEU, detokenized, cased).
+
+Shapes: B batch, S source length, T target length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import sacrebleu
+import torch
+
+from mtkit.config import Recipe
+from mtkit.data.batch import Batch
+from mtkit.data.sampler import TokenBatchSampler, iterate_batches
+from mtkit.data.spm import Tokenizer
+from mtkit.data.store import ParallelData
+from mtkit.decode import decode_batch
+from mtkit.models.base import Translator
+from mtkit.train.device import Amp
+from mtkit.train.loss import label_smoothed_nll, perplexity
+from mtkit.train.step import to_device
+
+# Metrics for which a larger value is better; the others (loss, ppl) improve downwards.
+HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
+
+
+@dataclass(frozen=True)
+class ValidResult:
+    """loss: label-smoothed, per target token; nll and ppl: of the references; bleu, chrf:
+    sacreBLEU scores of the decoded output; seconds: wall-clock of the whole validation."""
+
+    loss: float
+    nll: float
+    ppl: float
+    bleu: float
+    chrf: float
+    sentences: int
+    seconds: float
+
+    def metric(self, name: str) -> float:
+        return float(getattr(self, name))
+
+    def as_dict(self) -> dict[str, float | int]:
+        return dataclasses.asdict(self)
+
+
+def _batches(data: ParallelData, batch_tokens: int, max_len: int) -> list[Batch]:
+    sampler = TokenBatchSampler(data.src_lens, data.tgt_lens, batch_tokens=batch_tokens,
+                                seed=0, shuffle=False, max_len=max_len)
+    return list(iterate_batches(data, sampler, max_len))
+
+
+@torch.no_grad()
+def validate(model: Translator, data: ParallelData, refs: list[str], tokenizer: Tokenizer, *,
+             recipe: Recipe, device: torch.device, amp: Amp) -> ValidResult:
+    """Score `model` (switched to eval mode and back) on the validation split `data`, whose
+    target-side text is `refs`. Decoding is greedy for ``train.valid_beam == 1``, else beam
+    search of that size, with the recipe's other decode settings."""
+    start, was_training = time.monotonic(), model.training
+    model.eval()
+    cfg = recipe.train
+    dcfg = dataclasses.replace(recipe.decode, method="greedy" if cfg.valid_beam == 1 else "beam",
+                               beam_size=cfg.valid_beam, nbest=1)
+    loss = torch.zeros((), device=device, dtype=torch.float64)
+    nll = torch.zeros((), device=device, dtype=torch.float64)
+    tokens = 0
+    hyps: dict[int, str] = {}
+    try:
+        for host in _batches(data, recipe.decode.batch_tokens, recipe.data.max_len):
+            b = to_device(host, device)
+            tokens += host.num_tgt_tokens
+            with amp.autocast():
+                out = model(b.src, b.src_lens, b.tgt_in)
+                nbest = decode_batch(model, b, dcfg)
+            sums = label_smoothed_nll(out.logits, b.tgt_out, smoothing=cfg.label_smoothing)
+            loss += sums.loss.double()
+            nll += sums.nll.double()
+            for i, cands in zip(host.ids.tolist(), nbest, strict=True):
+                hyps[i] = tokenizer.decode_tgt(cands[0].tokens)
+    finally:
+        model.train(was_training)
+    ordered = [hyps.get(i, "") for i in range(len(refs))]
+    mean_nll = nll.item() / max(tokens, 1)
+    return ValidResult(loss=loss.item() / max(tokens, 1), nll=mean_nll, ppl=perplexity(mean_nll),
+                       bleu=sacrebleu.corpus_bleu(ordered, [refs]).score,
+                       chrf=sacrebleu.corpus_chrf(ordered, [refs]).score,
+                       sentences=len(hyps), seconds=time.monotonic() - start)
