@@ -1,0 +1,89 @@
+"""Shared fixtures: seeds, the toy recipe and its prepared run, the real Multi30k mirror.
+
+Real-data fixtures read ``$MTKIT_DATA_MIRROR`` (default: ``../shared/data/multi30k`` beside the
+repository) and skip cleanly when the files are not there. Prepared run directories are
+session-scoped and shared: tests must not modify them (copy them first if they need to).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtkit.config import Recipe, load_recipe
+from mtkit.data.prep import PrepReport, prepare
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = REPO / "recipes"
+MULTI30K_FILES = ("train.en.gz", "train.de.gz", "val.en.gz", "val.de.gz",
+                  "test_2016_flickr.en.gz", "test_2016_flickr.de.gz")
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    """Every test starts from the same random state."""
+    import torch
+
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never write into the user's download cache."""
+    monkeypatch.setenv("MTKIT_CACHE", str(tmp_path_factory.getbasetemp() / "mtkit-cache"))
+
+
+@pytest.fixture(scope="session")
+def mirror() -> Path:
+    """The folder holding the real Multi30k files; skips the test when it is absent."""
+    env = os.environ.get("MTKIT_DATA_MIRROR")
+    path = Path(env) if env else REPO.parent / "shared" / "data" / "multi30k"
+    missing = [f for f in MULTI30K_FILES if not (path / f).is_file()]
+    if missing:
+        pytest.skip(f"Multi30k mirror {path} lacks {', '.join(missing)}; set MTKIT_DATA_MIRROR")
+    return path
+
+
+@pytest.fixture(scope="session")
+def toy_recipe_path() -> Path:
+    return RECIPES / "toy.yaml"
+
+
+@pytest.fixture(scope="session")
+def toy_recipe(toy_recipe_path: Path) -> Recipe:
+    return load_recipe(toy_recipe_path)
+
+
+@pytest.fixture(scope="session")
+def toy_run(toy_recipe: Recipe, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory with the toy recipe prepared (data/ and recipe.yaml). Read-only."""
+    run_dir = tmp_path_factory.mktemp("toy-run")
+    prepare(toy_recipe, run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def multi30k_run(mirror: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[Recipe, Path, PrepReport]:
+    """recipes/en-de.yaml as shipped (8k joint unigram), prepared from the mirror. Read-only."""
+    recipe = load_recipe(RECIPES / "en-de.yaml")
+    run_dir = tmp_path_factory.mktemp("multi30k-run")
+    return recipe, run_dir, prepare(recipe, run_dir, mirror=mirror)
+
+
+@pytest.fixture(scope="session")
+def multi30k_strict_run(mirror: Path, tmp_path_factory: pytest.TempPathFactory
+                        ) -> tuple[Recipe, Path, PrepReport]:
+    """Multi30k with a small BPE vocabulary and strict cleaning, so every rule drops pairs."""
+    recipe = load_recipe(RECIPES / "en-de.yaml", [
+        "data.spm.vocab_size=1000", "data.spm.model_type=bpe", "data.clean.max_len=25",
+        "data.clean.min_len=4", "data.clean.max_ratio=1.5", "data.clean.dedup=true"])
+    run_dir = tmp_path_factory.mktemp("multi30k-strict")
+    return recipe, run_dir, prepare(recipe, run_dir, mirror=mirror)

@@ -1,0 +1,429 @@
+"""`mtkit prep`: sources, reading, cleaning, sentencepiece, storage, idempotence, atomicity.
+
+Real-data tests use the Multi30k mirror (see conftest.py); the rest build tiny corpora from
+the toy task. Nothing here touches the network: downloads use file:// URLs, and "no network"
+is a patched urlopen.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from mtkit.cli import app
+from mtkit.config import FileSource, Recipe, load_recipe, recipe_from_dict
+from mtkit.data import prep as prep_mod
+from mtkit.data import sources
+from mtkit.data.clean import read_lines
+from mtkit.data.prep import data_dir, is_prepared, prepare
+from mtkit.data.spm import Tokenizer
+from mtkit.data.store import ParallelData, text_path
+from mtkit.errors import DataError
+
+TOY = Path(__file__).resolve().parents[1] / "recipes" / "toy"
+
+
+def _toy_lines(name: str) -> list[str]:
+    return (TOY / name).read_text(encoding="utf-8").splitlines()
+
+
+def _write(path: Path, lines: list[str], *, gz: bool = False) -> Path:
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def _recipe(tmp_path: Path, src: str | dict, tgt: str | dict, *overrides: str) -> Recipe:
+    """The toy recipe with another training split (paths relative to tmp_path)."""
+    raw = {"name": "t", "data": {
+        "train": {"src": src, "tgt": tgt},
+        "valid": {"src": str(TOY / "valid.src"), "tgt": str(TOY / "valid.tgt")},
+        "spm": {"vocab_size": 51, "input_sentence_size": 0},
+        "clean": {"max_len": 20}, "max_len": 32}}
+    for o in overrides:
+        key, value = o.split("=", 1)
+        node = raw
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = json.loads(value)
+    return recipe_from_dict(raw, source="test", base=tmp_path)
+
+
+def _toy_copy(tmp_path: Path) -> tuple[Path, Path]:
+    src = shutil.copy(TOY / "train.src", tmp_path / "train.src")
+    tgt = shutil.copy(TOY / "train.tgt", tmp_path / "train.tgt")
+    return Path(src), Path(tgt)
+
+
+# --------------------------------------------------------------------------- real Multi30k
+
+
+def _mirror_lines(mirror: Path, name: str) -> list[str]:
+    with gzip.open(mirror / name, "rt", encoding="utf-8", newline="\n") as f:
+        return [line.strip() for line in f.read().split("\n")[:-1]]
+
+
+def test_multi30k_counts_per_rule(multi30k_strict_run, mirror: Path) -> None:
+    """Recount every rule independently from the raw files and the trained tokenizer."""
+    recipe, run_dir, report = multi30k_strict_run
+    cfg = recipe.data.clean
+    en, de = _mirror_lines(mirror, "train.en.gz"), _mirror_lines(mirror, "train.de.gz")
+    assert len(en) == len(de) == report.clean.read == 29000
+    tok = Tokenizer.load(data_dir(run_dir))
+    expected = dict.fromkeys(["empty", "duplicate", "too_short", "too_long", "ratio"], 0)
+    seen, kept = set(), []
+    for s, t in zip(en, de, strict=True):
+        if not s or not t:
+            expected["empty"] += 1
+            continue
+        if (s, t) in seen:
+            expected["duplicate"] += 1
+            continue
+        seen.add((s, t))
+        ls, lt = len(tok.encode_src(s)), len(tok.encode_tgt(t))
+        if min(ls, lt) < cfg.min_len:
+            expected["too_short"] += 1
+        elif max(ls, lt) > cfg.max_len:
+            expected["too_long"] += 1
+        elif max(ls, lt) > cfg.max_ratio * min(ls, lt):
+            expected["ratio"] += 1
+        else:
+            kept.append((s, t))
+    assert report.clean.dropped == expected
+    assert all(expected[r] > 0 for r in ("duplicate", "too_short", "too_long", "ratio"))
+    train = ParallelData.load(data_dir(run_dir), "train")
+    assert len(train) == report.clean.kept == len(kept) == report.splits["train"].pairs
+    for i in (0, len(kept) // 2, len(kept) - 1):
+        assert train.src(i).tolist() == tok.encode_src(kept[i][0])
+        assert train.tgt(i).tolist() == tok.encode_tgt(kept[i][1])
+    assert train.src_lens.max() <= cfg.max_len and train.tgt_lens.min() >= cfg.min_len
+
+
+def test_multi30k_round_trip_200_lines(multi30k_run, mirror: Path) -> None:
+    _, run_dir, _ = multi30k_run
+    tok = Tokenizer.load(data_dir(run_dir))
+    assert tok.joint and tok.src_vocab_size == tok.tgt_vocab_size == 8000
+    en, de = _mirror_lines(mirror, "train.en.gz")[:200], _mirror_lines(mirror, "train.de.gz")[:200]
+    for s, t in zip(en, de, strict=True):
+        assert tok.decode_src(tok.encode_src(s)) == tok.normalize_src(s)
+        assert tok.decode_tgt(tok.encode_tgt(t)) == tok.normalize_tgt(t)
+    # Normalization is NFKC plus collapsed spaces: most lines come back unchanged.
+    assert sum(tok.normalize_src(s) == s for s in en) >= 190
+    assert tok.decode_tgt([2, *tok.encode_tgt(de[0]), 3, 0, 0]) == tok.normalize_tgt(de[0])
+
+
+def test_multi30k_splits_storage_and_recipe(multi30k_run, mirror: Path) -> None:
+    recipe, run_dir, report = multi30k_run
+    ddir = data_dir(run_dir)
+    assert {n: s.pairs for n, s in report.splits.items()} == {
+        "train": 28997, "valid": 1014, "test2016": 1000}
+    assert report.clean.dropped["ratio"] == 3 and report.invalid_utf8 == {}
+    tok = Tokenizer.load(ddir)
+    valid_en = _mirror_lines(mirror, "val.en.gz")
+    valid = ParallelData.load(ddir, "valid")  # never cleaned: line i is sentence i
+    assert len(valid) == 1014
+    for i in range(0, 1014, 101):
+        assert valid.src(i).tolist() == tok.encode_src(valid_en[i])
+    assert text_path(ddir, "valid", "src").read_text(encoding="utf-8").splitlines() == valid_en
+    ids = np.load(ddir / "train.src.ids.npy", mmap_mode="r")
+    assert isinstance(ids, np.memmap) and ids.dtype == np.uint16
+    assert np.load(ddir / "train.src.offsets.npy").dtype == np.int64
+    assert load_recipe(run_dir / "recipe.yaml") == recipe
+
+
+def test_multi30k_prep_time_and_padding_efficiency(multi30k_run) -> None:
+    recipe, _, report = multi30k_run
+    assert recipe.train.batch_tokens == 4096
+    assert report.seconds < 30, f"Multi30k prep took {report.seconds:.1f} s"
+    assert report.padding_efficiency >= 0.9
+    assert 100 < report.train_batches < 200
+
+
+def test_multi30k_second_run_does_nothing(multi30k_run, mirror: Path) -> None:
+    recipe, run_dir, first = multi30k_run
+    manifest = data_dir(run_dir) / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    t0 = time.perf_counter()
+    out = io.StringIO()
+    again = prepare(recipe, run_dir, mirror=mirror, console=Console(file=out, width=200))
+    assert again.skipped and time.perf_counter() - t0 < 5
+    assert manifest.stat().st_mtime_ns == before
+    assert again.splits == first.splits and again.clean.dropped == first.clean.dropped
+    assert "is up to date" in out.getvalue() and "nothing to do" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- idempotence
+
+
+def test_redo_on_changed_input_or_data_section_not_on_touch(tmp_path: Path) -> None:
+    src, tgt = _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt")
+    run = tmp_path / "run"
+    assert not prepare(recipe, run).skipped
+    assert is_prepared(recipe, run) and prepare(recipe, run).skipped
+    os.utime(src, ns=(time.time_ns(), time.time_ns() + 10**9))  # touched, same bytes
+    assert is_prepared(recipe, run)
+    _write(src, _toy_lines("train.src") + ["ba ko"])
+    _write(tgt, _toy_lines("train.tgt") + ["ko ba"])
+    assert not is_prepared(recipe, run)
+    redone = prepare(recipe, run)
+    assert not redone.skipped and redone.splits["train"].pairs == 1001
+    changed = _recipe(tmp_path, "train.src", "train.tgt", "data.clean.max_len=3")
+    assert not is_prepared(changed, run)
+    assert prepare(changed, run).splits["train"].pairs < 1001
+    assert not is_prepared(recipe, run)
+    assert prepare(changed, run).skipped
+    assert prepare(changed, run, force=True).skipped is False
+
+
+def test_a_changed_output_file_is_redone(tmp_path: Path) -> None:
+    _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt")
+    run = tmp_path / "run"
+    prepare(recipe, run)
+    (data_dir(run) / "valid.tgt.ids.npy").write_bytes(b"")
+    assert not is_prepared(recipe, run)
+    prepare(recipe, run)
+    assert len(ParallelData.load(data_dir(run), "valid")) == 60
+
+
+def test_interrupted_prep_leaves_no_trusted_directory(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt")
+    run = tmp_path / "run"
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(prep_mod, "_write_manifest", crash)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(recipe, run)
+    assert not data_dir(run).exists() and not is_prepared(recipe, run)
+    assert [p.name for p in run.iterdir()] == []  # no half-written temporary folder either
+    first = prepare(recipe, run)
+    changed = _recipe(tmp_path, "train.src", "train.tgt", "data.clean.max_len=3")
+    with monkeypatch.context() as m:
+        m.setattr(prep_mod, "_write_manifest", crash)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(changed, run)
+    # The old, complete directory is still there and still trusted for the old recipe only.
+    assert is_prepared(recipe, run) and not is_prepared(changed, run)
+    assert len(ParallelData.load(data_dir(run), "train")) == first.splits["train"].pairs
+    assert sorted(p.name for p in run.iterdir()) == ["data", "recipe.yaml"]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def test_gzip_and_plain_inputs_give_the_same_data(tmp_path: Path) -> None:
+    _write(tmp_path / "a.src.gz", _toy_lines("train.src"), gz=True)
+    _toy_copy(tmp_path)
+    plain = prepare(_recipe(tmp_path, "train.src", "train.tgt"), tmp_path / "plain")
+    mixed = prepare(_recipe(tmp_path, "a.src.gz", "train.tgt"), tmp_path / "mixed")
+    a = ParallelData.load(plain.data_dir, "train")
+    b = ParallelData.load(mixed.data_dir, "train")
+    assert len(a) == len(b) == 1000
+    assert all(np.array_equal(a.src(i), b.src(i)) and np.array_equal(a.tgt(i), b.tgt(i))
+               for i in range(len(a)))
+
+
+def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None:
+    src, tgt = _toy_copy(tmp_path)
+    _write(tgt, _toy_lines("train.tgt")[:-2])
+    with pytest.raises(DataError) as e:
+        prepare(_recipe(tmp_path, "train.src", "train.tgt"), tmp_path / "run")
+    assert str(e.value) == (f"line counts differ: {src} has 1000 lines, {tgt} has 998")
+
+
+def test_invalid_utf8_is_replaced_counted_and_reported(tmp_path: Path) -> None:
+    src, _ = _toy_copy(tmp_path)
+    lines = (TOY / "train.src").read_bytes().split(b"\n")
+    lines[3] = b"ba \xff ko"
+    lines[7] = b"\xc3\x28 tu"
+    src.write_bytes(b"\n".join(lines))
+    assert read_lines(src).lines[3] == "ba \ufffd ko" and read_lines(src).invalid_utf8 == 2
+    out = io.StringIO()
+    report = prepare(_recipe(tmp_path, "train.src", "train.tgt"), tmp_path / "run",
+                     console=Console(file=out, width=300))
+    assert report.invalid_utf8 == {str(src): 2}
+    assert f"{src}: invalid UTF-8 replaced with U+FFFD on 2 lines" in out.getvalue()
+
+
+def test_reading_splits_on_newline_only_and_strips(tmp_path: Path) -> None:
+    path = tmp_path / "x.txt"
+    path.write_bytes("  a\u2028b \r\n\n c\tc\n".encode())
+    assert read_lines(path).lines == ["a\u2028b", "", "c\tc"]
+
+
+def test_cleaning_rule_counts_on_a_hand_made_corpus(tmp_path: Path) -> None:
+    src, tgt = _toy_lines("train.src"), _toy_lines("train.tgt")
+    dups = len(src) - len(set(zip(src, tgt, strict=True)))
+    long = " ".join(["ba ko mir"] * 8)
+    extra = [("", "ba"), ("ba", "   "), (src[0], tgt[0]), (src[1], tgt[1]), (src[1], tgt[1]),
+             ("ba", "ba"), (long, long), ("ba ko", "ba ko mir tu lem sa dov")]
+    _write(tmp_path / "s", src + [s for s, _ in extra])
+    _write(tmp_path / "t", tgt + [t for _, t in extra])
+    out = io.StringIO()
+    report = prepare(_recipe(tmp_path, "s", "t", "data.clean.dedup=true",
+                             "data.clean.min_len=2"), tmp_path / "run",
+                     console=Console(file=out, width=200))
+    assert report.clean.read == 1008
+    assert report.clean.dropped == {"empty": 2, "duplicate": dups + 3, "too_short": 1,
+                                    "too_long": 1, "ratio": 1}
+    assert report.clean.kept == 1008 - 8 - dups == report.splits["train"].pairs
+    text = out.getvalue()
+    assert "cleaning the training split" in text and f"{dups + 3}" in text
+    # Validation data is never cleaned, even by the same rules.
+    assert report.splits["valid"].pairs == 60
+
+
+def test_separate_vocabularies(tmp_path: Path) -> None:
+    _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt", 'data.spm.joint=false',
+                     'data.spm.vocab_size=40', 'model.transformer.share_embeddings=false')
+    report = prepare(recipe, tmp_path / "run")
+    assert sorted(p.name for p in report.data_dir.glob("*.model")) == [
+        "spm.src.model", "spm.tgt.model"]
+    tok = Tokenizer.load(report.data_dir)
+    assert not tok.joint and tok.src_vocab_size == tok.tgt_vocab_size == 40
+    assert tok.decode_tgt(tok.encode_tgt("ko ba mir")) == "ko ba mir"
+
+
+def test_vocabulary_too_large_is_a_data_error(tmp_path: Path) -> None:
+    _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt", "data.spm.vocab_size=500")
+    with pytest.raises(DataError, match=r"data\.spm: .*vocab_size 500.*value <= 51"):
+        prepare(recipe, tmp_path / "run")
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _url_source(path: Path, sha: str | None = None) -> FileSource:
+    return FileSource(url=path.resolve().as_uri(), sha256=sha or _sha(path))
+
+
+def test_mirror_file_is_checked(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    f = _write(mirror / "train.src", ["a b"])
+    src = FileSource(url="https://example.org/data/train.src", sha256=_sha(f))
+    assert sources.resolve(src, mirror=mirror) == mirror / "train.src"
+    bad = FileSource(url=src.url, sha256="0" * 64)
+    with pytest.raises(DataError) as e:
+        sources.resolve(bad, mirror=mirror)
+    assert str(e.value) == (f"{mirror / 'train.src'}: checksum mismatch for {src.url}: "
+                            f"expected sha256 {'0' * 64}, got {_sha(f)}")
+
+
+def test_mirror_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = _write(tmp_path / "v.gz", ["x"], gz=True)
+    monkeypatch.setenv("MTKIT_DATA_MIRROR", str(tmp_path))
+    src = FileSource(url="https://example.org/v.gz", sha256=_sha(f))
+    assert sources.resolve(src) == tmp_path / "v.gz"
+
+
+def test_download_into_cache_with_progress(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MTKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MTKIT_DATA_MIRROR", raising=False)
+    remote = _write(tmp_path / "remote.gz", ["hello world"] * 1000, gz=True)
+    calls = []
+    src = _url_source(remote)
+    got = sources.resolve(src, on_download=lambda *a: calls.append(a))
+    assert got.parent.parent == tmp_path / "cache" and got.name == "remote.gz"
+    assert got.read_bytes() == remote.read_bytes()
+    assert calls and calls[-1][0] == "remote.gz" and calls[-1][1] == remote.stat().st_size
+    assert [p.name for p in got.parent.iterdir()] == ["remote.gz"]  # no temporary left
+    remote.unlink()  # now only the cache has it
+    assert sources.resolve(src) == got
+
+
+def test_download_checksum_mismatch_keeps_nothing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MTKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MTKIT_DATA_MIRROR", raising=False)
+    remote = _write(tmp_path / "remote.txt", ["abc"])
+    src = _url_source(remote, "f" * 64)
+    with pytest.raises(DataError) as e:
+        sources.resolve(src)
+    assert str(e.value) == (f"remote.txt: checksum mismatch for {src.url}: expected sha256 "
+                            f"{'f' * 64}, got {_sha(remote)}")
+    assert list((tmp_path / "cache").rglob("*.*")) == []
+
+
+def _no_network(*args, **kwargs):
+    raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+
+def test_missing_file_without_network_or_mirror(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("MTKIT_DATA_MIRROR", raising=False)
+    monkeypatch.setattr(urllib.request, "urlopen", _no_network)
+    src = FileSource(url="https://example.org/corpus/train.de.gz", sha256="a" * 64)
+    with pytest.raises(DataError) as e:
+        sources.resolve(src)
+    msg = str(e.value)
+    assert msg.startswith("train.de.gz: cannot get https://example.org/corpus/train.de.gz")
+    assert "connect to the network" in msg and "--mirror DIR" in msg
+    assert "MTKIT_DATA_MIRROR=DIR" in msg and "\n" not in msg
+    with pytest.raises(DataError, match=rf"not in the mirror {tmp_path}"):
+        sources.resolve(src, mirror=tmp_path)
+
+
+def test_missing_local_file(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"nope\.src: data file not found"):
+        prepare(_recipe(tmp_path, "nope.src", "nope.tgt"), tmp_path / "run")
+
+
+def test_local_file_with_checksum(tmp_path: Path) -> None:
+    f = _write(tmp_path / "a", ["x"])
+    assert sources.resolve(FileSource(path=str(f), sha256=_sha(f))) == f
+    with pytest.raises(DataError, match="checksum mismatch"):
+        sources.resolve(FileSource(path=str(f), sha256="0" * 64))
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_prep_reports_and_is_idempotent(toy_recipe_path: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    args = ["prep", str(toy_recipe_path), "--run-dir", str(tmp_path / "run")]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "cleaning the training split" in first.stderr
+    assert "padding efficiency" in first.stderr and first.stdout == ""
+    assert (tmp_path / "run" / "recipe.yaml").is_file()
+    second = runner.invoke(app, args + ["--set", "train.batch_tokens=256"])
+    assert second.exit_code == 0 and "up to date" in second.stderr
+    assert "batches of <= 256 tokens" in second.stderr
+
+
+def test_cli_prep_user_error_is_one_line(tmp_path: Path) -> None:
+    src, tgt = _toy_copy(tmp_path)
+    _write(tgt, ["x"])
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data:\n  train: {src: train.src, tgt: train.tgt}\n"
+                      f"  valid: {{src: {TOY / 'valid.src'}, tgt: {TOY / 'valid.tgt'}}}\n"
+                      "  spm: {vocab_size: 51}\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["prep", str(recipe), "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert result.stderr == (f"mtkit: error: line counts differ: {src} has 1000 lines, "
+                             f"{tgt} has 1\n")

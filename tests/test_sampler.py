@@ -1,0 +1,150 @@
+"""Token-budget batching: budget, coverage, determinism, sharding, and `iterate_batches`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mtkit.data.batch import Batch
+from mtkit.data.prep import data_dir
+from mtkit.data.sampler import TokenBatchSampler, iterate_batches
+from mtkit.data.store import ParallelData
+from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+def _lens(n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(1, 60, n)
+    tgt = np.clip(src + rng.integers(-5, 6, n), 1, None)
+    return src, tgt
+
+
+def _padded(b: list[int], lens: np.ndarray) -> int:
+    return len(b) * (int(lens[b].max()) + 1)
+
+
+def test_token_budget_respected_on_both_sides() -> None:
+    src, tgt = _lens()
+    sampler = TokenBatchSampler(src, tgt, batch_tokens=300, seed=1)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) > 20
+    for b in batches:
+        assert _padded(b, src) <= 300 and _padded(b, tgt) <= 300
+    # Greedy filling: batches are not needlessly small.
+    assert np.mean([_padded(b, src) for b in batches]) > 0.8 * 300
+
+
+def test_every_sentence_exactly_once_per_epoch() -> None:
+    src, tgt = _lens()
+    sampler = TokenBatchSampler(src, tgt, batch_tokens=500, seed=3)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        flat = [i for b in sampler for i in b]
+        assert sorted(flat) == list(range(len(src)))
+
+
+def test_same_seed_same_order_other_seed_or_epoch_differs() -> None:
+    src, tgt = _lens()
+
+    def order(seed: int, epoch: int) -> list[list[int]]:
+        s = TokenBatchSampler(src, tgt, batch_tokens=500, seed=seed)
+        s.set_epoch(epoch)
+        return list(s)
+
+    assert order(1, 0) == order(1, 0)
+    assert order(1, 0) != order(2, 0)
+    assert order(1, 0) != order(1, 1)
+    # Not only the batch order: sentences of equal lengths change company between epochs.
+    assert {tuple(sorted(b)) for b in order(1, 0)} != {tuple(sorted(b)) for b in order(1, 1)}
+    # ...while the number of batches stays the same.
+    assert len(order(1, 0)) == len(order(1, 1)) == len(order(2, 5))
+
+
+def test_no_shuffle_is_sorted_by_length_and_fixed() -> None:
+    src, tgt = _lens()
+    s = TokenBatchSampler(src, tgt, batch_tokens=500, seed=1, shuffle=False)
+    first = list(s)
+    s.set_epoch(4)
+    assert list(s) == first
+    longest = [max(src[b].max(), tgt[b].max()) for b in first]
+    assert longest == sorted(longest)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_shards_are_disjoint_and_equal(world_size: int) -> None:
+    src, tgt = _lens(1003)
+    full = TokenBatchSampler(src, tgt, batch_tokens=400, seed=1)
+    shards = [TokenBatchSampler(src, tgt, batch_tokens=400, seed=1, rank=r,
+                                world_size=world_size) for r in range(world_size)]
+    for epoch in (0, 1):
+        for s in [full, *shards]:
+            s.set_epoch(epoch)
+        got = [list(s) for s in shards]
+        counts = {len(g) for g in got}
+        assert counts == {len(shards[0])} == {len(full) // world_size}
+        seen = [i for g in got for b in g for i in b]
+        assert len(seen) == len(set(seen))  # disjoint
+        # Only the remainder batches (< world_size of them) are dropped, from the full epoch.
+        full_batches = {tuple(b) for b in full}
+        assert {tuple(b) for g in got for b in g} <= full_batches
+        assert len(full_batches) - sum(len(g) for g in got) == len(full) % world_size
+
+
+def test_bad_rank() -> None:
+    with pytest.raises(ValueError, match="rank 2"):
+        TokenBatchSampler([1], [1], batch_tokens=16, seed=1, rank=2, world_size=2)
+
+
+def test_overlong_sentence_alone_and_truncated_lengths_counted() -> None:
+    src = np.array([3, 3, 3, 500, 3, 3])
+    tgt = np.array([3, 3, 3, 4, 3, 3])
+    s = TokenBatchSampler(src, tgt, batch_tokens=16, seed=1)
+    batches = list(s)
+    assert [3] in batches
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    # With max_len, the long sentence counts as 7 + 1 tokens: it joins another batch.
+    s = TokenBatchSampler(src, tgt, batch_tokens=16, seed=1, max_len=7)
+    assert [3] not in list(s)
+    for b in s:
+        assert len(b) * (min(int(src[b].max()), 7) + 1) <= 16
+
+
+def test_empty_input() -> None:
+    s = TokenBatchSampler(np.array([], dtype=int), np.array([], dtype=int), batch_tokens=16,
+                          seed=1)
+    assert list(s) == [] and len(s) == 0
+
+
+def test_iterate_batches_pads_truncates_and_keeps_ids(toy_run) -> None:
+    data = ParallelData.load(data_dir(toy_run), "train")
+    sampler = TokenBatchSampler(data.src_lens, data.tgt_lens, batch_tokens=128, seed=1,
+                                max_len=4)
+    batches = list(iterate_batches(data, sampler, max_len=4))
+    assert len(batches) == len(sampler)
+    ids = torch.cat([b.ids for b in batches]).tolist()
+    assert sorted(ids) == list(range(len(data)))
+    for b in batches:
+        assert isinstance(b, Batch)
+        assert b.src.numel() <= 128 and b.tgt_in.numel() <= 128
+        assert b.src.shape[1] <= 5 and b.tgt_out.shape[1] <= 5
+        i = int(b.ids[0])
+        want = data.src(i)[:4].tolist()
+        assert b.src[0, : len(want) + 1].tolist() == [*want, EOS_ID]
+        assert b.src_lens[0] == len(want) + 1
+        tgt = data.tgt(i)[:4].tolist()
+        assert b.tgt_in[0, : len(tgt) + 1].tolist() == [BOS_ID, *tgt]
+        assert b.tgt_out[0, : len(tgt) + 1].tolist() == [*tgt, EOS_ID]
+        assert (b.tgt_out[0, len(tgt) + 1:] == PAD_ID).all()
+
+
+def test_padding_efficiency_on_multi30k(multi30k_run) -> None:
+    recipe, run_dir, _ = multi30k_run
+    data = ParallelData.load(data_dir(run_dir), "train")
+    s = TokenBatchSampler(data.src_lens, data.tgt_lens, batch_tokens=4096, seed=1,
+                          max_len=recipe.data.max_len)
+    eff = s.padding_efficiency()
+    assert eff >= 0.9
+    real = sum(int(data.src_lens[b].sum() + data.tgt_lens[b].sum()) + 2 * len(b) for b in s)
+    padded = sum(_padded(b, data.src_lens) + _padded(b, data.tgt_lens) for b in s)
+    assert eff == pytest.approx(real / padded)
