@@ -94,7 +94,9 @@ class _DownloadBars:
 
         self._bar = Progress(*Progress.get_default_columns(), DownloadColumn(),
                              TransferSpeedColumn(), console=console)
+        self._console = console
         self._tasks: dict[str, Any] = {}
+        self._sizes: dict[str, int] = {}
 
     def __call__(self, name: str, done: int, total: int | None) -> None:
         if not self._tasks:
@@ -102,10 +104,14 @@ class _DownloadBars:
         if name not in self._tasks:
             self._tasks[name] = self._bar.add_task(f"download {name}", total=total)
         self._bar.update(self._tasks[name], completed=done, total=total)
+        self._sizes[name] = done
 
     def close(self) -> None:
         if self._tasks:
             self._bar.stop()
+            if not self._console.is_terminal:  # no bar was drawn: say what was fetched
+                for name, size in self._sizes.items():
+                    self._console.print(f"downloaded {name} ({size} bytes)")
 
 
 @app.command()

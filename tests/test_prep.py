@@ -427,3 +427,22 @@ def test_cli_prep_user_error_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr == (f"mtkit: error: line counts differ: {src} has 1000 lines, "
                              f"{tgt} has 1\n")
+
+
+def test_cli_prep_downloads_url_sources_into_the_cache(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MTKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MTKIT_DATA_MIRROR", raising=False)
+    src = _write(tmp_path / "train.src.gz", _toy_lines("train.src"), gz=True)
+    tgt = _write(tmp_path / "train.tgt.gz", _toy_lines("train.tgt"), gz=True)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "data:\n  train:\n"
+        f"    src: {{url: {src.as_uri()}, sha256: {_sha(src)}}}\n"
+        f"    tgt: {{url: {tgt.as_uri()}, sha256: {_sha(tgt)}}}\n"
+        f"  valid: {{src: {TOY / 'valid.src'}, tgt: {TOY / 'valid.tgt'}}}\n"
+        "  spm: {vocab_size: 51}\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["prep", str(recipe), "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert f"downloaded train.src.gz ({src.stat().st_size} bytes)" in result.stderr
+    cached = sorted(p.name for p in (tmp_path / "cache").rglob("*") if p.is_file())
+    assert cached == ["train.src.gz", "train.tgt.gz"]

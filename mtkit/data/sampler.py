@@ -20,7 +20,7 @@ every sentence appears exactly once per epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -106,9 +106,10 @@ def _cut(src_tokens: np.ndarray, tgt_tokens: np.ndarray, batch_tokens: int) -> n
     return np.asarray(bounds, dtype=np.int64)
 
 
-def iterate_batches(data: ParallelData, sampler: TokenBatchSampler,
+def iterate_batches(data: ParallelData, sampler: Iterable[Sequence[int]],
                     max_len: int | None) -> Iterator[Batch]:
-    """Padded `Batch`es in the sampler's order; sentences are truncated to `max_len` ids."""
+    """Padded `Batch`es for the index batches of `sampler` (a `TokenBatchSampler` or any
+    iterable of index lists), in its order; sentences are truncated to `max_len` ids."""
     for idx in sampler:
         src = [data.src(i).tolist() for i in idx]
         tgt = [data.tgt(i).tolist() for i in idx]
