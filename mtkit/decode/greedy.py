@@ -18,7 +18,7 @@ from mtkit.decode.hypothesis import (
     step_logprobs,
     to_hypotheses,
 )
-from mtkit.models.base import Encoded, Translator
+from mtkit.models.base import Encoded, Translator, reorder
 
 # Picks the next token of every row from masked log-probabilities: (B, V) -> (B,) long.
 Chooser = Callable[[torch.Tensor], torch.Tensor]
@@ -31,30 +31,39 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
     """Decode one output per row of `enc`, the token at each step picked by `choose`.
 
     Returns tokens (B, T) with one EOS per row (PAD after it), their log-probabilities
-    (B, T) (0 after the EOS) and attention (B, T, S) or None. Rows that have emitted EOS
-    keep being fed to the model (as PAD) until every row is done: one model step per
-    position for the whole batch; the only host sync per step is the termination check.
+    (B, T) (0 after the EOS) and attention (B, T, S) or None. One model step per position
+    for all unfinished rows together; rows that emit EOS leave the batch (their state and
+    encoder rows are dropped), and the only host sync per step counts them.
     """
     batch, device = enc.src_mask.size(0), enc.src_mask.device
-    max_len = as_lengths(max_len, batch, device)
+    limit = as_lengths(max_len, batch, device)
+    steps = int(limit.max()) + 1
+    tokens = torch.full((batch, steps), PAD_ID, dtype=torch.long, device=device)
+    lps = torch.zeros(batch, steps, device=device)
+    attn = None
+    rows = torch.arange(batch, device=device)  # the original rows still decoding
     state = model.init_state(enc)
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-    toks, lps, attns = [], [], []
-    for t in range(int(max_len.max()) + 1):
+    for t in range(steps):
         out = model.step(prev, state, enc, need_attn=need_attn)
-        lp = step_logprobs(out.logits, t, min_len, max_len)
-        tok = choose(lp).masked_fill(done, PAD_ID)
-        toks.append(tok)
-        lps.append(lp.gather(1, tok.unsqueeze(1)).squeeze(1).masked_fill(done, 0.0))
+        lp = step_logprobs(out.logits, t, min_len, limit)
+        tok = choose(lp)
+        tokens[rows, t] = tok
+        lps[rows, t] = lp.gather(1, tok.unsqueeze(1)).squeeze(1)
         if need_attn and out.attn is not None:
-            attns.append(out.attn.float())
-        done = done | (tok == EOS_ID)
-        if bool(done.all()):
+            if t == 0:
+                attn = torch.zeros(batch, steps, out.attn.size(1), device=device)
+            attn[rows, t] = out.attn.float()
+        ended = tok == EOS_ID
+        n_ended = int(ended.sum())
+        if n_ended == rows.numel():
             break
         state, prev = out.state, tok
-    attn = torch.stack(attns, 1) if attns and len(attns) == len(toks) else None
-    return torch.stack(toks, 1), torch.stack(lps, 1), attn
+        if n_ended:
+            keep = (~ended).nonzero().squeeze(1)
+            rows, limit, prev = rows[keep], limit[keep], prev[keep]
+            enc, state = enc.index_select(keep), reorder(state, keep)
+    return tokens[:, : t + 1], lps[:, : t + 1], None if attn is None else attn[:, : t + 1]
 
 
 def greedy(model: Translator, enc: Encoded, cfg: DecodeConfig, *,

@@ -82,11 +82,13 @@ def step_logprobs(logits: torch.Tensor, t: int, min_len: int,
     log-probabilities (not renormalised), so scores stay comparable with forced decoding.
     """
     lp = torch.log_softmax(logits.float(), dim=-1)
-    banned = [PAD_ID, BOS_ID] + ([EOS_ID] if t < min_len else [])
-    out = lp.index_fill(1, torch.tensor(banned, device=lp.device), -math.inf)
-    eos_only = torch.full_like(lp, -math.inf)
-    eos_only[:, EOS_ID] = lp[:, EOS_ID]
-    return torch.where((max_len <= t).unsqueeze(1), eos_only, out)
+    eos = lp[:, EOS_ID].clone()
+    forced = max_len <= t
+    # in place: one pass over (B, V) besides the softmax
+    lp.index_fill_(1, torch.tensor([PAD_ID, BOS_ID], device=lp.device), -math.inf)
+    lp.masked_fill_(forced.unsqueeze(1), -math.inf)
+    lp[:, EOS_ID] = torch.where(forced, eos, -math.inf) if t < min_len else eos
+    return lp
 
 
 def source_lengths(src_mask: torch.Tensor) -> list[int]:
