@@ -1,0 +1,392 @@
+"""The model interface's invariants, for every RNN cell × placement × attention and the
+Transformer: stepping equals teacher forcing, padding changes nothing, attention rows are
+distributions that are exactly zero on padding, and reordering a state commutes with stepping."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
+from mtkit.data.vocab import BOS_ID, PAD_ID
+from mtkit.errors import ConfigError, MtkitError
+from mtkit.models.base import reorder
+from mtkit.models.build import build_model
+
+torch.set_num_threads(1)
+
+SRC_V, TGT_V = 23, 29
+ATTENTIONS = ["none", "dot", "general", "concat", "additive", "scaled_dot", "cosine", "location",
+              "local-m", "local-p"]
+LUONG_ONLY = ("location", "local-m", "local-p")
+
+
+def _rnn_cases() -> list[tuple[str, RNNConfig]]:
+    """Every valid cell × placement (× input feeding) × attention; the other switches
+    (bidirectional, bridge/zeros, tied output) rotate so each appears with every cell."""
+    cases = []
+    combos = [(p, a, f) for p in ("bahdanau", "luong") for a in ATTENTIONS
+              for f in ((True,) if p == "bahdanau" else (True, False))
+              if not (p == "bahdanau" and a in LUONG_ONLY)]
+    for cell, (i, (placement, attention, feed)) in itertools.product(
+            ("lstm", "gru", "rnn"), enumerate(combos)):
+        cfg = RNNConfig(cell=cell, emb_dim=8, hidden_dim=6, enc_layers=2, dec_layers=2,
+                        bidirectional=i % 2 == 0, dropout=0.1, attention=attention, attn_dim=5,
+                        local_window=2, placement=placement, input_feeding=feed,
+                        init="bridge" if i % 3 else "zeros", tie_embeddings=i % 4 == 1,
+                        max_positions=16)
+        name = f"{cell}-{placement}{'' if feed else '-nofeed'}-{attention}"
+        cases.append((name, cfg))
+    return cases
+
+
+TRANSFORMERS = {
+    "tf-pre-sin-shared": TransformerConfig(d_model=16, heads=2, enc_layers=2, dec_layers=3,
+                                           ffn_dim=24, norm="pre", share_embeddings=True),
+    "tf-post-learned": TransformerConfig(d_model=16, heads=4, enc_layers=2, dec_layers=2,
+                                         ffn_dim=24, norm="post", positions="learned",
+                                         max_positions=32, share_embeddings=False,
+                                         align_layer=0, align_head=1, activation="gelu"),
+}
+CASES = {name: ModelConfig(arch="rnn", rnn=cfg) for name, cfg in _rnn_cases()}
+CASES.update({name: ModelConfig(arch="transformer", transformer=cfg)
+              for name, cfg in TRANSFORMERS.items()})
+
+
+def _model(cfg: ModelConfig, seed: int = 0):
+    torch.manual_seed(seed)
+    shared = cfg.arch == "transformer" and cfg.transformer.share_embeddings
+    return build_model(cfg, SRC_V, SRC_V if shared else TGT_V).eval()
+
+
+def _batch(seed: int = 0):
+    """src (4, 7) with lengths 7, 3, 5, 2 (EOS-free random ids are fine here); tgt_in (4, 6)
+    starting with BOS, padded after target lengths 6, 2, 4, 5."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.tensor([7, 3, 5, 2])
+    src = torch.randint(4, SRC_V, (4, 7), generator=g)
+    src[torch.arange(7) >= lens[:, None]] = PAD_ID
+    tlens = torch.tensor([6, 2, 4, 5])
+    tgt = torch.randint(4, SRC_V, (4, 6), generator=g)  # valid for shared vocabularies too
+    tgt[:, 0] = BOS_ID
+    tgt[torch.arange(6) >= tlens[:, None]] = PAD_ID
+    return src, lens, tgt, tlens
+
+
+def _step_all(model, src, lens, tgt, *, need_attn=True):
+    enc = model.encode(src, lens)
+    state = model.init_state(enc)
+    logits, attn = [], []
+    for t in range(tgt.size(1)):
+        before = {k: v.clone() for k, v in state.items()}
+        out = model.step(tgt[:, t], state, enc, need_attn=need_attn)
+        for k, v in before.items():  # states are values: stepping never mutates its input
+            assert torch.equal(state[k], v), k
+        state = out.state
+        logits.append(out.logits)
+        attn.append(out.attn)
+    return torch.stack(logits, 1), None if attn[0] is None else torch.stack(attn, 1), state
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@torch.no_grad()
+def test_step_equals_teacher_forcing(name):
+    model = _model(CASES[name])
+    src, lens, tgt, _ = _batch()
+    full = model(src, lens, tgt, return_attn=True)
+    logits, attn, _ = _step_all(model, src, lens, tgt)
+    assert full.logits.shape == (4, 6, model_vocab(model))
+    torch.testing.assert_close(logits, full.logits, atol=1e-5, rtol=0)
+    if model.has_attention:
+        assert full.attn is not None and full.attn.shape == (4, 6, 7)
+        torch.testing.assert_close(attn, full.attn, atol=1e-5, rtol=0)
+    else:
+        assert attn is None and full.attn is None
+    quiet, no_attn, _ = _step_all(model, src, lens, tgt, need_attn=False)
+    assert no_attn is None
+    torch.testing.assert_close(quiet, logits, atol=1e-6, rtol=0)
+    assert model(src, lens, tgt).attn is None
+
+
+def model_vocab(model) -> int:
+    return model.generator.out_features if hasattr(model, "generator") else \
+        model.decoder.generator.out_features
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@torch.no_grad()
+def test_padding_invariance(name):
+    """The shortest sentence alone gives what it gives inside a padded batch."""
+    model = _model(CASES[name])
+    src, lens, tgt, tlens = _batch()
+    full = model(src, lens, tgt, return_attn=True)
+    i = 3  # source length 2 of 7, target length 5 of 6
+    alone = model(src[i:i + 1, :2], lens[i:i + 1], tgt[i:i + 1, :5], return_attn=True)
+    torch.testing.assert_close(alone.logits[0], full.logits[i, :5], atol=1e-5, rtol=0)
+    if model.has_attention:
+        torch.testing.assert_close(alone.attn[0], full.attn[i, :5, :2], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if not n.endswith("-none")])
+@torch.no_grad()
+def test_attention_rows_are_distributions_exactly_zero_on_padding(name):
+    model = _model(CASES[name])
+    src, lens, tgt, _ = _batch()
+    attn = model(src, lens, tgt, return_attn=True).attn
+    pad = torch.arange(7) >= lens[:, None]  # (B, S)
+    torch.testing.assert_close(attn.sum(-1), torch.ones(4, 6))
+    assert (attn.masked_select(pad[:, None, :].expand_as(attn)) == 0).all()
+    assert (attn >= 0).all()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@torch.no_grad()
+def test_reorder_then_step_equals_stepping_the_reordered_batch(name):
+    model = _model(CASES[name])
+    src, lens, tgt, _ = _batch()
+    enc = model.encode(src, lens)
+    state = model.init_state(enc)
+    for t in range(2):
+        state = model.step(tgt[:, t], state, enc).state
+    for k, v in state.items():  # every field differs across rows, so a skipped one shows
+        if v.is_floating_point():
+            assert not torch.equal(v[0], v[1]), k
+    idx = torch.tensor([2, 0, 0, 3, 1])  # reorders and tiles, as beam search does
+    moved = reorder({**state, "sentinel": torch.arange(4)}, idx)
+    assert torch.equal(moved.pop("sentinel"), idx)
+    got = model.step(tgt[idx, 2], moved, enc.index_select(idx))
+
+    enc2 = model.encode(src[idx], lens[idx])
+    state2 = model.init_state(enc2)
+    for t in range(2):
+        state2 = model.step(tgt[idx, t], state2, enc2).state
+    want = model.step(tgt[idx, 2], state2, enc2)
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=0)
+    if model.has_attention:
+        torch.testing.assert_close(got.attn, want.attn, atol=1e-5, rtol=0)
+    assert set(got.state) == set(want.state)
+    for k in want.state:
+        torch.testing.assert_close(got.state[k], want.state[k], atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- RNN specifics
+
+
+def _rnn(seed=0, **kw) -> ModelConfig:
+    base = dict(cell="gru", emb_dim=8, hidden_dim=6, dropout=0.0, attention="general",
+                attn_dim=5, placement="bahdanau")
+    return ModelConfig(arch="rnn", rnn=RNNConfig(**{**base, **kw}))
+
+
+@torch.no_grad()
+def test_bahdanau_scores_from_previous_state_luong_from_current():
+    """Bahdanau's first attention is scored from s_0, before the first input is read; Luong's
+    from s_1, after it. So only Luong's first weights depend on the first target token."""
+    src, lens, _, _ = _batch()
+    first = torch.full((4,), BOS_ID)
+    other = torch.full((4,), 7)
+    for placement, depends in (("bahdanau", False), ("luong", True)):
+        model = _model(_rnn(placement=placement))
+        enc = model.encode(src, lens)
+        state = model.init_state(enc)
+        a = model.step(first, state, enc).attn
+        b = model.step(other, state, enc).attn
+        assert torch.allclose(a, b) is not depends, placement
+
+
+@torch.no_grad()
+def test_input_feeding_carries_the_attentional_state():
+    src, lens, tgt, _ = _batch()
+    fed = _model(_rnn(placement="luong", input_feeding=True))
+    plain = _model(_rnn(placement="luong", input_feeding=False))
+    enc = fed.encode(src, lens)
+    state = fed.step(tgt[:, 0], fed.init_state(enc), enc).state
+    assert state["feed"].shape == (4, 6) and state["feed"].abs().sum() > 0
+    assert "feed" not in plain.init_state(plain.encode(src, lens))
+    # the fed decoder's recurrence reads h~_{t-1}: zeroing it changes the next step
+    zeroed = {**state, "feed": torch.zeros_like(state["feed"])}
+    assert not torch.allclose(fed.step(tgt[:, 1], state, enc).logits,
+                              fed.step(tgt[:, 1], zeroed, enc).logits)
+
+
+@torch.no_grad()
+def test_none_has_no_attention_and_a_fixed_context():
+    model = _model(_rnn(attention="none", init="zeros"))
+    src, lens, tgt, _ = _batch()
+    assert not model.has_attention
+    enc = model.encode(src, lens)
+    assert set(enc.extras) == {"final"}
+    assert model.step(tgt[:, 0], model.init_state(enc), enc).attn is None
+    with pytest.raises(MtkitError, match="attention `none`"):
+        model.attention_maps(src, lens, tgt)
+    # the source reaches the decoder through the final state alone
+    other = enc.__class__(torch.randn_like(enc.memory), enc.src_mask, enc.extras)
+    torch.testing.assert_close(model.step(tgt[:, 0], model.init_state(enc), other).logits,
+                               model.step(tgt[:, 0], model.init_state(enc), enc).logits)
+
+
+@torch.no_grad()
+def test_encoder_packs_padding_out():
+    model = _model(_rnn(bidirectional=True, enc_layers=2))
+    src, lens, _, _ = _batch()
+    enc = model.encode(src, lens)
+    assert (enc.memory[~enc.src_mask] == 0).all()
+    # the backward direction starts at the real last token: padding ids change nothing
+    junk = src.clone()
+    junk[~enc.src_mask] = 5
+    torch.testing.assert_close(model.encode(junk, lens).memory, enc.memory)
+
+
+@torch.no_grad()
+def test_rnn_attention_maps():
+    model = _model(_rnn(placement="luong", attention="local-p"))
+    src, lens, tgt, _ = _batch()
+    torch.testing.assert_close(model.attention_maps(src, lens, tgt),
+                               model(src, lens, tgt, return_attn=True).attn)
+    with pytest.raises(MtkitError, match="no encoder self-attention"):
+        model.attention_maps(src, lens, tgt, kind="encoder")
+    with pytest.raises(MtkitError, match="expected cross, encoder or decoder"):
+        model.attention_maps(src, lens, tgt, kind="self")
+    with pytest.raises(MtkitError, match="layer and head"):
+        model.attention_maps(src, lens, tgt, layer=0)
+
+
+def test_tied_output_layer_shares_the_target_embedding():
+    tied = _model(_rnn(tie_embeddings=True, placement="luong"))
+    assert tied.decoder.generator.weight is tied.decoder.embed.weight
+    untied = _model(_rnn(tie_embeddings=False, placement="luong"))
+    saved = untied.parameter_counts()["total"] - tied.parameter_counts()["total"]
+    # untied: own (V, Hd) output matrix; the readout and feed sizes change from E to Hd too
+    assert saved > 0
+
+
+def test_location_attention_rejects_sources_past_max_positions():
+    model = _model(_rnn(placement="luong", attention="location", max_positions=4))
+    src, lens, _, _ = _batch()
+    with pytest.raises(MtkitError, match="max_positions"):
+        model.encode(src, lens)
+
+
+def test_dropout_is_live_in_training_mode_only():
+    model = _model(_rnn(dropout=0.5, enc_layers=2, dec_layers=2))
+    src, lens, tgt, _ = _batch()
+    model.train()
+    assert not torch.allclose(model(src, lens, tgt).logits, model(src, lens, tgt).logits)
+    model.eval()
+    torch.testing.assert_close(model(src, lens, tgt).logits, model(src, lens, tgt).logits)
+
+
+# --------------------------------------------------------------------------- Transformer
+
+
+def _tf(**kw) -> ModelConfig:
+    base = dict(d_model=16, heads=2, enc_layers=2, dec_layers=2, ffn_dim=24, dropout=0.0,
+                share_embeddings=False)
+    return ModelConfig(arch="transformer", transformer=TransformerConfig(**{**base, **kw}))
+
+
+@torch.no_grad()
+def test_kv_cache_grows_one_position_per_step_cross_kv_computed_once():
+    model = _model(_tf())
+    src, lens, tgt, _ = _batch()
+    enc = model.encode(src, lens)
+    assert enc.extras["cross_k1"].shape == (4, 2, 7, 8)
+    state = model.init_state(enc)
+    assert set(state) == {"self_k0", "self_v0", "self_k1", "self_v1"}
+    for t in range(3):
+        assert state["self_k0"].shape == (4, 2, t, 8)
+        state = model.step(tgt[:, t], state, enc).state
+    assert state["self_v1"].shape == (4, 2, 3, 8)
+
+
+@torch.no_grad()
+def test_sinusoidal_positions_extend_past_max_positions_learned_refuse():
+    src, lens, tgt, _ = _batch()
+    model = _model(_tf(max_positions=4))
+    full = model(src, lens, tgt)
+    logits, _, _ = _step_all(model, src, lens, tgt)
+    torch.testing.assert_close(logits, full.logits, atol=1e-5, rtol=0)
+    learned = _model(_tf(max_positions=4, positions="learned"))
+    with pytest.raises(MtkitError, match="max_positions"):
+        learned(src, lens, tgt)
+
+
+@torch.no_grad()
+def test_transformer_attention_maps():
+    model = _model(_tf(heads=4, dec_layers=3, align_layer=-2))
+    src, lens, tgt, _ = _batch()
+    pad = torch.arange(7) >= lens[:, None]
+    cross = model.attention_maps(src, lens, tgt)
+    torch.testing.assert_close(cross, model(src, lens, tgt, return_attn=True).attn)
+    torch.testing.assert_close(cross, model.attention_maps(src, lens, tgt, layer=1))
+    heads = torch.stack([model.attention_maps(src, lens, tgt, head=h) for h in range(4)], 1)
+    torch.testing.assert_close(heads.mean(1), cross)
+    assert not torch.allclose(heads[:, 0], heads[:, 1])
+    enc_self = model.attention_maps(src, lens, tgt, kind="encoder", layer=0)
+    assert enc_self.shape == (4, 7, 7)
+    torch.testing.assert_close(enc_self.sum(-1), torch.ones(4, 7))
+    assert (enc_self.masked_select(pad[:, None, :].expand_as(enc_self)) == 0).all()
+    dec_self = model.attention_maps(src, lens, tgt, kind="decoder", layer=-1, head=3)
+    assert dec_self.shape == (4, 6, 6)
+    assert (dec_self.triu(1) == 0).all() and (dec_self.diagonal(dim1=1, dim2=2) > 0).all()
+    with pytest.raises(MtkitError, match="layer 3 out of range"):
+        model.attention_maps(src, lens, tgt, kind="encoder", layer=3)
+    with pytest.raises(MtkitError, match="head 4 out of range"):
+        model.attention_maps(src, lens, tgt, head=4)
+
+
+@torch.no_grad()
+def test_align_head_and_layer_choose_the_returned_attention():
+    src, lens, tgt, _ = _batch()
+    model = _model(_tf(heads=4, dec_layers=2, align_layer=0, align_head=2))
+    attn = model(src, lens, tgt, return_attn=True).attn
+    torch.testing.assert_close(
+        attn, model.attention_maps(src, lens, tgt, layer=0, head=2))
+    assert not torch.allclose(attn, model.attention_maps(src, lens, tgt, layer=1, head=2))
+
+
+@pytest.mark.parametrize("which", ["dropout", "attn_dropout", "act_dropout"])
+def test_each_transformer_dropout_is_used(which):
+    model = _model(_tf(**{which: 0.5}))
+    src, lens, tgt, _ = _batch()
+    model.train()
+    assert not torch.allclose(model(src, lens, tgt).logits, model(src, lens, tgt).logits)
+
+
+def test_shared_embeddings_are_one_table_and_need_equal_vocabularies():
+    model = _model(_tf(share_embeddings=True))
+    assert model.src_embed.tokens is model.tgt_embed.tokens
+    assert model.generator.weight is model.tgt_embed.tokens.weight
+    with pytest.raises(ConfigError, match="joint vocabulary.*23.*29"):
+        build_model(_tf(share_embeddings=True), SRC_V, TGT_V)
+
+
+# --------------------------------------------------------------------------- construction
+
+
+@pytest.mark.parametrize("cfg", [_rnn(tie_embeddings=True, placement="luong", cell="lstm"),
+                                 _tf(share_embeddings=True)], ids=["rnn-tied", "tf-shared"])
+def test_parameter_counts_add_up_with_shared_weights_counted_once(cfg):
+    model = _model(cfg)
+    counts = model.parameter_counts()
+    unique = {id(p): p.numel() for p in model.parameters()}
+    assert counts["total"] == sum(unique.values())
+    assert sum(v for k, v in counts.items() if k != "total") == counts["total"]
+    if cfg.arch == "transformer":  # the shared table counts under src_embed only
+        assert counts["src_embed"] == SRC_V * 16
+        assert counts["tgt_embed"] == 0 and counts["generator"] == SRC_V  # the bias
+
+
+def test_build_model_names_the_valid_choices():
+    bad = dataclasses.replace(_rnn(), arch="lstm")
+    with pytest.raises(ConfigError, match="expected one of rnn, transformer"):
+        build_model(bad, SRC_V, TGT_V)
+    bad_att = ModelConfig(arch="rnn", rnn=dataclasses.replace(RNNConfig(), attention="mlp"))
+    with pytest.raises(ConfigError, match="local-m, local-p"):
+        build_model(bad_att, SRC_V, TGT_V)
+    bad_cell = ModelConfig(arch="rnn", rnn=dataclasses.replace(RNNConfig(), cell="elman"))
+    with pytest.raises(ConfigError, match="lstm, gru, rnn"):
+        build_model(bad_cell, SRC_V, TGT_V)
