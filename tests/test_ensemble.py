@@ -58,7 +58,6 @@ def test_step_averages_probabilities_and_attention():
     ens = Ensemble(members)
     b = batch()
     enc, encs = ens.encode(b.src, b.src_lens), [m.encode(b.src, b.src_lens) for m in members]
-    prev = torch.tensor([2, 2, 2, 2])
     state = ens.init_state(enc)
     states = [m.init_state(e) for m, e in zip(members, encs, strict=True)]
     for tok in (2, 7, 9):

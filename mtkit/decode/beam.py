@@ -109,7 +109,6 @@ def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
 
 
 def _penalised(raw: torch.Tensor, length: torch.Tensor | int, cfg: DecodeConfig) -> torch.Tensor:
-    length = torch.as_tensor(length, device=raw.device)
     return raw / length_penalty(length, cfg.length_penalty, cfg.alpha)
 
 

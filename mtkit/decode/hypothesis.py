@@ -38,20 +38,20 @@ class Hypothesis:
     attn: torch.Tensor | None = None
 
 
-def length_penalty(lengths: torch.Tensor, kind: str, alpha: float) -> torch.Tensor:
-    """The divisor of a hypothesis's log-probability: lengths (...) -> (...) float.
+def length_penalty(lengths: torch.Tensor | int, kind: str,
+                   alpha: float) -> torch.Tensor | float:
+    """The divisor of a hypothesis's log-probability, for lengths (...) or one int length.
 
     'gnmt': ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14); 'average': |Y|;
     'none': 1. |Y| counts the final EOS. All three never decrease with |Y| (alpha >= 0),
     which is what beam search's stopping bound relies on.
     """
-    lengths = lengths.float()
     if kind == "gnmt":
         return ((5.0 + lengths) / 6.0) ** alpha
     if kind == "average":
-        return lengths
+        return lengths * 1.0
     assert kind == "none", kind
-    return torch.ones_like(lengths)
+    return torch.ones_like(lengths, dtype=torch.float) if torch.is_tensor(lengths) else 1.0
 
 
 def max_lengths(src_lens: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
@@ -85,7 +85,8 @@ def step_logprobs(logits: torch.Tensor, t: int, min_len: int,
     eos = lp[:, EOS_ID].clone()
     forced = max_len <= t
     # in place: one pass over (B, V) besides the softmax
-    lp.index_fill_(1, torch.tensor([PAD_ID, BOS_ID], device=lp.device), -math.inf)
+    lp[:, PAD_ID] = -math.inf
+    lp[:, BOS_ID] = -math.inf
     lp.masked_fill_(forced.unsqueeze(1), -math.inf)
     lp[:, EOS_ID] = torch.where(forced, eos, -math.inf) if t < min_len else eos
     return lp
