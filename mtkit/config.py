@@ -351,7 +351,8 @@ def _type_name(tp: Any) -> str:
         return " or ".join("null" if a is type(None) else _type_name(a)
                            for a in typing.get_args(tp))
     if origin is tuple:
-        return "a list of " + ", ".join(_type_name(a) for a in typing.get_args(tp))
+        args = typing.get_args(tp)
+        return f"a list of {len(args)} items ({', '.join(_type_name(a) for a in args)})"
     if origin is dict:
         return "a mapping"
     if dataclasses.is_dataclass(tp):

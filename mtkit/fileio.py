@@ -23,6 +23,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             yield f
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp creates 0600; give the file the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
