@@ -40,7 +40,7 @@ from mtkit.train.distributed import Dist, destroy_process_group, dist_from_env, 
 from mtkit.train.optim import Schedule, build_optimizer
 from mtkit.train.report import Reporter
 from mtkit.train.signals import GracefulStop
-from mtkit.train.step import finish_update, forward_backward
+from mtkit.train.step import finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class Trainer:
         self.pending: list[tuple[int, torch.Tensor, int, float]] = []
         self.window = _Window()
         self.last_checkpoint: Path | None = None
+        self.last_good_checkpoint: Path | None = None  # written after a finite update
         self.stop = GracefulStop()
         self.best_unsaved = False  # the latest validation was the best and is not saved yet
 
@@ -138,6 +139,7 @@ class Trainer:
             self.rep = rep
             self._log_start(resumed=state is not None)
             self.t0, self.session_update0 = time.monotonic(), self.p.update
+            self.window = _Window()
             reason = self._loop()
             return self._finish(reason)
 
@@ -204,6 +206,8 @@ class Trainer:
         saved_world = state["progress"].pop("world_size")
         self.p = _Progress(**state["progress"])
         self.last_checkpoint = self.run_dir / f"checkpoint_{self.p.update}.pt"
+        if self.p.nonfinite_run == 0:
+            self.last_good_checkpoint = self.last_checkpoint
         if saved_world == self.dist.world_size:
             ckpt.restore_rng(state["rng"][self.dist.rank])
         else:  # batches are dealt to ranks differently: start the next epoch afresh
@@ -213,9 +217,9 @@ class Trainer:
 
     def _log_start(self, *, resumed: bool) -> None:
         counts = self.model.parameter_counts()
-        what = f"resumed at update {self.p.update:,}" if resumed else "training"
-        log.info("%s %s: %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
-                 "device %s%s", what, self.recipe.name, self.recipe.model.arch,
+        what = f"resuming at update {self.p.update:,}" if resumed else "training"
+        log.info("%s: %s a %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
+                 "device %s%s", self.recipe.name, what, self.recipe.model.arch,
                  f"{counts['total']:,}", len(self.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
                  self.device, f" ({self.amp.dtype})" if self.amp.dtype else "")
@@ -247,11 +251,7 @@ class Trainer:
         """One update on the batches `group` (sentence indices)."""
         batches = list(iterate_batches(self.train_data, group, self.recipe.data.max_len))
         ntok = sum(b.num_tgt_tokens for b in batches)
-        if self.dist.enabled:  # normalise by the update's tokens over all ranks
-            total = self.dist.all_reduce(torch.tensor(float(ntok), device=self.device))
-            normalizer: float | torch.Tensor = self.dist.world_size / total
-        else:
-            normalizer = 1.0 / ntok
+        normalizer = token_normalizer(batches, dist=self.dist, device=self.device)
         lr = self.schedule.apply(self.optimizer, self.p.update + 1)
         try:
             loss, nll = forward_backward(
@@ -332,7 +332,7 @@ class Trainer:
         log.warning("update %d: non-finite loss or gradient norm; update skipped (%d in a row)",
                     update, run)
         if run >= self.cfg.max_nonfinite:
-            good = self.last_checkpoint or "none (no checkpoint written yet)"
+            good = self.last_good_checkpoint or "none (no checkpoint written yet)"
             raise MtkitError(
                 f"update {update}: {run} non-finite losses in a row (train.max_nonfinite); "
                 f"training stopped. Last good checkpoint: {good}. Lower train.lr, raise "
@@ -430,6 +430,8 @@ class Trainer:
             self.last_checkpoint = ckpt.write_run_checkpoint(
                 self.run_dir, state, update=p.update, keep_last=self.cfg.keep_last,
                 is_best=self.best_unsaved and p.valid_update == p.update)
+            if p.nonfinite_run == 0:
+                self.last_good_checkpoint = self.last_checkpoint
         p.saved_update = p.update
         self.best_unsaved = False
 

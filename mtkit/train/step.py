@@ -47,6 +47,19 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     return batch.to(device)
 
 
+def token_normalizer(batches: Sequence[Batch], *, dist: Dist,
+                     device: torch.device) -> float | torch.Tensor:
+    """1 / (target tokens of the update): of all its batches, on every rank.
+
+    Under DDP the gradients are averaged over the ranks afterwards, so each rank scales by
+    world_size / (tokens of all ranks); the token count is all-reduced on the device."""
+    ntok = sum(b.num_tgt_tokens for b in batches)
+    if not dist.enabled:
+        return 1.0 / ntok
+    total = dist.all_reduce(torch.tensor(float(ntok), device=device))
+    return dist.world_size / total
+
+
 def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.device,
                      amp: Amp, smoothing: float, normalizer: float | torch.Tensor,
                      no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,

@@ -1,0 +1,159 @@
+"""Training speed of a recipe's model on a device: target tokens per second and step time.
+
+    python bench/train_speed.py recipes/en-de.yaml --device cpu --threads 2 --steps 20
+    python bench/train_speed.py recipes/en-de.yaml --device cuda --steps 200 --batch-tokens 25000
+
+Each step is the training loop's own update (`mtkit.train.step`): collate the batches, copy
+them to the device, forward, label-smoothed loss, backward, clip, optimizer step, in the
+recipe's precision (bf16 autocast on CUDA by default) and with its optimizer (fused on CUDA).
+The batches are the recipe's real training batches when its data is prepared in the run
+directory (`mtkit prep RECIPE`), else random sentences with Multi30k-like lengths (about 13
+source and 14 target tokens on average with an 8k joint vocabulary). The first --warmup steps
+are not timed (allocator, cuDNN/compile warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mtkit.config import load_recipe
+from mtkit.data.batch import Batch, collate
+from mtkit.data.prep import data_dir, is_prepared
+from mtkit.data.sampler import TokenBatchSampler
+from mtkit.data.spm import Tokenizer
+from mtkit.data.store import ParallelData
+from mtkit.models.build import build_model
+from mtkit.train.device import Amp, resolve_device, setup_backend
+from mtkit.train.distributed import Dist
+from mtkit.train.optim import build_optimizer
+from mtkit.train.step import finish_update, forward_backward
+
+
+def random_corpus(n: int, vocab: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Sentences with Multi30k-like lengths under an 8k joint sentencepiece vocabulary:
+    source ~ N(13, 4.5), target ~ source * N(1.07, 0.15), both clipped to [3, 60]."""
+    rng = np.random.default_rng(seed)
+    s_len = np.clip(rng.normal(13, 4.5, n).round(), 3, 60).astype(int)
+    t_len = np.clip((s_len * rng.normal(1.07, 0.15, n)).round(), 3, 60).astype(int)
+    src = [rng.integers(4, vocab, k) for k in s_len]
+    tgt = [rng.integers(4, vocab, k) for k in t_len]
+    return src, tgt
+
+
+def batches_for(recipe, run_dir: Path, batch_tokens: int, seed: int):
+    """(list of host batch factories, src vocab, tgt vocab, where the batches came from)."""
+    max_len = recipe.data.max_len
+    if is_prepared(recipe, run_dir):
+        ddir = data_dir(run_dir)
+        tok = Tokenizer.load(ddir)
+        data = ParallelData.load(ddir, "train")
+        src_lens, tgt_lens = data.src_lens, data.tgt_lens
+        get_src, get_tgt = data.src, data.tgt
+        vocab, what = (tok.src_vocab_size, tok.tgt_vocab_size), f"prepared data in {ddir}"
+    else:
+        vs = recipe.data.spm.vocab_size
+        src, tgt = random_corpus(29000, vs, seed)
+        src_lens = np.array([len(s) for s in src])
+        tgt_lens = np.array([len(t) for t in tgt])
+        get_src, get_tgt = src.__getitem__, tgt.__getitem__
+        vocab, what = (vs, vs), "random Multi30k-like lengths (no prepared data)"
+    sampler = TokenBatchSampler(src_lens, tgt_lens, batch_tokens=batch_tokens, seed=seed,
+                                max_len=max_len)
+
+    def make(idx: list[int]) -> Batch:
+        return collate([get_src(i).tolist() for i in idx], [get_tgt(i).tolist() for i in idx],
+                       idx, max_len)
+
+    return [b.tolist() for b in sampler.batches()], make, vocab, what
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recipe", type=Path)
+    ap.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps "
+                    "(default: the recipe's train.device)")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (train.threads)")
+    ap.add_argument("--batch-tokens", type=int, default=None, help="train.batch_tokens")
+    ap.add_argument("--run-dir", type=Path, default=None,
+                    help="where the recipe's data is prepared (default runs/<name>)")
+    ap.add_argument("--set", action="append", default=[], help="recipe override KEY=VALUE")
+    args = ap.parse_args(argv)
+
+    sets = list(args.set)
+    if args.device:
+        sets.append(f"train.device={args.device}")
+    if args.threads is not None:
+        sets.append(f"train.threads={args.threads}")
+    if args.batch_tokens is not None:
+        sets.append(f"train.batch_tokens={args.batch_tokens}")
+    recipe = load_recipe(args.recipe, sets)
+    cfg = recipe.train
+    device = resolve_device(cfg.device)
+    setup_backend(device, cfg)
+    run_dir = args.run_dir or Path("runs") / recipe.name
+    groups, make, (sv, tv), what = batches_for(recipe, run_dir, cfg.batch_tokens, cfg.seed)
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(recipe.model, sv, tv).to(device).train()
+    net = torch.compile(model) if cfg.compile else model
+    optimizer = build_optimizer(model, cfg, device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    amp = Amp.for_device(device, cfg.precision)
+    uf = cfg.update_freq
+
+    def step(k: int) -> int:
+        idx = [groups[(k * uf + j) % len(groups)] for j in range(uf)]
+        batches = [make(i) for i in idx]
+        ntok = sum(b.num_tgt_tokens for b in batches)
+        loss, nll = forward_backward(net, batches, device=device, amp=amp,
+                                     smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
+        finish_update(params, optimizer, amp, clip_norm=cfg.clip_norm, loss_sum=loss,
+                      nll_sum=nll, dist=Dist())
+        return ntok
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for k in range(args.warmup):
+        step(k)
+    sync()
+    tokens, times = 0, []
+    start = time.perf_counter()
+    for k in range(args.warmup, args.warmup + args.steps):
+        t = time.perf_counter()
+        tokens += step(k)
+        if device.type != "cuda":  # per-step times need no sync on a CPU
+            times.append(time.perf_counter() - t)
+    sync()
+    total = time.perf_counter() - start
+    arch = recipe.model.arch
+    size = (f"{recipe.model.transformer.d_model} wide, {recipe.model.transformer.enc_layers}+"
+            f"{recipe.model.transformer.dec_layers} layers" if arch == "transformer" else
+            f"{recipe.model.rnn.cell} {recipe.model.rnn.hidden_dim}, "
+            f"{recipe.model.rnn.attention} attention")
+    print(f"recipe      {args.recipe} ({arch}: {size}; "
+          f"{model.parameter_counts()['total']:,} parameters)")
+    print(f"device      {device}, {torch.get_num_threads()} threads" if device.type == "cpu"
+          else f"device      {device} ({torch.cuda.get_device_name(device)})"
+          if device.type == "cuda" else f"device      {device}")
+    print(f"precision   {amp.dtype or torch.float32}; compile {cfg.compile}; "
+          f"batch_tokens {cfg.batch_tokens} x update_freq {uf}")
+    print(f"batches     {what}")
+    print(f"steps       {args.steps} timed after {args.warmup} warm-up")
+    print(f"step time   {1000 * total / args.steps:.1f} ms"
+          + (f" (median {1000 * statistics.median(times):.1f} ms)" if times else ""))
+    print(f"throughput  {tokens / total:,.0f} target tokens/s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Checkpoints: RNG states, safe loading, keeping, averaging, `load_model`, `mtkit average`."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from mtkit.cli import app
+from mtkit.config import load_recipe
+from mtkit.errors import CheckpointError
+from mtkit.train import checkpoint as ckpt
+from mtkit.train.loop import train
+
+TOY = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+
+
+@pytest.fixture(scope="module")
+def toy_trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A toy run of 6 updates with checkpoints at 2, 4 and 6 (read-only: copy to modify)."""
+    run = tmp_path_factory.mktemp("toy-trained")
+    recipe = load_recipe(TOY, ["train.max_updates=6", "train.checkpoint_every=2",
+                               "train.valid_every=4", "train.keep_last=3", "train.max_time=null"])
+    train(recipe, run, console=Console(file=io.StringIO()))
+    return run
+
+
+def _draws() -> tuple:
+    return random.random(), np.random.rand(), torch.rand(3).tolist()
+
+
+def test_rng_states_restore_every_generator() -> None:
+    _draws()
+    state = ckpt.capture_rng()
+    first = _draws()
+    _draws()
+    ckpt.restore_rng(state)
+    assert _draws() == first
+
+
+def test_a_checkpoint_is_tensors_and_primitives_only(toy_trained: Path) -> None:
+    state = torch.load(toy_trained / "last.pt", weights_only=True)
+    assert state["format"] == ckpt.CHECKPOINT_FORMAT
+    assert {"recipe", "vocab", "model", "optimizer", "schedule", "progress", "rng"} <= set(state)
+    progress = state["progress"]
+    assert (progress["update"], progress["epoch"], progress["saved_update"]) == (6, 1, 6)
+    assert progress["position"] == 6 and progress["world_size"] == 1
+    assert {"python", "numpy", "torch"} <= set(state["rng"][0])
+    assert "name: toy" in state["recipe"]
+
+
+def test_loading_refuses_pickled_code_and_garbage(tmp_path: Path) -> None:
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.system, ("echo pwned",))
+
+    torch.save({"format": ckpt.CHECKPOINT_FORMAT, "recipe": "", "vocab": {}, "model": Evil()},
+               tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="evil.pt: not a readable checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "evil.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="junk.pt: not a readable checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "junk.pt")
+    torch.save({"weights": torch.ones(1)}, tmp_path / "foreign.pt")
+    with pytest.raises(CheckpointError, match="not an mtkit checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "foreign.pt")
+
+
+def _state(value: float) -> dict:
+    return {"recipe": "", "vocab": {"src": 1, "tgt": 1}, "model": {"w": torch.full((2,), value)}}
+
+
+def test_run_checkpoints_keep_the_last_k_and_best_survives_pruning(tmp_path: Path) -> None:
+    for update, best in ((10, True), (20, False), (30, False), (40, False)):
+        ckpt.write_run_checkpoint(tmp_path, _state(update), update=update, is_best=best,
+                                  keep_last=2)
+    assert [p.name for p in ckpt.numbered_checkpoints(tmp_path)] == \
+        ["checkpoint_30.pt", "checkpoint_40.pt"]
+    assert ckpt.load_checkpoint(tmp_path / "last.pt")["model"]["w"][0] == 40
+    assert ckpt.load_checkpoint(tmp_path / "best.pt")["model"]["w"][0] == 10
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary files left behind
+
+
+def test_average_is_the_mean_and_keeps_tied_weights_tied(tmp_path: Path) -> None:
+    paths = []
+    for i, v in enumerate((1.0, 2.0, 6.0)):
+        shared = torch.full((2, 2), v)
+        state = {"recipe": "", "vocab": {"src": 1, "tgt": 1},
+                 "model": {"emb": shared, "out": shared, "steps": torch.tensor(7)}}
+        paths.append(ckpt.save_checkpoint(tmp_path / f"c{i}.pt", state))
+    avg = ckpt.average_checkpoints(paths)
+    torch.testing.assert_close(avg["emb"], torch.full((2, 2), 3.0))
+    assert avg["emb"] is avg["out"] and avg["steps"].item() == 7
+    bad = ckpt.save_checkpoint(tmp_path / "bad.pt", {
+        "recipe": "", "vocab": {}, "model": {"emb": torch.ones(3), "out": torch.ones(3),
+                                             "steps": torch.tensor(7)}})
+    with pytest.raises(CheckpointError, match=r"bad.pt: `emb` has shape \(3,\)"):
+        ckpt.average_checkpoints(paths[:1] + [bad])
+
+
+def test_load_model_takes_best_then_last_and_rebuilds_the_trained_model(
+        toy_trained: Path, tmp_path: Path) -> None:
+    model, recipe, tok = ckpt.load_model(toy_trained, "cpu")
+    assert recipe.name == "toy" and not model.training
+    assert tok.tgt_vocab_size == 51
+    saved = ckpt.load_checkpoint(toy_trained / "best.pt")["model"]
+    assert ckpt.weights_digest(model.state_dict()) == ckpt.weights_digest(saved)
+    run = tmp_path / "run"
+    shutil.copytree(toy_trained, run)
+    (run / "best.pt").unlink()
+    model, _, _ = ckpt.load_model(run, "cpu")
+    assert ckpt.weights_digest(model.state_dict()) == \
+        ckpt.weights_digest(ckpt.load_checkpoint(run / "last.pt")["model"])
+    (run / "last.pt").unlink()
+    with pytest.raises(CheckpointError, match="no best.pt or last.pt"):
+        ckpt.load_model(run, "cpu")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(toy_trained / "last.pt", alone / "model.pt")
+    with pytest.raises(CheckpointError, match="needs its run directory's data/ folder"):
+        ckpt.load_model(alone / "model.pt", "cpu")
+
+
+def test_average_command_on_a_run_directory(toy_trained: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(toy_trained, run)
+    result = CliRunner().invoke(app, ["average", str(run), "--last", "2"])
+    assert result.exit_code == 0, result.output
+    assert "averaged 2 checkpoints (checkpoint_4.pt, checkpoint_6.pt)" in result.output
+    avg = ckpt.load_checkpoint(run / "averaged.pt")["model"]
+    c4 = ckpt.load_checkpoint(run / "checkpoint_4.pt")["model"]
+    c6 = ckpt.load_checkpoint(run / "checkpoint_6.pt")["model"]
+    for k in avg:
+        if avg[k].is_floating_point():
+            torch.testing.assert_close(avg[k], (c4[k] + c6[k]) / 2)
+    model, _, _ = ckpt.load_model(run / "averaged.pt", "cpu")  # translate/score accept it
+    assert ckpt.weights_digest(model.state_dict()) == ckpt.weights_digest(avg)
+    result = CliRunner().invoke(app, ["average", str(run / "checkpoint_2.pt"),
+                                      str(run / "checkpoint_6.pt"), "-o", str(tmp_path / "a.pt")])
+    assert result.exit_code == 0 and (tmp_path / "a.pt").is_file()
+
+
+def test_average_command_errors_are_one_line(toy_trained: Path) -> None:
+    result = CliRunner().invoke(app, ["average", str(toy_trained), "--last", "5"])
+    assert result.exit_code == 2
+    assert "3 checkpoint_<update>.pt file(s) kept, cannot average 5" in result.output
+    result = CliRunner().invoke(app, ["average", str(toy_trained / "last.pt")])
+    assert result.exit_code == 2 and "at least two different checkpoint files" in result.output

@@ -1,0 +1,372 @@
+"""Training: loss, schedules, the update step, and whole (tiny) runs on the toy recipe.
+
+Runs use recipes/toy.yaml (a 2+2-layer 64-wide Transformer reversing made-up words) on one CPU
+thread. The kill-and-resume, SIGINT and DDP tests launch real processes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+
+from mtkit.config import TrainConfig, load_recipe
+from mtkit.data.batch import collate
+from mtkit.data.vocab import PAD_ID
+from mtkit.errors import CheckpointError, MtkitError
+from mtkit.models.build import build_model
+from mtkit.train import loop, step
+from mtkit.train.checkpoint import load_checkpoint, weights_digest
+from mtkit.train.device import Amp
+from mtkit.train.distributed import Dist
+from mtkit.train.loss import LossSums, label_smoothed_nll, perplexity
+from mtkit.train.optim import Schedule, build_optimizer, optimizer_step
+
+REPO = Path(__file__).resolve().parents[1]
+TOY = REPO / "recipes" / "toy.yaml"
+
+
+def _train(run_dir: Path, *sets: str, resume: bool = False) -> loop.TrainResult:
+    recipe = load_recipe(TOY, ["train.max_time=null", *sets])
+    return loop.train(recipe, run_dir, resume=resume, console=Console(file=io.StringIO()))
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _digest(path: Path) -> str:
+    return weights_digest(load_checkpoint(path)["model"])
+
+
+def _mtkit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mtkit", *args]
+
+
+# --------------------------------------------------------------------------- loss
+
+
+def test_loss_equals_torch_label_smoothed_cross_entropy() -> None:
+    logits = torch.randn(3, 5, 11, requires_grad=True)
+    target = torch.randint(4, 11, (3, 5))
+    target[0, 3:] = PAD_ID
+    target[2, 1:] = PAD_ID
+    sums = label_smoothed_nll(logits, target, smoothing=0.1)
+    ref = F.cross_entropy(logits.view(-1, 11), target.view(-1), label_smoothing=0.1,
+                          ignore_index=PAD_ID, reduction="sum")
+    nll = F.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=PAD_ID,
+                          reduction="sum")
+    torch.testing.assert_close(sums.loss, ref)
+    torch.testing.assert_close(sums.nll, nll)
+    (g_ours,) = torch.autograd.grad(sums.loss, logits)
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(g_ours, g_ref)
+    assert g_ours[2, 1:].abs().sum() == 0  # padding gets no gradient
+
+
+def test_loss_without_smoothing_is_the_nll_and_ppl_is_its_exp() -> None:
+    logits = torch.randn(2, 4, 7)
+    target = torch.randint(4, 7, (2, 4))
+    sums = label_smoothed_nll(logits, target, smoothing=0.0)
+    torch.testing.assert_close(sums.loss, sums.nll)
+    assert perplexity(math.log(20.0)) == pytest.approx(20.0)
+    assert perplexity(1e6) == math.inf
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def test_inverse_sqrt_warms_up_linearly_then_decays_and_noam_is_the_same_curve() -> None:
+    s = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="inverse_sqrt"))
+    assert s.lr_at(1) == pytest.approx(1e-5)
+    assert s.lr_at(50) == pytest.approx(5e-4)
+    assert s.lr_at(100) == pytest.approx(1e-3)
+    assert s.lr_at(400) == pytest.approx(5e-4)
+    noam = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="noam"))
+    for u in (1, 7, 100, 101, 2500):
+        vaswani = 256 ** -0.5 * min(u ** -0.5, u * 100 ** -1.5)
+        peak = 256 ** -0.5 * 100 ** -0.5
+        assert noam.lr_at(u) == pytest.approx(1e-3 * vaswani / peak)
+
+
+def test_constant_and_plateau_schedules() -> None:
+    assert Schedule(TrainConfig(lr=2e-3, warmup=0, schedule="constant")).lr_at(999) == 2e-3
+    s = Schedule(TrainConfig(lr=1e-3, warmup=0, schedule="plateau", plateau_factor=0.5,
+                             plateau_patience=1, min_lr=3e-4))
+    assert not s.observe(10.0, higher_is_better=True)  # best
+    assert not s.observe(9.0, higher_is_better=True)  # 1 bad: within patience
+    assert s.observe(9.5, higher_is_better=True)  # 2 bad: lowered
+    assert s.lr_at(5) == pytest.approx(5e-4)
+    assert not s.observe(9.0, higher_is_better=True)
+    assert s.observe(9.0, higher_is_better=True)
+    assert s.lr_at(5) == pytest.approx(3e-4)  # floored at min_lr
+    again = Schedule(TrainConfig(lr=1e-3, warmup=0, schedule="plateau"))
+    again.load_state_dict(s.state_dict())
+    assert again.lr_at(5) == s.lr_at(5) and again.best == 10.0
+
+
+# --------------------------------------------------------------------------- the update step
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_optimizer_step_skips_when_gradients_are_not_finite(fused: bool) -> None:
+    p = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.Adam([p], lr=0.1, fused=fused)
+    p.grad = torch.ones(4)
+    optimizer_step(opt, torch.tensor(False))
+    after_one = p.detach().clone()
+    state = {k: v.clone() for k, v in opt.state[p].items()}
+    p.grad = torch.full((4,), math.nan)
+    optimizer_step(opt, torch.tensor(True))
+    assert torch.equal(p.detach(), after_one)
+    for k, v in opt.state[p].items():
+        assert torch.equal(v, state[k]), k
+    assert not torch.equal(after_one, torch.ones(4))  # the first step did move
+
+
+def _tiny_model() -> torch.nn.Module:
+    recipe = load_recipe(TOY, ["model.transformer.dropout=0.0"])
+    torch.manual_seed(0)
+    return build_model(recipe.model, 20, 20)
+
+
+def test_gradient_accumulation_equals_one_larger_batch() -> None:
+    """Two batches of different sizes accumulated = their union in one batch."""
+    src = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [6], [7, 8, 9, 10]]
+    tgt = [[7, 6, 5], [9, 8, 8, 9], [14, 13], [6, 6, 6], [10, 9]]
+    b1 = collate(src[:2], tgt[:2], [0, 1])
+    b2 = collate(src[2:], tgt[2:], [2, 3, 4])
+    both = collate(src, tgt, range(5))
+    grads = []
+    for batches in ([b1, b2], [both]):
+        model = _tiny_model()
+        cpu = torch.device("cpu")
+        norm = step.token_normalizer(batches, dist=Dist(), device=cpu)
+        step.forward_backward(model, batches, device=cpu, amp=Amp("cpu", None, None),
+                              smoothing=0.1, normalizer=norm)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert norm == 1.0 / sum(len(t) + 1 for t in tgt)
+    for g1, g2 in zip(*grads, strict=True):
+        torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-5)
+
+
+def test_adamw_does_not_decay_biases_and_norm_gains() -> None:
+    model = _tiny_model()
+    opt = build_optimizer(model, TrainConfig(optimizer="adamw", weight_decay=0.1),
+                          torch.device("cpu"))
+    decayed, plain = opt.param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decayed["params"])
+    assert all(p.dim() < 2 for p in plain["params"]) and plain["params"]
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@pytest.mark.slow
+def test_toy_run_learns_and_leaves_a_self_describing_run_dir(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = _train(run, "train.max_updates=200", "train.valid_every=100", "train.log_every=20",
+                 "train.keep_last=2")
+    assert res.reason == "max_updates" and res.update == 200
+    for name in ("recipe.yaml", "data/spm.model", "metrics.jsonl", "train.log", "best.pt",
+                 "last.pt", "checkpoint_100.pt", "checkpoint_200.pt"):
+        assert (run / name).is_file(), name
+    recs = _metrics(run)
+    train = [r for r in recs if r["kind"] == "train"]
+    valid = [r for r in recs if r["kind"] == "valid"]
+    assert [r["update"] for r in train] == list(range(20, 201, 20))
+    assert [r["update"] for r in valid] == [100, 200]
+    for r in train:
+        assert {"loss", "nll", "ppl", "lr", "gnorm", "tgt_tokens_per_s", "epoch"} <= set(r)
+        assert r["ppl"] == pytest.approx(math.exp(r["nll"]))
+    assert train[-1]["loss"] < 0.5 * train[0]["loss"]  # loss falls
+    assert valid[-1]["bleu"] > valid[0]["bleu"] and valid[-1]["bleu"] > 50  # BLEU rises
+    assert recs[-1]["kind"] == "end" and recs[-1]["reason"] == "max_updates"
+    log = (run / "train.log").read_text()
+    assert "update 200 |" in log and "stopped (max_updates)" in log
+
+
+def test_kill_and_resume_ends_with_bitwise_identical_weights(tmp_path: Path) -> None:
+    """SIGKILL a `mtkit train` process right after a checkpoint, resume it, and compare
+    with an uninterrupted run (dropout on, gradient accumulation on)."""
+    sets = ["train.max_updates=40", "train.checkpoint_every=5", "train.valid_every=1000",
+            "train.update_freq=2", "model.transformer.dropout=0.2", "train.keep_last=20"]
+    whole = _train(tmp_path / "whole", *sets)
+    killed = tmp_path / "killed"
+    args = [a for s in sets + ["train.max_time=null"] for a in ("--set", s)]
+    proc = subprocess.Popen(_mtkit("train", str(TOY), "--run-dir", str(killed), *args),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (killed / "checkpoint_10.pt").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    stopped_at = load_checkpoint(killed / "last.pt")["progress"]["update"]
+    assert proc.returncode == -signal.SIGKILL and 10 <= stopped_at < 40
+    resumed = _train(killed, *sets, resume=True)
+    assert resumed.update == whole.update == 40
+    assert _digest(killed / "last.pt") == _digest(tmp_path / "whole" / "last.pt")
+    a, b = load_checkpoint(killed / "last.pt"), load_checkpoint(tmp_path / "whole" / "last.pt")
+    for k in a["optimizer"]["state"]:
+        assert torch.equal(a["optimizer"]["state"][k]["exp_avg_sq"],
+                           b["optimizer"]["state"][k]["exp_avg_sq"])
+    updates = [r["update"] for r in _metrics(killed) if r["kind"] == "train"]
+    assert updates == sorted(set(updates))  # records after the checkpoint were dropped
+
+
+def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        _mtkit("train", str(TOY), "--run-dir", str(run), "--set", "train.max_updates=100000",
+               "--set", "train.max_time=null", "--set", "train.valid_every=20"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run / "last.pt").exists() and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    state = load_checkpoint(run / "last.pt")
+    update = state["progress"]["update"]
+    assert update > 20  # a fresh checkpoint, not the validation one
+    assert f"interrupted at update {update}" in err and "--resume" in err
+    assert f"checkpoint_{update}.pt" in err
+    end = _metrics(run)[-1]
+    assert end["kind"] == "end" and end["reason"] == "interrupted"
+
+
+def test_nonfinite_loss_skips_the_update_with_a_warning(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture
+                                                        ) -> None:
+    calls = {"n": 0}
+    real = step.label_smoothed_nll
+
+    def nan_at_third(logits: torch.Tensor, target: torch.Tensor, **kw: float) -> LossSums:
+        calls["n"] += 1
+        sums = real(logits, target, **kw)
+        return LossSums(sums.loss * math.nan, sums.nll) if calls["n"] == 3 else sums
+
+    monkeypatch.setattr(step, "label_smoothed_nll", nan_at_third)
+    caplog.set_level(logging.WARNING, logger="mtkit")
+    res = _train(tmp_path / "run", "train.max_updates=6", "train.log_every=6",
+                 "train.valid_every=1000")
+    assert res.update == 6 and res.reason == "max_updates"
+    assert "update 3: non-finite loss or gradient norm; update skipped (1 in a row)" \
+        in caplog.text
+    (rec,) = [r for r in _metrics(tmp_path / "run") if r["kind"] == "train"]
+    assert rec["skipped"] == 1 and math.isfinite(rec["loss"])
+
+
+def test_nonfinite_losses_in_a_row_abort_naming_update_and_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"n": 0}
+    real = step.label_smoothed_nll
+
+    def nan_from_fifth(logits: torch.Tensor, target: torch.Tensor, **kw: float) -> LossSums:
+        calls["n"] += 1
+        sums = real(logits, target, **kw)
+        return LossSums(sums.loss * math.inf, sums.nll) if calls["n"] >= 5 else sums
+
+    monkeypatch.setattr(step, "label_smoothed_nll", nan_from_fifth)
+    run = tmp_path / "run"
+    with pytest.raises(MtkitError, match=r"update 7: 3 non-finite losses in a row.*"
+                       r"Last good checkpoint: .*checkpoint_4\.pt"):
+        _train(run, "train.max_updates=50", "train.checkpoint_every=2",
+               "train.valid_every=1000", "train.max_nonfinite=3", "train.keep_last=5")
+    # the skipped updates left the weights alone: checkpoint_6 (after 2 skipped) = checkpoint_4
+    assert _digest(run / "checkpoint_6.pt") == _digest(run / "checkpoint_4.pt")
+
+
+def test_out_of_memory_on_a_batch_skips_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    calls = {"n": 0}
+    real = loop.forward_backward
+
+    def oom_once(*args: object, **kw: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(loop, "forward_backward", oom_once)
+    caplog.set_level(logging.WARNING, logger="mtkit")
+    res = _train(tmp_path / "run", "train.max_updates=4", "train.valid_every=1000")
+    assert res.update == 4 and calls["n"] == 5
+    assert "out of memory after update 1" in caplog.text and "batch skipped" in caplog.text
+    progress = load_checkpoint(tmp_path / "run" / "last.pt")["progress"]
+    assert progress["position"] == 5  # five batches consumed for four updates
+
+
+def test_max_time_ends_with_a_checkpoint_and_a_final_validation(tmp_path: Path) -> None:
+    recipe = load_recipe(TOY, ["train.max_time=2s", "train.max_updates=0",
+                               "train.valid_every=100000"])
+    run = tmp_path / "run"
+    res = loop.train(recipe, run, console=Console(file=io.StringIO()))
+    assert res.reason == "max_time" and res.update > 0
+    recs = _metrics(run)
+    assert [r["update"] for r in recs if r["kind"] == "valid"] == [res.update]
+    assert load_checkpoint(run / "last.pt")["progress"]["update"] == res.update
+    assert (run / "best.pt").is_file()
+
+
+def test_patience_stops_early_and_average_last_averages(tmp_path: Path) -> None:
+    # lr so small that BLEU stays 0: no validation after the first improves on it
+    run = tmp_path / "run"
+    res = _train(run, "train.lr=1e-9", "train.max_updates=100", "train.valid_every=2",
+                 "train.patience=2", "train.keep_last=3", "train.average_last=3")
+    assert res.reason == "patience" and res.update == 6
+    assert res.averaged == run / "averaged.pt"
+    avg = load_checkpoint(res.averaged)
+    assert avg["averaged_from"] == ["checkpoint_2.pt", "checkpoint_4.pt", "checkpoint_6.pt"]
+    (rec,) = [r for r in _metrics(run) if r["kind"] == "average"]
+    assert rec["checkpoints"] == avg["averaged_from"] and "bleu" in rec
+
+
+def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        _train(run, "train.max_updates=2", resume=True)
+    _train(run, "train.max_updates=2", "train.valid_every=1000")
+    with pytest.raises(CheckpointError, match="already holds a training run"):
+        _train(run, "train.max_updates=2")
+    with pytest.raises(CheckpointError, match=r"`model` section differs .*model\.transformer"):
+        _train(run, "train.max_updates=4", "model.transformer.ffn_dim=64", resume=True)
+
+
+def test_two_process_ddp_run_ends_with_identical_weights_on_both_ranks(tmp_path: Path) -> None:
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.is_file() or not torch.distributed.is_gloo_available():
+        pytest.skip("torchrun with gloo is not available")
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "mtkit", "train", str(TOY),
+         "--run-dir", str(run), "--set", "train.max_updates=6", "--set", "train.valid_every=3",
+         "--set", "train.log_every=3", "--set", "model.transformer.dropout=0.1"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = _metrics(run)
+    (check,) = [r for r in recs if r["kind"] == "ddp_check"]
+    assert len(check["digests"]) == 2 and check["digests"][0] == check["digests"][1]
+    assert check["digests"][0] == _digest(run / "last.pt")
+    assert [r["update"] for r in recs if r["kind"] == "train"] == [3, 6]  # rank 0 only
+    log = (run / "train.log").read_text()
+    assert log.count("toy: training") == 1 and "per rank x 2" in log
