@@ -370,3 +370,16 @@ def test_two_process_ddp_run_ends_with_identical_weights_on_both_ranks(tmp_path:
     assert [r["update"] for r in recs if r["kind"] == "train"] == [3, 6]  # rank 0 only
     log = (run / "train.log").read_text()
     assert log.count("toy: training") == 1 and "per rank x 2" in log
+
+
+def test_rnn_recipe_is_a_bigru_with_bahdanau_attention_and_fully_commented() -> None:
+    path = REPO / "recipes" / "en-de-rnn.yaml"
+    r = load_recipe(path)
+    rnn = r.model.rnn
+    assert r.model.arch == "rnn" and rnn.cell == "gru" and rnn.bidirectional
+    assert rnn.attention == "additive" and rnn.placement == "bahdanau"
+    assert (rnn.emb_dim, rnn.hidden_dim) == (256, 256) and r.train.schedule == "plateau"
+    assert r.data == load_recipe(REPO / "recipes" / "en-de.yaml").data
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            assert " # " in line or "  #" in line, f"en-de-rnn.yaml:{i}: no comment: {line}"
