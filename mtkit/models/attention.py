@@ -186,13 +186,16 @@ class LocalAttention(Attention):
 
     def energies(self, query, keys, src_mask, positions):
         scores = self.content.energies(query, keys, src_mask, positions)  # (B, T, S)
-        lens = src_mask.sum(dim=1, keepdim=True).to(query.dtype)  # (B, 1)
+        # Positions in at least float32: bf16 cannot tell position 255 from 256.
+        dtype = torch.promote_types(query.dtype, torch.float32)
+        lens = src_mask.sum(dim=1, keepdim=True).to(dtype)  # (B, 1)
         if self.predictive:
-            centre = lens * torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
+            gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query))).squeeze(-1).to(dtype))
+            centre = lens * gate
         else:
             assert positions is not None, "local-m attention needs the decoder step index"
-            centre = torch.minimum(positions.to(query.dtype), lens - 1)  # (B, T)
-        src_pos = torch.arange(keys.size(1), device=query.device, dtype=query.dtype)
+            centre = torch.minimum(positions.to(dtype), lens - 1)  # (B, T)
+        src_pos = torch.arange(keys.size(1), device=query.device, dtype=dtype)
         dist = src_pos.view(1, 1, -1) - centre.unsqueeze(-1)  # (B, T, S)
         if self.predictive:
             sigma = self.window / 2
