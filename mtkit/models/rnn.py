@@ -198,9 +198,11 @@ class BahdanauDecoder(RNNDecoder):
             return self._logits(self._readout(out, ctx, emb)), None
         positions = self._positions(state, steps)
         outs, ctxs, attns = [], [], []
-        for t in range(steps):  # scores need s_{t-1}: inherently sequential
+        # split, not emb[:, t:t+1]: one backward concatenation instead of T full-size
+        # zero-filled gradients.
+        for t, emb_t in enumerate(emb.split(1, dim=1)):  # scores need s_{t-1}: sequential
             pos = None if positions is None else positions[:, t : t + 1]
-            out, ctx, weights, hidden = self._cell(emb[:, t : t + 1], hidden, enc, pos)
+            out, ctx, weights, hidden = self._cell(emb_t, hidden, enc, pos)
             outs.append(out)
             ctxs.append(ctx)
             attns.append(weights)
@@ -255,8 +257,8 @@ class LuongDecoder(RNNDecoder):
             return self._logits(h_att), attn
         feed = state["feed"].unsqueeze(1)
         h_atts, attns = [], []
-        for t in range(tgt_in.size(1)):
-            out, hidden = self.rnn(torch.cat([emb[:, t : t + 1], feed], dim=-1), hidden)
+        for t, emb_t in enumerate(emb.split(1, dim=1)):  # see BahdanauDecoder.teacher
+            out, hidden = self.rnn(torch.cat([emb_t, feed], dim=-1), hidden)
             pos = None if positions is None else positions[:, t : t + 1]
             feed, weights = self._attentional(out, enc, pos)
             h_atts.append(feed)
