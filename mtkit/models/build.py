@@ -26,10 +26,10 @@ from mtkit.models.rnn import BahdanauDecoder, Bridge, LuongDecoder, RNNEncoder, 
 from mtkit.models.transformer import (
     Decoder,
     DecoderLayer,
-    Embedding,
     Encoder,
     EncoderLayer,
     FeedForward,
+    ScaledEmbedding,
     Transformer,
 )
 
@@ -144,8 +144,8 @@ def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int) ->
     src_tokens = _token_embedding(src_vocab, d)
     tgt_tokens = src_tokens if cfg.share_embeddings else _token_embedding(tgt_vocab, d)
 
-    def embedding(tokens: nn.Embedding) -> Embedding:
-        return Embedding(tokens, learned=cfg.positions == "learned",
+    def embedding(tokens: nn.Embedding) -> ScaledEmbedding:
+        return ScaledEmbedding(tokens, learned=cfg.positions == "learned",
                          max_positions=cfg.max_positions, dropout=cfg.dropout)
 
     def ffn() -> FeedForward:

@@ -205,7 +205,7 @@ def sinusoids(length: int, d_model: int, start: int = 0) -> torch.Tensor:
     return table
 
 
-class Embedding(nn.Module):
+class ScaledEmbedding(nn.Module):
     """Token embedding × √d (§3.4) plus positions, then dropout. Positions are sinusoidal
     (any length) or learned (up to max_positions); the token table may be shared."""
 
@@ -285,7 +285,7 @@ class Transformer(Translator):
     layer `align_layer` (negative counts from the top), head `align_head` or the head mean;
     they are computed only when a caller asks (need_attn / return_attn)."""
 
-    def __init__(self, src_embed: Embedding, tgt_embed: Embedding, encoder: Encoder,
+    def __init__(self, src_embed: ScaledEmbedding, tgt_embed: ScaledEmbedding, encoder: Encoder,
                  decoder: Decoder, generator: nn.Linear, *, align_layer: int,
                  align_head: int | None) -> None:
         super().__init__()
