@@ -127,13 +127,14 @@ def main(argv: list[str] | None = None) -> None:
     for k in range(args.warmup):
         step(k)
     sync()
-    tokens, times = 0, []
+    tokens, times, step_tokens = 0, [], []
     start = time.perf_counter()
     for k in range(args.warmup, args.warmup + args.steps):
         t = time.perf_counter()
-        tokens += step(k)
+        step_tokens.append(step(k))
         if device.type != "cuda":  # per-step times need no sync on a CPU
             times.append(time.perf_counter() - t)
+    tokens = sum(step_tokens)
     sync()
     total = time.perf_counter() - start
     arch = recipe.model.arch
@@ -152,7 +153,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"steps       {args.steps} timed after {args.warmup} warm-up")
     print(f"step time   {1000 * total / args.steps:.1f} ms"
           + (f" (median {1000 * statistics.median(times):.1f} ms)" if times else ""))
-    print(f"throughput  {tokens / total:,.0f} target tokens/s")
+    median = ""
+    if times:
+        rates = [n / t for n, t in zip(step_tokens, times, strict=True)]
+        median = f" (median over steps {statistics.median(rates):,.0f})"
+    print(f"throughput  {tokens / total:,.0f} target tokens/s{median}")
 
 
 if __name__ == "__main__":

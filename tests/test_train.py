@@ -347,7 +347,8 @@ def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path) -> N
     _train(run, "train.max_updates=2", "train.valid_every=1000")
     with pytest.raises(CheckpointError, match="already holds a training run"):
         _train(run, "train.max_updates=2")
-    with pytest.raises(CheckpointError, match=r"`model` section differs .*model\.transformer"):
+    with pytest.raises(CheckpointError,
+                       match=r"`model` section differs .*at model\.transformer\.ffn_dim\)"):
         _train(run, "train.max_updates=4", "model.transformer.ffn_dim=64", resume=True)
 
 
@@ -383,3 +384,23 @@ def test_rnn_recipe_is_a_bigru_with_bahdanau_attention_and_fully_commented() -> 
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip() and not line.lstrip().startswith("#"):
             assert " # " in line or "  #" in line, f"en-de-rnn.yaml:{i}: no comment: {line}"
+
+
+def test_tensorboard_gets_every_number_when_the_package_is_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mtkit.train import report
+
+    scalars: list[tuple[str, float, int]] = []
+
+    class Writer:  # stands in for torch.utils.tensorboard.SummaryWriter
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            scalars.append((tag, value, step))
+
+        def close(self) -> None:
+            scalars.append(("closed", 0, 0))
+
+    monkeypatch.setattr(report, "_tensorboard", lambda run_dir: Writer())
+    _train(tmp_path / "run", "train.max_updates=4", "train.log_every=2", "train.valid_every=4")
+    tags = {(tag, step) for tag, _, step in scalars}
+    assert {("train/loss", 2), ("train/lr", 4), ("valid/bleu", 4), ("valid/ppl", 4)} <= tags
+    assert scalars[-1][0] == "closed"

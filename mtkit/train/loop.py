@@ -27,7 +27,7 @@ from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
 
 from mtkit.config import Recipe, dump_recipe, parse_duration, recipe_from_yaml_text, recipe_to_dict
-from mtkit.data.prep import data_dir, prepare
+from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.data.sampler import TokenBatchSampler, iterate_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
@@ -130,6 +130,9 @@ class Trainer:
     def run(self, *, resume: bool, mirror: str | Path | None) -> TrainResult:
         state = self._resume_state() if resume else self._check_fresh()
         if self.dist.is_main:
+            if state is not None and not is_prepared(self.recipe, self.run_dir):
+                log.warning("%s is missing or its inputs changed: preparing it again before "
+                            "resuming", data_dir(self.run_dir))
             prepare(self.recipe, self.run_dir, mirror=mirror, console=self.console)
         self.dist.barrier()
         self._build(state)
@@ -157,19 +160,22 @@ class Trainer:
         state = ckpt.load_checkpoint(path)
         saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
         for section in ("data", "model"):
-            before = recipe_to_dict(getattr(saved, section))
-            now = recipe_to_dict(getattr(self.recipe, section))
-            if before != now:
-                keys = [k for k in now if now.get(k) != before.get(k)]
+            key = _first_difference(recipe_to_dict(getattr(saved, section)),
+                                    recipe_to_dict(getattr(self.recipe, section)), section)
+            if key is not None:
                 raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
-                                      f"the one {path} was trained with (at {section}."
-                                      f"{keys[0] if keys else '?'}); resume with the same "
-                                      "recipe, or train into a new --run-dir")
+                                      f"the one {path} was trained with (at {key}); resume "
+                                      "with the same recipe, or train into a new --run-dir")
         return state
 
     def _build(self, state: dict | None) -> None:
         cfg, ddir = self.cfg, data_dir(self.run_dir)
         self.tokenizer = Tokenizer.load(ddir)
+        vocab = (self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size)
+        if state is not None and vocab != (state["vocab"]["src"], state["vocab"]["tgt"]):
+            raise CheckpointError(f"--resume: {ddir} now holds vocabularies of {vocab[0]}/"
+                                  f"{vocab[1]} pieces but the checkpoint was trained with "
+                                  f"{state['vocab']['src']}/{state['vocab']['tgt']}")
         self.train_data = ParallelData.load(ddir, "train")
         self.valid_data = ParallelData.load(ddir, "valid")
         with open_text(text_path(ddir, "valid", "tgt")) as f:
@@ -480,6 +486,17 @@ class Trainer:
         self.rep.record("ddp_check", update=self.p.update, digests=digests)
         if len(set(digests)) > 1:
             log.warning("ranks hold different weights at the end (digests %s)", digests)
+
+
+def _first_difference(before: object, now: object, key: str) -> str | None:
+    """The dotted key of the first value that differs between two recipe dicts, or None."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        for k in list(now) + [k for k in before if k not in now]:
+            found = _first_difference(before.get(k), now.get(k), f"{key}.{k}")
+            if found is not None:
+                return found
+        return None
+    return None if before == now else key
 
 
 def _seed_all(seed: int) -> None:

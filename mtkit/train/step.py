@@ -56,7 +56,8 @@ def token_normalizer(batches: Sequence[Batch], *, dist: Dist,
     ntok = sum(b.num_tgt_tokens for b in batches)
     if not dist.enabled:
         return 1.0 / ntok
-    total = dist.all_reduce(torch.tensor(float(ntok), device=device))
+    # torch.full launches a fill kernel; torch.tensor(..., device=cuda) would copy and wait.
+    total = dist.all_reduce(torch.full((), float(ntok), device=device))
     return dist.world_size / total
 
 
