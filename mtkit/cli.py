@@ -444,5 +444,154 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None,
     err.print(stats.summary(), highlight=False)
 
 
+def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,
+                         self_attention: str | None, fmt: str | None,
+                         heatmap: Path | None, one_based: bool, gold: Path | None,
+                         method: str | None, threshold: float | None, show: bool,
+                         links: bool, stdout_links: bool) -> list[str]:
+    """Flags that `mtkit align` would otherwise accept and ignore."""
+    given = [name for name, value in search.items() if value not in (None, False)]
+    checks = [
+        (forced and bool(given), f"{', '.join(given)}: search options apply only without -t "
+         "(with -t the given targets are aligned, nothing is searched)"),
+        (greedy and search.get("--beam") is not None, "--greedy and --beam exclude each other"),
+        (self_attention not in (None, "encoder", "decoder"),
+         f"--self-attention: invalid choice {self_attention!r}; expected encoder or decoder"),
+        (fmt is not None and heatmap is None, "--format applies to --heatmap DIR"),
+        (one_based and gold is None, "--one-based applies to --gold FILE"),
+        ((method is not None or threshold is not None) and not links,
+         "--method and --threshold apply to links: add --pharaoh, --json or --gold"),
+        (threshold is not None and method != "threshold", "--threshold needs --method threshold"),
+        (show and stdout_links, "--print and --pharaoh - both write to stdout; give a file"),
+    ]
+    return [message for bad, message in checks if bad]
+
+
+def _head(value: str | None) -> int | None:
+    if value is None or value == "mean":
+        return None
+    if value.isdigit():
+        return int(value)
+    from mtkit.errors import ConfigError
+
+    raise ConfigError(f"--head: expected a head number (0, 1, ...) or mean, got {value!r}")
+
+
+@app.command()
+@user_errors
+def align(
+    model: Annotated[Path, typer.Argument(
+        help="Run directory (uses best.pt) or checkpoint file.", show_default=False)],
+    src: Annotated[Path, typer.Option("-s", "--src", help="Source sentences, one per line.",
+                                      show_default=False)],
+    tgt: Annotated[Path | None, typer.Option(
+        "-t", "--tgt", help="Target sentences, one per line, aligned by forced decoding; "
+        "without -t the source is translated first and aligned with the translation.")] = None,
+    show: Annotated[bool, typer.Option(
+        "--print", help="Print each matrix as a shaded table (target rows, source columns).")]
+    = False,
+    heatmap: Annotated[Path | None, typer.Option(
+        "--heatmap", help="Write one heatmap per pair into this folder (align-NNNN.png).",
+        show_default=False)] = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", help="Heatmap format: png (default), svg or pdf.", show_default=False)]
+    = None,
+    pharaoh: Annotated[Path | None, typer.Option(
+        "--pharaoh", help="Write Pharaoh links 'i-j' (0-based source i, target j), one line per "
+        "pair, to this file (- for stdout).", show_default=False)] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Write matrices, tokens, links (and gold scores) as JSON.",
+        show_default=False)] = None,
+    level: Annotated[str, typer.Option(
+        "--level", help="word (pieces merged, EOS dropped) or subword (pieces); applies to "
+        "every output.")] = "word",
+    method: Annotated[str | None, typer.Option(
+        "--method", help="Link extraction: argmax-tgt (default), argmax-src, intersection, "
+        "union, grow-diag-final, threshold.", show_default=False)] = None,
+    threshold: Annotated[float | None, typer.Option(
+        "--threshold", help="Weight for --method threshold (default 0.5).", show_default=False)]
+    = None,
+    layer: Annotated[int | None, typer.Option(
+        "--layer", help="Transformer layer, negative from the top (default -1, the top "
+        "layer: it aligned best on synthetic reversal and permutation tasks).",
+        show_default=False)] = None,
+    head: Annotated[str | None, typer.Option(
+        "--head", help="Transformer head number, or mean (default).", show_default=False)]
+    = None,
+    self_attention: Annotated[str | None, typer.Option(
+        "--self-attention", help="encoder or decoder: show that self-attention instead of the "
+        "cross-attention.", show_default=False)] = None,
+    gold: Annotated[Path | None, typer.Option(
+        "--gold", help="Gold links (sure i-j, possible i?j or ipj), one line per pair: print "
+        "AER, precision and recall.", show_default=False)] = None,
+    one_based: Annotated[bool, typer.Option(
+        "--one-based", help="Gold links count from 1.")] = False,
+    beam: Annotated[int | None, typer.Option("-b", "--beam", help="Beam size (no -t).")] = None,
+    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search (no -t).")] = False,
+    length_penalty: Annotated[str | None, typer.Option(
+        "--length-penalty", help="gnmt, average or none (no -t).")] = None,
+    alpha: Annotated[float | None, typer.Option("--alpha", help="GNMT exponent (no -t).")]
+    = None,
+    max_len_a: Annotated[float | None, typer.Option(
+        "--max-len-a", help="Output limit a·src_len + b: a (no -t).")] = None,
+    max_len_b: Annotated[int | None, typer.Option("--max-len-b", help="... and b.")] = None,
+    min_len: Annotated[int | None, typer.Option("--min-len", help="Tokens before EOS (no -t).")]
+    = None,
+    batch_tokens: Annotated[int | None, typer.Option(
+        "--batch-tokens", help="Padded tokens per batch.")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N, mps.")]
+    = "auto",
+    threads: Annotated[int, typer.Option("--threads", help="CPU threads (0: default).")] = 0,
+) -> None:
+    """Show and extract word alignments from a model's attention: terminal tables, heatmaps,
+    Pharaoh links, JSON, and AER against gold links.
+
+    Example: mtkit align runs/en-de -s test.en -t test.de --pharaoh test.align --gold gold.txt
+
+    Without -t: mtkit align runs/en-de -s test.en --beam 5 --print --heatmap maps/
+    """
+    import torch
+    from rich.console import Console
+
+    from mtkit import align_run as ar
+    from mtkit.align import DEFAULT_METHOD
+    from mtkit.train.checkpoint import load_model
+    from mtkit.train.device import resolve_device
+
+    search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
+              "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
+              "--min-len": min_len}
+    problems = _align_flag_problems(
+        forced=tgt is not None, search=search, greedy=greedy, self_attention=self_attention,
+        fmt=fmt, heatmap=heatmap,
+        one_based=one_based, gold=gold, method=method, threshold=threshold, show=show,
+        links=pharaoh is not None or json_out is not None or gold is not None,
+        stdout_links=str(pharaoh) == "-")
+    if problems:
+        raise MtkitError("; ".join(problems))
+    outputs = ar.AlignOutputs(
+        show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
+        json=json_out, gold=gold, one_based=one_based, level=level,  # type: ignore[arg-type]
+        method=method or DEFAULT_METHOD, threshold=threshold)
+    outputs.check()
+    ar.check_inputs(src, tgt, gold)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    dev = resolve_device(device)
+    net, recipe, tok = load_model(model, dev)
+    choice = ar.choose_attention(recipe.model, kind=self_attention or "cross", layer=layer,
+                                 head=_head(head))
+    cfg = _decode_config(recipe.decode, "command line",
+                         method="greedy" if greedy else ("beam" if beam else None),
+                         beam_size=beam, nbest=1, length_penalty=length_penalty, alpha=alpha,
+                         max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+                         batch_tokens=batch_tokens)
+    report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
+                            device=dev, console=Console(highlight=False), stdout=sys.stdout)
+    if report.scores is not None:  # on stderr when stdout carries the links
+        typer.echo(ar.format_scores(report.scores), err=str(pharaoh) == "-")
+    typer.echo(f"mtkit: {report.summary()}", err=True)
+
+
 def main() -> None:
     app()
