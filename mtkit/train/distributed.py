@@ -7,6 +7,7 @@ without them training is one process and every helper here is a no-op.
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -71,8 +72,11 @@ def init_process_group(dist: Dist, device: torch.device) -> None:
     """NCCL between GPUs, gloo between CPU processes."""
     if dist.enabled and not torch_dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
+        # Ranks > 0 wait in a collective while rank 0 prepares data or validates alone: allow
+        # an hour (NCCL's default is 10 minutes).
         torch_dist.init_process_group(backend, rank=dist.rank, world_size=dist.world_size,
-                                      device_id=device if device.type == "cuda" else None)
+                                      device_id=device if device.type == "cuda" else None,
+                                      timeout=datetime.timedelta(hours=1))
 
 
 def destroy_process_group(dist: Dist) -> None:

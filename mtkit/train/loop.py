@@ -376,8 +376,9 @@ class Trainer:
             etas.append((self.cfg.max_updates - self.p.update) / rate)
         if self.max_time is not None:
             etas.append(self.max_time - self._elapsed())
+        loss = w.loss / w.tokens if w.tokens else getattr(self, "last_loss", None)
         self.rep.bar(update=self.p.update, total=self.cfg.max_updates or None,
-                     epoch=self.p.epoch, loss=getattr(self, "last_loss", None),
+                     epoch=self.p.epoch, loss=loss,
                      lr=getattr(self, "lr", 0.0), tok_s=tok_s, eta=min(etas) if etas else None)
 
     def _elapsed(self) -> float:
