@@ -365,20 +365,26 @@ class Trainer:
         self.last_loss, self.tok_s = mean, rec["tgt_tokens_per_s"]
         self.window = _Window()
 
+    def _planned_updates(self) -> int | None:
+        """The update training stops at, if a limit in updates or epochs says so."""
+        per_epoch = -(-len(self.sampler) // self.cfg.update_freq)
+        limits = [self.cfg.max_updates] if self.cfg.max_updates else []
+        if self.cfg.max_epochs:
+            left = self.cfg.max_epochs - self.p.epoch + 1
+            done = -(-self.p.position // self.cfg.update_freq)
+            limits.append(self.p.update + left * per_epoch - done)
+        return min(limits) if limits else None
+
     def _bar(self) -> None:
-        w = self.window
-        rate = (self.p.update - self.session_update0) / max(time.monotonic() - self.t0, 1e-9)
-        tok_s = getattr(self, "tok_s", None)
-        if tok_s is None:
-            tok_s = w.all_tokens / max(time.monotonic() - w.start, 1e-9)
-        etas = []
-        if self.cfg.max_updates and rate > 0:
-            etas.append((self.cfg.max_updates - self.p.update) / rate)
+        w, now = self.window, time.monotonic()
+        rate = (self.p.update - self.session_update0) / max(now - self.t0, 1e-9)
+        tok_s = getattr(self, "tok_s", None) or w.all_tokens / max(now - w.start, 1e-9)
+        planned = self._planned_updates()
+        etas = [(planned - self.p.update) / rate] if planned and rate > 0 else []
         if self.max_time is not None:
             etas.append(self.max_time - self._elapsed())
         loss = w.loss / w.tokens if w.tokens else getattr(self, "last_loss", None)
-        self.rep.bar(update=self.p.update, total=self.cfg.max_updates or None,
-                     epoch=self.p.epoch, loss=loss,
+        self.rep.bar(update=self.p.update, total=planned, epoch=self.p.epoch, loss=loss,
                      lr=getattr(self, "lr", 0.0), tok_s=tok_s, eta=min(etas) if etas else None)
 
     def _elapsed(self) -> float:
