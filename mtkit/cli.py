@@ -176,7 +176,8 @@ def train(
                           console=Console(stderr=True))
     if result.reason == "interrupted":
         again = " ".join(["mtkit train", str(recipe), *(f"--set {s}" for s in overrides or []),
-                          *(["--run-dir", str(run_dir)] if run_dir else []), "--resume"])
+                          *(["--run-dir", str(run_dir)] if run_dir else []),
+                          *(["--device", device] if device else []), "--resume"])
         typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
                    f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
         raise typer.Exit(130)

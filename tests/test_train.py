@@ -162,6 +162,38 @@ def test_gradient_accumulation_equals_one_larger_batch() -> None:
         torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-5)
 
 
+def _one_update(amp: Amp, *, poison: bool = False) -> tuple[torch.nn.Module, object]:
+    model = _tiny_model()
+    params = list(model.parameters())
+    opt = build_optimizer(model, TrainConfig(lr=1e-2), torch.device("cpu"))
+    batch = collate([[5, 6, 7], [8, 9]], [[7, 6, 5], [9, 8]], [0, 1])
+    cpu = torch.device("cpu")
+    loss, nll = step.forward_backward(model, [batch], device=cpu, amp=amp, smoothing=0.1,
+                                      normalizer=0.2)
+    if poison:
+        params[0].grad[0, 0] = math.inf
+    sums = step.finish_update(params, opt, amp, clip_norm=1.0, loss_sum=loss, nll_sum=nll,
+                              dist=Dist())
+    return model, sums
+
+
+def test_float16_grad_scaler_path_unscales_clips_skips_and_backs_off() -> None:
+    """The GradScaler protocol the CUDA fp16 path uses, run on the CPU: the same update as
+    without scaling; an inf gradient skips the step and halves the scale."""
+    plain, sums = _one_update(Amp("cpu", None, None))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    scaled, scaled_sums = _one_update(Amp("cpu", None, scaler))
+    torch.testing.assert_close(scaled_sums.gnorm, sums.gnorm)
+    for a, b in zip(plain.parameters(), scaled.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert scaler.get_scale() == 2.0 ** 12 and not scaled_sums.skipped
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    skipped, skipped_sums = _one_update(Amp("cpu", None, scaler), poison=True)
+    assert skipped_sums.skipped and scaler.get_scale() == 2.0 ** 11
+    for a, b in zip(_tiny_model().parameters(), skipped.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_adamw_does_not_decay_biases_and_norm_gains() -> None:
     model = _tiny_model()
     opt = build_optimizer(model, TrainConfig(optimizer="adamw", weight_decay=0.1),
