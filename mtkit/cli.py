@@ -165,6 +165,8 @@ def train(
 
     On several GPUs: torchrun --nproc_per_node=4 -m mtkit train recipes/en-de.yaml
     """
+    import shlex
+
     from rich.console import Console
 
     from mtkit.config import load_recipe
@@ -175,9 +177,10 @@ def train(
     result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
                           console=Console(stderr=True))
     if result.reason == "interrupted":
-        again = " ".join(["mtkit train", str(recipe), *(f"--set {s}" for s in overrides or []),
-                          *(["--run-dir", str(run_dir)] if run_dir else []),
-                          *(["--device", device] if device else []), "--resume"])
+        again = shlex.join(["mtkit", "train", str(recipe),
+                            *(a for s in overrides or [] for a in ("--set", s)),
+                            *(["--run-dir", str(run_dir)] if run_dir else []),
+                            *(["--device", device] if device else []), "--resume"])
         typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
                    f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
         raise typer.Exit(130)
