@@ -74,7 +74,7 @@ def batches_for(recipe, run_dir: Path, batch_tokens: int, seed: int):
     return [b.tolist() for b in sampler.batches()], make, vocab, what
 
 
-def main(argv: list[str] | None = None) -> None:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("recipe", type=Path)
     ap.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps "
@@ -86,22 +86,41 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--run-dir", type=Path, default=None,
                     help="where the recipe's data is prepared (default runs/<name>)")
     ap.add_argument("--set", action="append", default=[], help="recipe override KEY=VALUE")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def _recipe(args: argparse.Namespace):
     sets = list(args.set)
-    if args.device:
-        sets.append(f"train.device={args.device}")
-    if args.threads is not None:
-        sets.append(f"train.threads={args.threads}")
-    if args.batch_tokens is not None:
-        sets.append(f"train.batch_tokens={args.batch_tokens}")
-    recipe = load_recipe(args.recipe, sets)
+    for key, value in (("device", args.device), ("threads", args.threads),
+                       ("batch_tokens", args.batch_tokens)):
+        if value is not None:
+            sets.append(f"train.{key}={value}")
+    return load_recipe(args.recipe, sets)
+
+
+def _describe(recipe, model: torch.nn.Module, device: torch.device, amp: Amp) -> list[str]:
+    m, cfg = recipe.model, recipe.train
+    size = (f"{m.transformer.d_model} wide, {m.transformer.enc_layers}+"
+            f"{m.transformer.dec_layers} layers" if m.arch == "transformer" else
+            f"{m.rnn.cell} {m.rnn.hidden_dim}, {m.rnn.attention} attention")
+    where = (f"{device}, {torch.get_num_threads()} threads" if device.type == "cpu" else
+             f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
+             else str(device))
+    return [f"recipe      {recipe.name} ({m.arch}: {size}; "
+            f"{model.parameter_counts()['total']:,} parameters)",
+            f"device      {where}",
+            f"precision   {amp.dtype or torch.float32}; compile {cfg.compile}; "
+            f"batch_tokens {cfg.batch_tokens} x update_freq {cfg.update_freq}"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _args(argv)
+    recipe = _recipe(args)
     cfg = recipe.train
     device = resolve_device(cfg.device)
     setup_backend(device, cfg)
     run_dir = args.run_dir or Path("runs") / recipe.name
     groups, make, (sv, tv), what = batches_for(recipe, run_dir, cfg.batch_tokens, cfg.seed)
-
     torch.manual_seed(cfg.seed)
     model = build_model(recipe.model, sv, tv).to(device).train()
     net = torch.compile(model) if cfg.compile else model
@@ -111,8 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     uf = cfg.update_freq
 
     def step(k: int) -> int:
-        idx = [groups[(k * uf + j) % len(groups)] for j in range(uf)]
-        batches = [make(i) for i in idx]
+        batches = [make(groups[(k * uf + j) % len(groups)]) for j in range(uf)]
         ntok = sum(b.num_tgt_tokens for b in batches)
         loss, nll = forward_backward(net, batches, device=device, amp=amp,
                                      smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
@@ -127,37 +145,26 @@ def main(argv: list[str] | None = None) -> None:
     for k in range(args.warmup):
         step(k)
     sync()
-    tokens, times, step_tokens = 0, [], []
+    times, step_tokens = [], []
     start = time.perf_counter()
     for k in range(args.warmup, args.warmup + args.steps):
         t = time.perf_counter()
         step_tokens.append(step(k))
         if device.type != "cuda":  # per-step times need no sync on a CPU
             times.append(time.perf_counter() - t)
-    tokens = sum(step_tokens)
     sync()
     total = time.perf_counter() - start
-    arch = recipe.model.arch
-    size = (f"{recipe.model.transformer.d_model} wide, {recipe.model.transformer.enc_layers}+"
-            f"{recipe.model.transformer.dec_layers} layers" if arch == "transformer" else
-            f"{recipe.model.rnn.cell} {recipe.model.rnn.hidden_dim}, "
-            f"{recipe.model.rnn.attention} attention")
-    print(f"recipe      {args.recipe} ({arch}: {size}; "
-          f"{model.parameter_counts()['total']:,} parameters)")
-    print(f"device      {device}, {torch.get_num_threads()} threads" if device.type == "cpu"
-          else f"device      {device} ({torch.cuda.get_device_name(device)})"
-          if device.type == "cuda" else f"device      {device}")
-    print(f"precision   {amp.dtype or torch.float32}; compile {cfg.compile}; "
-          f"batch_tokens {cfg.batch_tokens} x update_freq {uf}")
-    print(f"batches     {what}")
-    print(f"steps       {args.steps} timed after {args.warmup} warm-up")
-    print(f"step time   {1000 * total / args.steps:.1f} ms"
-          + (f" (median {1000 * statistics.median(times):.1f} ms)" if times else ""))
-    median = ""
+    median_ms = median_rate = ""
     if times:
+        median_ms = f" (median {1000 * statistics.median(times):.1f} ms)"
         rates = [n / t for n, t in zip(step_tokens, times, strict=True)]
-        median = f" (median over steps {statistics.median(rates):,.0f})"
-    print(f"throughput  {tokens / total:,.0f} target tokens/s{median}")
+        median_rate = f" (median over steps {statistics.median(rates):,.0f})"
+    for line in _describe(recipe, model, device, amp) + [
+            f"batches     {what}",
+            f"steps       {args.steps} timed after {args.warmup} warm-up",
+            f"step time   {1000 * total / args.steps:.1f} ms{median_ms}",
+            f"throughput  {sum(step_tokens) / total:,.0f} target tokens/s{median_rate}"]:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -436,3 +436,13 @@ def test_tensorboard_gets_every_number_when_the_package_is_there(
     tags = {(tag, step) for tag, _, step in scalars}
     assert {("train/loss", 2), ("train/lr", 4), ("valid/bleu", 4), ("valid/ppl", 4)} <= tags
     assert scalars[-1][0] == "closed"
+
+
+def test_train_speed_benchmark_runs_on_random_multi30k_like_batches(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "train_speed.py"), str(TOY),
+                          "--steps", "2", "--warmup", "1", "--run-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "random Multi30k-like lengths" in out.stdout
+    rate = float(out.stdout.split("throughput")[1].split("target")[0].replace(",", ""))
+    assert rate > 0
