@@ -1,0 +1,352 @@
+"""`mtkit align` end to end on the toy reversal task: a Transformer trained briefly by
+`mtkit train`, plus untrained RNN checkpoints (with and without attention) saved with the
+checkpoint helpers; and the library pieces of mtkit.align_run that the CLI calls.
+
+The toy words are single sentencepiece pieces, so word-level tokens are the words of each line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mtkit import align_run as ar
+from mtkit.align import AlignMatrix, parse_links, score_links
+from mtkit.cli import app
+from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe
+from mtkit.data.batch import collate
+from mtkit.data.prep import data_dir
+from mtkit.data.spm import Tokenizer
+from mtkit.decode import decode_batch
+from mtkit.models.build import build_model
+from mtkit.train.checkpoint import load_model, save_checkpoint
+from mtkit.viz import DEFAULT_DPI, figure_size
+
+REPO = Path(__file__).resolve().parents[1]
+TOY = REPO / "recipes" / "toy.yaml"
+N = 8  # sentence pairs used
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _cli(*args: object):
+    # COLUMNS pins rich's width for --print (no terminal under the runner)
+    return CliRunner().invoke(app, ["align", *map(str, args)], env={"COLUMNS": "80"})
+
+
+@pytest.fixture(scope="module")
+def trained(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy Transformer after 150 updates of `mtkit train` (read-only)."""
+    run = tmp_path_factory.mktemp("align-toy") / "run"
+    shutil.copytree(toy_run, run)
+    result = CliRunner().invoke(app, [
+        "train", str(TOY), "--run-dir", str(run), "--set", "train.max_updates=150",
+        "--set", "train.valid_every=150", "--set", "train.max_time=null"])
+    assert result.exit_code == 0, result.output
+    return run
+
+
+def _untrained(toy_run: Path, run: Path, overrides: list[str]) -> Path:
+    """A run directory holding the toy data and a freshly initialised model's best.pt."""
+    shutil.copytree(data_dir(toy_run), data_dir(run))
+    recipe = load_recipe(TOY, overrides)
+    tok = Tokenizer.load(data_dir(run))
+    model = build_model(recipe.model, tok.src_vocab_size, tok.tgt_vocab_size)
+    save_checkpoint(run / "best.pt", {
+        "recipe": dump_recipe(recipe), "model": model.state_dict(),
+        "vocab": {"src": tok.src_vocab_size, "tgt": tok.tgt_vocab_size}})
+    return run
+
+
+_RNN = ["model.arch=rnn", "model.rnn.emb_dim=16", "model.rnn.hidden_dim=16",
+        "model.rnn.attn_dim=16"]
+
+
+@pytest.fixture(scope="module")
+def rnn_run(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _untrained(toy_run, tmp_path_factory.mktemp("align-rnn"), _RNN)
+
+
+@pytest.fixture(scope="module")
+def no_attention_run(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _untrained(toy_run, tmp_path_factory.mktemp("align-none"),
+                      _RNN + ["model.rnn.attention=none"])
+
+
+@pytest.fixture
+def pairs(tmp_path: Path) -> dict[str, Path]:
+    """N toy test pairs, their reversal gold links (one possible link added to the first
+    line), the same gold 1-based, and target and gold files one line short."""
+    src = (REPO / "recipes/toy/test.src").read_text().splitlines()[:N]
+    tgt = (REPO / "recipes/toy/test.tgt").read_text().splitlines()[:N]
+    gold = [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split())))
+            for s in src]
+    gold[0] += " 0p0"
+    one = [re.sub(r"(\d+)([-p])(\d+)", lambda m: f"{int(m[1]) + 1}{m[2]}{int(m[3]) + 1}", g)
+           for g in gold]
+    files = {"src": src, "tgt": tgt, "gold": gold, "gold1": one, "short": tgt[:-1],
+             "goldshort": gold[:-1]}
+    out = {}
+    for name, lines in files.items():
+        out[name] = tmp_path / f"{name}.txt"
+        out[name].write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return out
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def test_forced_alignment_writes_every_output(trained, pairs, tmp_path):
+    res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--pharaoh", tmp_path / "a.txt",
+               "--json", tmp_path / "a.json", "--heatmap", tmp_path / "maps",
+               "--gold", pairs["gold"])
+    assert res.exit_code == 0, res.output
+    src = pairs["src"].read_text().splitlines()
+    tgt = pairs["tgt"].read_text().splitlines()
+    links = (tmp_path / "a.txt").read_text().splitlines()
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["format"] == "mtkit-align" and len(links) == len(doc["sentences"]) == N
+    for k, (rec, line) in enumerate(zip(doc["sentences"], links, strict=True)):
+        assert rec["index"] == k and rec["level"] == "word"
+        assert rec["src_tokens"] == src[k].split() and rec["tgt_tokens"] == tgt[k].split()
+        weights = np.array(rec["weights"])
+        assert weights.shape == (len(tgt[k].split()), len(src[k].split()))
+        np.testing.assert_allclose(weights.sum(1), 1.0, atol=1e-3)  # EOS dropped, renormalised
+        assert rec["links"] == line
+        got = parse_links(line).sure  # argmax-tgt: one link per target word, to its argmax
+        assert got == {(int(np.argmax(row)), j) for j, row in enumerate(weights)}
+        gold = parse_links(pairs["gold"].read_text().splitlines()[k])
+        assert rec["scores"] == pytest.approx(score_links(got, gold).as_dict())
+    total = doc["scores"]
+    assert total["hyp"] == sum(len(t.split()) for t in tgt)
+    assert total["possible"] == total["sure"] + 1
+    assert (f"AER {total['aer']:.4f}  precision {total['precision']:.4f}  "
+            f"recall {total['recall']:.4f}") in res.stdout
+    images = sorted((tmp_path / "maps").iterdir())
+    assert [p.name for p in images] == [f"align-{k:04d}.png" for k in range(N)]
+    for path, rec in zip(images, doc["sentences"], strict=True):
+        png = path.read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        matrix = AlignMatrix(np.array(rec["weights"]), tuple(rec["src_tokens"]),
+                             tuple(rec["tgt_tokens"]), "word")
+        w, h = figure_size(matrix)
+        assert struct.unpack(">II", png[16:24]) == (w * DEFAULT_DPI, h * DEFAULT_DPI)
+
+
+def test_one_based_gold_scores_the_same(trained, pairs, tmp_path):
+    zero = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", pairs["gold"])
+    one = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", pairs["gold1"],
+               "--one-based")
+    assert zero.exit_code == one.exit_code == 0, zero.output + one.output
+    assert "AER " in zero.stdout and zero.stdout == one.stdout
+    # a 0-based file read as 1-based holds impossible links
+    wrong = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", pairs["gold"],
+                 "--one-based")
+    _error(wrong, "gold.txt:1: bad alignment link '0-3'")
+
+
+def test_print_shows_every_token_within_80_columns(trained, pairs):
+    res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--print", "--level", "subword")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0] == "sentence 0 (cross-attention, layer -1, head mean, subword level)"
+    blocks = re.split(r"^sentence \d+ .*$", res.stdout, flags=re.M)[1:]
+    assert len(blocks) == N
+    for block, s, t in zip(blocks, pairs["src"].read_text().splitlines(),
+                           pairs["tgt"].read_text().splitlines(), strict=True):
+        cells = re.findall(r"\S+", block)
+        assert all(f"\u2581{w}" in cells or any(c.endswith(f":\u2581{w}") for c in cells)
+                   for w in s.split() + t.split())
+
+
+@pytest.mark.parametrize("fmt", ["svg", "pdf"])
+def test_heatmap_formats(trained, pairs, tmp_path, fmt):
+    res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--heatmap", tmp_path / "m",
+               "--format", fmt)
+    assert res.exit_code == 0, res.output
+    first = (tmp_path / "m" / f"align-0000.{fmt}").read_bytes()
+    assert len(list((tmp_path / "m").iterdir())) == N
+    if fmt == "pdf":
+        assert first.startswith(b"%PDF")
+    else:
+        text = first.decode()
+        for word in pairs["src"].read_text().split("\n")[0].split():
+            assert f">{word}</text>" in text
+
+
+def test_empty_pairs_get_empty_link_lines(trained, tmp_path):
+    (tmp_path / "s").write_text("mu wi\n\nmu\n")
+    (tmp_path / "t").write_text("wi mu\n\n\n")
+    res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--pharaoh", "-",
+               "--heatmap", tmp_path / "m")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert len(lines) == 3 and lines[1:] == ["", ""] and len(lines[0].split()) == 2
+    assert len(list((tmp_path / "m").iterdir())) == 3
+
+
+def test_methods_and_threshold(trained, pairs):
+    def links(*args: str) -> list[set]:
+        res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--pharaoh", "-", *args)
+        assert res.exit_code == 0, res.output
+        return [parse_links(line).sure for line in res.stdout.splitlines()]
+
+    tgt, src = links(), links("--method", "argmax-src")
+    inter, union = links("--method", "intersection"), links("--method", "union")
+    assert inter == [a & b for a, b in zip(tgt, src, strict=True)]
+    assert union == [a | b for a, b in zip(tgt, src, strict=True)]
+    low, high = (links("--method", "threshold", "--threshold", t) for t in ("0.1", "0.9"))
+    assert all(h <= lo for h, lo in zip(high, low, strict=True))
+    assert sum(map(len, low)) > sum(map(len, high))
+
+
+# --------------------------------------------------------------------------- translate first
+
+
+def test_translate_first_aligns_the_search_output(trained, pairs, tmp_path):
+    res = _cli(trained, "-s", pairs["src"], "--greedy", "--json", tmp_path / "a.json")
+    assert res.exit_code == 0, res.output
+    model, _, tok = load_model(trained, "cpu")
+    src_ids = tok.encode_src_lines(pairs["src"].read_text().splitlines())
+    batch = collate(src_ids, None, range(N))
+    hyps = decode_batch(model, batch, DecodeConfig(method="greedy"), need_attn=True)
+    doc = json.loads((tmp_path / "a.json").read_text())
+    for rec, nbest in zip(doc["sentences"], hyps, strict=True):
+        assert rec["tgt_tokens"] == tok.decode_tgt(nbest[0].tokens).split()
+    # re-forcing the hypothesis reads the attention the search saw (toy align_layer: -1)
+    got = [ar.Pair(k, s, nb[0].tokens)
+           for k, (s, nb) in enumerate(zip(src_ids, hyps, strict=True))]
+    maps = ar.pair_attention(model, got, ar.AttentionChoice(layer=-1),
+                             device=torch.device("cpu"), batch_tokens=100)
+    for m, nbest in zip(maps, hyps, strict=True):
+        np.testing.assert_allclose(m, nbest[0].attn.numpy(), atol=1e-5)
+
+
+# --------------------------------------------------------------------------- attention choice
+
+
+def test_self_attention_matrices(trained, pairs, tmp_path):
+    for kind in ("encoder", "decoder"):
+        res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--self-attention", kind,
+                   "--layer", "0", "--head", "1", "--level", "subword", "--json",
+                   tmp_path / f"{kind}.json")
+        assert res.exit_code == 0, res.output
+        side = pairs["src" if kind == "encoder" else "tgt"].read_text().splitlines()
+        for rec, line in zip(json.loads((tmp_path / f"{kind}.json").read_text())["sentences"],
+                             side, strict=True):
+            pieces = [f"\u2581{w}" for w in line.split()]
+            assert rec["src_tokens"] == rec["tgt_tokens"] == pieces
+            w = np.array(rec["weights"])
+            np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-3)
+            if kind == "decoder":  # causal: no query sees a later token
+                assert np.triu(w, 1).max(initial=0) == 0.0
+
+
+def test_head_mean_is_the_mean_of_the_heads():
+    # align_head set: the model's own default is one head, so the mean is taken here
+    cfg = ModelConfig(transformer=TransformerConfig(
+        d_model=16, heads=4, enc_layers=1, dec_layers=2, ffn_dim=16, align_head=2))
+    model = build_model(cfg, 12, 12).eval()
+    pairs = [ar.Pair(0, [4, 5, 6], [7, 8]), ar.Pair(1, [9], [10, 11, 4, 5])]
+
+    def maps(choice: ar.AttentionChoice) -> list[np.ndarray]:
+        return ar.pair_attention(model, pairs, choice, device=torch.device("cpu"),
+                                 batch_tokens=100)
+
+    mean = maps(ar.choose_attention(cfg, layer=0))
+    heads = [maps(ar.choose_attention(cfg, layer=0, head=h)) for h in range(4)]
+    for k, m in enumerate(mean):
+        assert m.shape == (len(pairs[k].tgt) + 1, len(pairs[k].src) + 1)
+        np.testing.assert_allclose(m, np.mean([h[k] for h in heads], axis=0), atol=1e-6)
+        assert not np.allclose(m, heads[2][k])  # not the model's default head
+
+
+def test_token_batches_respect_the_budget():
+    sizes = [5, 1, 9, 3, 3, 7, 2]
+    batches = list(ar.token_batches(sizes, 12))
+    assert sorted(i for b in batches for i in b) == list(range(len(sizes)))
+    assert all(max(sizes[i] for i in b) * len(b) <= 12 for b in batches)
+    assert list(ar.token_batches([20], 12)) == [[0]]  # too big alone still goes
+
+
+def test_rnn_model_aligns_without_layers(rnn_run, pairs):
+    res = _cli(rnn_run, "-s", pairs["src"], "-t", pairs["tgt"], "--pharaoh", "-")
+    assert res.exit_code == 0, res.output
+    tgt = pairs["tgt"].read_text().splitlines()
+    assert [len(line.split()) for line in res.stdout.splitlines()] == [len(t.split()) for t in tgt]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _error(res, fragment: str) -> None:
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip()
+    assert err.startswith("mtkit: error: ") and "\n" not in err and "Traceback" not in err
+    assert fragment in err, err
+
+
+def test_model_without_attention_is_one_clear_error(no_attention_run, pairs):
+    res = _cli(no_attention_run, "-s", pairs["src"], "-t", pairs["tgt"], "--print")
+    _error(res, "this model has no attention (model.rnn.attention: none")
+
+
+def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
+    base = ["-s", pairs["src"], "-t", pairs["tgt"], "--print"]
+    _error(_cli(rnn_run, *base, "--layer", "0"), "--layer and --head apply to Transformer")
+    _error(_cli(rnn_run, *base, "--self-attention", "encoder"),
+           "an RNN model has no self-attention")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["-s", "{tmp}/missing.txt", "-t", "{tgt}", "--print"], "missing.txt: source file not found"),
+    (["-s", "{src}", "-t", "{tmp}/nope.txt", "--print"], "nope.txt: target file not found"),
+    (["-s", "{src}", "-t", "{short}", "--print"],
+     f"short.txt: {N - 1} lines, but the source"),
+    (["-s", "{src}", "-t", "{tgt}", "--gold", "{goldshort}"], f"{N - 1} lines of gold links"),
+    (["-s", "{src}", "-t", "{tgt}", "--gold", "{src}"], "bad alignment link"),
+    (["-s", "{src}", "-t", "{tgt}"], "nothing to do"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--beam", "4"], "--beam: search options apply"),
+    (["-s", "{src}", "--gold", "{gold}"], "--gold needs -t"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--format", "svg"], "--format applies to"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--layer", "2"], "--layer 2: the model has 2"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--head", "4"], "--head 4: the model has 4"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--head", "all"], "--head: expected a head"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--level", "char"], "--level: invalid choice"),
+    (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--method", "best"],
+     "unknown alignment method 'best'"),
+    (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--threshold", "0.3"],
+     "--threshold needs --method threshold"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--method", "union"], "apply to links"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--self-attention", "cross"],
+     "--self-attention: invalid choice"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--pharaoh", "-"], "both write to stdout"),
+])
+def test_bad_input_is_one_line_and_exit_2(trained, pairs, tmp_path, args, fragment):
+    names = {k: str(v) for k, v in pairs.items()} | {"tmp": str(tmp_path)}
+    _error(_cli(trained, *(a.format(**names) for a in args)), fragment)
+
+
+def test_gold_link_outside_the_sentence(trained, pairs, tmp_path):
+    lines = pairs["gold"].read_text().splitlines()
+    lines[3] = "0-9"
+    (tmp_path / "g").write_text("\n".join(lines) + "\n")
+    res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", tmp_path / "g",
+               "--pharaoh", tmp_path / "out")
+    _error(res, "g:4: gold link 0-9 (0-based) is outside the sentence pair")
+    assert not (tmp_path / "out").exists()  # nothing half-written
