@@ -4,7 +4,6 @@ into one line on stderr with exit code 2. No ML logic lives here."""
 from __future__ import annotations
 
 import functools
-import io
 import os
 import sys
 from collections.abc import Callable
@@ -245,11 +244,12 @@ def _score_flag_problems(*, metrics: list[str], paired: bool, paired_ar: bool,
 @app.command()
 @user_errors
 def score(
-    hyps: Annotated[list[Path], typer.Argument(
+    hyps: Annotated[list[Path] | None, typer.Argument(
         help="Hypothesis files, one sentence per line (plain or .gz); the first is the baseline "
-        "of paired tests; - reads one from stdin.", show_default=False)],
-    refs: Annotated[list[Path], typer.Option(
-        "--ref", "-r", help="Reference file; repeat for several references.", show_default=False)],
+        "of paired tests; - reads one from stdin.", show_default=False)] = None,
+    refs: Annotated[list[Path] | None, typer.Option(
+        "--ref", "-r", help="Reference file; repeat for several references.", show_default=False)]
+    = None,
     metrics: Annotated[str, typer.Option(
         "--metrics", "-m", help="Comma-separated, among bleu, chrf, ter.")] = "bleu,chrf,ter",
     tokenize: Annotated[str | None, typer.Option(
@@ -287,11 +287,30 @@ def score(
         )] = None,
     width: Annotated[int, typer.Option("--width", "-w", help="Decimals printed.")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    run: Annotated[Path | None, typer.Option(
+        "--run", help="Score a run: translate --split with its best checkpoint (reusing "
+        "RUN/translations/SPLIT.*.txt when newer than it) against the split's reference; "
+        "HYP files given too are compared with it.", show_default=False)] = None,
+    split: Annotated[str | None, typer.Option(
+        "--split", help="With --run: a validation or test split of the run, e.g. test2016.",
+        show_default=False)] = None,
+    beam: Annotated[int | None, typer.Option(
+        "--beam", "-b", help="With --run: beam size (default: the recipe's decode section).",
+        show_default=False)] = None,
+    greedy: Annotated[bool, typer.Option("--greedy", help="With --run: greedy search.")] = False,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="With --run: auto (default), cpu, cuda, cuda:N, mps.",
+        show_default=False)] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", min=0, help="With --run: CPU threads (0: torch's default).",
+        show_default=False)] = None,
 ) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER, with signatures), test systems
     against the first for significance, and show BLEU by source sentence length.
 
     Example: mtkit score -r test.de base.de attn.de --paired-bs --src test.en --plot len.png
+
+    A run's test split: mtkit score --run runs/en-de --split test2016 --by-length
     """
     import json  # imported here, with sacrebleu and rich, so that `mtkit --help` stays fast
 
@@ -301,6 +320,16 @@ def score(
 
     names = list(sc.parse_metrics(metrics))
     by_length = by_length or plot is not None
+    run_problems = _score_run_problems(run=run, split=split, refs=refs, hyps=hyps, beam=beam,
+                                       greedy=greedy, device=device, threads=threads)
+    if run_problems:
+        raise MtkitError("; ".join(run_problems))
+    hyps, refs = list(hyps or []), list(refs or [])
+    if run is not None and split is not None:
+        done = _translate_run_split(run, split, beam=beam, greedy=greedy, device=device,
+                                    threads=threads)
+        hyps, refs = [done.path, *hyps], [done.reference]
+        src = done.source if by_length and src is None else src
     problems = _score_flag_problems(
         metrics=names, paired=paired_bs or paired_ar, paired_ar=paired_ar, paired_bs_n=paired_bs_n,
         paired_ar_n=paired_ar_n, seed=seed, src=src, by_length=by_length, buckets=buckets,
@@ -334,6 +363,47 @@ def score(
         report.render(Console())
 
 
+def _score_run_problems(*, run: Path | None, split: str | None, refs: list[Path] | None,
+                        hyps: list[Path] | None, beam: int | None, greedy: bool,
+                        device: str | None, threads: int | None) -> list[str]:
+    """`mtkit score` flags that belong to --run, or that --run makes wrong."""
+    given = {"--split": split is not None, "--beam": beam is not None, "--greedy": greedy,
+             "--device": device is not None, "--threads": threads is not None}
+    run_only = [flag for flag, on in given.items() if on]
+    checks = [
+        (run is None and bool(run_only), f"{', '.join(run_only)}: only with --run RUN_DIR"),
+        (run is not None and split is None, "--run needs --split NAME (e.g. test2016)"),
+        (run is not None and bool(refs), "--ref: with --run the reference is the split's own "
+         "(RUN_DIR/data/SPLIT.tgt.txt)"),
+        (greedy and beam is not None, "--greedy and --beam exclude each other"),
+        (run is None and not refs, "missing option --ref/-r REF (or --run RUN_DIR --split NAME)"),
+        (run is None and not hyps, "missing hypothesis file HYP (or --run RUN_DIR --split NAME)"),
+    ]
+    return [message for bad, message in checks if bad]
+
+
+def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: bool,
+                         device: str | None, threads: int | None) -> Any:
+    """Translate (or reuse the translation of) a run's split for `score --run`."""
+    import torch
+
+    from mtkit import translate as tr
+
+    if threads:
+        torch.set_num_threads(threads)
+    method = "greedy" if greedy else ("beam" if beam else None)
+    done = tr.translate_split(
+        run, split, device=tr.inference_device(device or "auto"),
+        decode=lambda base: _flag_decode_config(base, method=method, beam_size=beam))
+    if done.stats is None:
+        typer.echo(f"mtkit: reusing {done.path} (newer than {done.checkpoint})", err=True)
+    else:
+        typer.echo(f"mtkit: translated {split} with {done.checkpoint} into {done.path}",
+                   err=True)
+        _report_translation(done.stats)
+    return done
+
+
 def _decode_config(base: Any, source: str, **options: Any) -> Any:
     """The recipe's decode section with the command-line options that were given on top,
     validated like a recipe section."""
@@ -344,6 +414,60 @@ def _decode_config(base: Any, source: str, **options: Any) -> Any:
     return section_from_dict(DecodeConfig, raw, source=source, prefix="decode")
 
 
+_FLAGS = {"beam_size": "--beam", "nbest": "--nbest", "length_penalty": "--length-penalty",
+          "alpha": "--alpha", "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
+          "min_len": "--min-len", "temperature": "--temperature", "top_k": "--top-k",
+          "top_p": "--top-p", "seed": "--seed", "batch_tokens": "--batch-tokens"}
+
+
+def _flag_decode_config(base: Any, **options: Any) -> Any:
+    """`_decode_config` with problems named by the command-line flag that caused them."""
+    from mtkit.errors import ConfigError
+
+    try:
+        return _decode_config(base, "command line", **options)
+    except ConfigError as e:
+        msg = str(e)
+        for key, flag in _FLAGS.items():
+            if options.get(key) is not None:
+                msg = msg.replace(f"command line: decode.{key}:", f"{flag} (decode.{key}):")
+        raise ConfigError(msg) from None
+
+
+def _translate_flag_problems(*, greedy: bool, sample: bool, beam: int | None, fmt: str,
+                             align: bool, align_method: str | None) -> list[str]:
+    """Flags of `mtkit translate` that contradict each other or would be ignored."""
+    from mtkit.align import METHODS
+    from mtkit.translate import FORMATS
+
+    methods = [m for m in METHODS if m != "threshold"]
+    checks = [
+        (greedy and sample, "--greedy and --sample exclude each other"),
+        (beam is not None and (greedy or sample),
+         f"--beam is for beam search; it excludes {'--greedy' if greedy else '--sample'}"),
+        (fmt not in FORMATS, f"--format: invalid choice {fmt!r}; expected text or jsonl"),
+        (align_method is not None and not align, "--align-method needs --align"),
+        (align_method not in (None, *methods), f"--align-method: invalid choice "
+         f"{align_method!r}; expected one of {', '.join(methods)}"),
+    ]
+    return [message for bad, message in checks if bad]
+
+
+def _decode_flag_problems(cfg: Any, *, sampling: dict[str, Any], nbest: int | None,
+                          alpha: float | None) -> list[str]:
+    """Options that the resolved decoding (recipe + flags) would ignore."""
+    given = [flag for flag, value in sampling.items() if value is not None]
+    checks = [
+        (bool(given) and cfg.method != "sample",
+         f"{', '.join(given)}: sampling options need --sample (decode.method is {cfg.method})"),
+        (nbest is not None and nbest > 1 and cfg.method == "greedy",
+         "--nbest: greedy search gives one hypothesis; use --beam or --sample"),
+        (alpha is not None and cfg.length_penalty != "gnmt",
+         f"--alpha is the GNMT penalty's exponent; the length penalty is {cfg.length_penalty}"),
+    ]
+    return [message for bad, message in checks if bad]
+
+
 @app.command()
 @user_errors
 def translate(
@@ -352,10 +476,12 @@ def translate(
         show_default=False)],
     input: Annotated[Path | None, typer.Option("-i", "--input",
                                                help="Input file (default: stdin).")] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output",
-                                                help="Output file (default: stdout).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Output file, written whole or not at all (default: stdout)."
+    )] = None,
     beam: Annotated[int | None, typer.Option("-b", "--beam", help="Beam size.")] = None,
-    nbest: Annotated[int | None, typer.Option("--nbest", help="Hypotheses per sentence.")] = None,
+    nbest: Annotated[int | None, typer.Option(
+        "--nbest", help="Hypotheses per sentence (text: Moses n-best lines).")] = None,
     greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search.")] = False,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of searching.")] = False,
     length_penalty: Annotated[str | None, typer.Option(
@@ -365,87 +491,106 @@ def translate(
         "--max-len-a", help="Output limit a·src_len + b: a.")] = None,
     max_len_b: Annotated[int | None, typer.Option("--max-len-b", help="... and b.")] = None,
     min_len: Annotated[int | None, typer.Option("--min-len", help="Tokens before EOS.")] = None,
-    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
+    temperature: Annotated[float | None, typer.Option(
+        "--temperature", help="Sampling temperature.")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Sample from the k best.")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling mass.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
     batch_tokens: Annotated[int | None, typer.Option(
         "--batch-tokens", help="Padded source tokens per batch.")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
-    threads: Annotated[int, typer.Option("--threads", help="CPU threads (0: default).")] = 0,
-    fmt: Annotated[str, typer.Option("--format", help="text or jsonl.")] = "text",
+    threads: Annotated[int, typer.Option(
+        "--threads", min=0, help="CPU threads (0: torch's default).")] = 0,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="text, or jsonl (source, hypothesis, score, tokens, nbest, alignment)."
+    )] = "text",
     align: Annotated[bool, typer.Option(
         "--align", help="Add Pharaoh word alignments (text: 'hyp ||| links').")] = False,
-    align_method: Annotated[str, typer.Option(
-        "--align-method", help="argmax-tgt, argmax-src, intersection, union, grow-diag-final."
-    )] = "argmax-tgt",
+    align_method: Annotated[str | None, typer.Option(
+        "--align-method", help="argmax-tgt (default), argmax-src, intersection, union, "
+        "grow-diag-final.", show_default=False)] = None,
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
 
     Example: mtkit translate runs/en-de -i test.en -o test.de --beam 5
+
+    Streams: cat big.en | mtkit translate runs/en-de --greedy | head
     """
     import torch
 
-    from mtkit.align import METHODS
+    from mtkit import translate as tr
+    from mtkit.align import DEFAULT_METHOD
     from mtkit.errors import ConfigError, DataError
-    from mtkit.fileio import atomic_write, open_text
-    from mtkit.train.device import resolve_device
-    from mtkit.translate import StreamTranslator, load_translator, pharaoh_aligner
 
-    if greedy and sample:
-        raise ConfigError("--greedy and --sample exclude each other")
-    if fmt not in ("text", "jsonl"):
-        raise ConfigError(f"--format: invalid choice {fmt!r}; expected text or jsonl")
-    if align_method not in METHODS or align_method == "threshold":
-        raise ConfigError(f"--align-method: invalid choice {align_method!r}; expected one of "
-                          + ", ".join(m for m in METHODS if m != "threshold"))
+    problems = _translate_flag_problems(greedy=greedy, sample=sample, beam=beam, fmt=fmt,
+                                        align=align, align_method=align_method)
+    if problems:
+        raise ConfigError("; ".join(problems))
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
     if threads > 0:
         torch.set_num_threads(threads)
-    dev = resolve_device(device)
-    model, recipe, tok = load_translator(list(models), dev)
+    dev = tr.inference_device(device)
+    model, recipe, tok = tr.load_translator(list(models), dev)
     method = "greedy" if greedy else "sample" if sample else ("beam" if beam else None)
-    cfg = _decode_config(recipe.decode, "command line", method=method, beam_size=beam,
-                         nbest=nbest, length_penalty=length_penalty, alpha=alpha,
-                         max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
-                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                         batch_tokens=batch_tokens)
+    sampling = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
+    cfg = _flag_decode_config(recipe.decode, method=method, beam_size=beam, nbest=nbest,
+                              length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
+                              max_len_b=max_len_b, min_len=min_len, temperature=temperature,
+                              top_k=top_k, top_p=top_p, seed=seed, batch_tokens=batch_tokens)
+    problems = _decode_flag_problems(cfg, sampling=sampling, nbest=nbest, alpha=alpha)
     if align and not model.has_attention:
-        raise ConfigError("--align: this model has no attention (model.rnn.attention: none), "
-                          "so it gives no alignment")
-    worker = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
-                              fmt=fmt,  # type: ignore[arg-type]
-                              align_fn=pharaoh_aligner(align_method) if align else None)
-    _run_translation(worker, input, output, open_text, atomic_write)
+        problems.append("--align: this model has no attention (model.rnn.attention: none), "
+                        "so it gives no alignment")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    interactive = input is None and sys.stdin.isatty()  # translate each line as it is typed
+    worker = tr.StreamTranslator(
+        model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
+        fmt=fmt,  # type: ignore[arg-type]
+        align_fn=tr.pharaoh_aligner(align_method or DEFAULT_METHOD) if align else None,
+        chunk_lines=1 if interactive else tr.CHUNK_LINES)
+    _report_translation(_run_translation(worker, input, output))
 
 
-def _run_translation(worker: Any, input: Path | None, output: Path | None,
-                     open_text: Any, atomic_write: Any) -> None:
+def _run_translation(worker: Any, input: Path | None, output: Path | None) -> Any:
+    """Run `worker` from `input` (else stdin) to `output` (else stdout), with a progress bar on
+    stderr when it is a terminal that translations are not printed to."""
     from contextlib import ExitStack
 
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from mtkit.fileio import atomic_write, open_text
 
     err = Console(stderr=True)
     with ExitStack() as stack:
-        src = (stack.enter_context(open_text(input, errors="replace")) if input else
-               io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
-        out = (stack.enter_context(atomic_write(output)) if output else
-               io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", line_buffering=False,
-                                write_through=True))
-        on_batch = None
-        if err.is_terminal:
-            progress = stack.enter_context(Progress(
-                SpinnerColumn(), TextColumn("translating"), TextColumn("{task.completed} sent."),
-                TimeElapsedColumn(), console=err, transient=True))
-            task = progress.add_task("translate", total=None)
-            on_batch = lambda n: progress.advance(task, n)  # noqa: E731
-        stats = worker.run(src, out, on_batch=on_batch)
+        if input is None:  # UTF-8 whatever the locale; only \n ends a line, as in open_text
+            sys.stdin.reconfigure(encoding="utf-8", errors="replace", newline="\n")
+        if output is None:
+            sys.stdout.reconfigure(encoding="utf-8")
+        src = stack.enter_context(open_text(input, errors="replace")) if input else sys.stdin
+        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
+        shared = sys.stdout.isatty() and output is None or sys.stdin.isatty() and input is None
+        on_batch = _progress(stack, err) if err.is_terminal and not shared else None
+        return worker.run(src, out, on_batch=on_batch)
+
+
+def _progress(stack: Any, console: Any) -> Any:
+    """A transient sentence counter on `console`, closed with `stack`; returns its advance."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = stack.enter_context(Progress(
+        SpinnerColumn(), TextColumn("translating"), TextColumn("{task.completed} sentences"),
+        TimeElapsedColumn(), console=console, transient=True))
+    task = bar.add_task("translate", total=None)
+    return lambda n: bar.advance(task, n)
+
+
+def _report_translation(stats: Any) -> None:
+    """The truncation warning (once, with the count) and the stats line, on stderr."""
     if stats.truncated:
-        err.print(f"[yellow]warning:[/] {stats.truncated} input line(s) longer than "
-                  f"{worker.max_src_len} tokens were truncated")
-    err.print(stats.summary(), highlight=False)
+        typer.echo(f"mtkit: warning: {stats.truncation()}", err=True)
+    typer.echo(f"mtkit: {stats.summary()}", err=True)
 
 
 def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,

@@ -1,34 +1,42 @@
 """Batch translation of a stream of lines: length-sorted token-bounded batches, output in
-input order, bounded memory.
+input order, bounded memory; and the translation of a run's own evaluation split.
 
 Input is read in chunks of `chunk_lines` lines; each chunk is sorted by length, cut into batches
 of at most `DecodeConfig.batch_tokens` padded source tokens, decoded, and written back in input
-order before the next chunk is read. Memory therefore stays bounded by the chunk, whatever the
-input size, and a downstream pipe (`| head`) sees output as soon as the first chunk is done.
+order (then flushed) before the next chunk is read. Memory therefore stays bounded by the chunk,
+whatever the input size, and a downstream pipe (`| head`) sees output as soon as the first
+chunk is done.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import torch
 
 from mtkit.align import extract_links, format_pharaoh, from_attention
-from mtkit.config import DecodeConfig, Recipe
+from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
 from mtkit.data.batch import collate
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import Hypothesis, decode_batch
-from mtkit.errors import CheckpointError
+from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.models.base import Translator
 
 OutputFormat = Literal["text", "jsonl"]
+FORMATS = ("text", "jsonl")
 # Maps (source pieces, target pieces, attention (T, S)) to Pharaoh word links "i-j ...".
 AlignFn = Callable[[list[str], list[str], torch.Tensor], str]
+# Lines per chunk: large enough for well-filled length-sorted batches, small enough that
+# memory stays flat and a pipe sees output early.
+CHUNK_LINES = 2000
 
 
 def pharaoh_aligner(method: str = "argmax-tgt") -> AlignFn:
@@ -41,13 +49,31 @@ def pharaoh_aligner(method: str = "argmax-tgt") -> AlignFn:
     return align
 
 
+def inference_device(spec: str) -> torch.device:
+    """--device auto|cpu|cuda|cuda:N|mps as a torch device; ConfigError naming --device for a
+    malformed or unavailable one."""
+    from mtkit.train.device import resolve_device
+
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", spec):
+        raise ConfigError(f"--device: expected auto, cpu, cuda, cuda:N or mps, got {spec!r}")
+    try:
+        return resolve_device(spec)
+    except ConfigError as e:  # its messages name the recipe key train.device
+        raise ConfigError(f"--device{str(e).removeprefix('train.device')}") from None
+
+
 @dataclass
 class TranslateStats:
-    sentences: int = 0
+    sentences: int = 0  # input lines, empty ones included
     tokens: int = 0  # target subword tokens produced (best hypothesis, without EOS)
     seconds: float = 0.0
-    truncated: int = 0  # input lines cut to the model's maximum length
+    truncated: int = 0  # input lines cut to the model's maximum length...
+    max_src_len: int = 0  # ... this many source tokens
     empty: int = 0
+
+    def truncation(self) -> str:
+        return (f"{self.truncated} input line(s) longer than {self.max_src_len} source tokens "
+                "(the model's data.max_len) were truncated")
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -58,7 +84,7 @@ class TranslateStats:
 
 @dataclass
 class _Item:
-    index: int
+    index: int  # line number in the whole input, from 0
     line: str
     ids: list[int]
     nbest: list[Hypothesis] = field(default_factory=list)
@@ -76,7 +102,8 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 
 def _token_batches(items: list[_Item], batch_tokens: int) -> Iterator[list[_Item]]:
-    """Longest first (a bad batch size shows at once), each batch's padded size ≤ budget."""
+    """Longest first (a bad batch size shows at once), each batch's padded size (with EOS)
+    within the budget; a sentence longer than the budget goes alone."""
     batch: list[_Item] = []
     for it in sorted(items, key=lambda x: -len(x.ids)):
         width = len(batch[0].ids) + 1 if batch else len(it.ids) + 1
@@ -89,11 +116,18 @@ def _token_batches(items: list[_Item], batch_tokens: int) -> Iterator[list[_Item
 
 
 class StreamTranslator:
-    """Translates lines with one model (or ensemble) and one decoding configuration."""
+    """Translates lines with one model (or ensemble) and one decoding configuration.
+
+    Every input line gives one record: a text line (with ``--nbest`` one Moses n-best line per
+    hypothesis) or one JSON object. An empty (or blank) line gives an empty translation; a
+    line of more than `max_src_len` source tokens is cut to that length and counted in
+    `TranslateStats.truncated`.
+    """
 
     def __init__(self, model: Translator, tokenizer: Tokenizer, cfg: DecodeConfig, *,
                  device: torch.device, max_src_len: int, fmt: OutputFormat = "text",
-                 align_fn: AlignFn | None = None, chunk_lines: int = 2000) -> None:
+                 align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES) -> None:
+        assert fmt in FORMATS and chunk_lines >= 1, (fmt, chunk_lines)
         self.model = model.eval()
         self.tok = tokenizer
         self.cfg = cfg
@@ -102,74 +136,78 @@ class StreamTranslator:
         self.fmt = fmt
         self.align_fn = align_fn
         self.chunk_lines = chunk_lines
-        self.stats = TranslateStats()
 
     def run(self, lines: Iterable[str], out: IO[str],
             on_batch: Callable[[int], None] | None = None) -> TranslateStats:
-        """Translate every line, writing one output record per input line to `out`."""
-        start = time.perf_counter()
+        """Translate every line, writing one output record per input line to `out`, flushed
+        after each chunk; `on_batch(n)` is called after each decoded batch of n sentences."""
+        stats, start, offset = TranslateStats(max_src_len=self.max_src_len), time.perf_counter(), 0
         for chunk in _chunks(lines, self.chunk_lines):
-            encoded = self.tok.encode_src_lines([ln if ln.strip() else "" for ln in chunk])
-            items = [self._prepare(i, line, ids)
-                     for i, (line, ids) in enumerate(zip(chunk, encoded, strict=True))]
+            items = self._prepare(chunk, offset, stats)
             work = [it for it in items if it.ids]
             for batch in _token_batches(work, self.cfg.batch_tokens):
-                self._decode(batch)
+                self._decode(batch, stats)
                 if on_batch is not None:
                     on_batch(len(batch))
-            for it in items:
-                out.write(self._format(it))
+            out.write("".join(self._format(it) for it in items))
             out.flush()
-            self.stats.sentences += len(items)
-            self.stats.empty += len(items) - len(work)
-        self.stats.seconds = time.perf_counter() - start
-        return self.stats
+            offset += len(items)
+            stats.empty += len(items) - len(work)
+        stats.sentences = offset
+        stats.seconds = time.perf_counter() - start
+        return stats
 
-    def _prepare(self, index: int, line: str, ids: list[int]) -> _Item:
-        if len(ids) > self.max_src_len:
-            ids = ids[: self.max_src_len]
-            self.stats.truncated += 1
-        return _Item(index, line, ids)
+    def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats) -> list[_Item]:
+        encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
+        items = []
+        for i, (line, ids) in enumerate(zip(chunk, encoded, strict=True)):
+            if len(ids) > self.max_src_len:
+                ids = ids[: self.max_src_len]
+                stats.truncated += 1
+            items.append(_Item(offset + i, line, ids))
+        return items
 
     @torch.inference_mode()
-    def _decode(self, batch: list[_Item]) -> None:
+    def _decode(self, batch: list[_Item], stats: TranslateStats) -> None:
         b = collate([it.ids for it in batch], None, [it.index for it in batch])
         b = b.to(self.device, non_blocking=True)
         results = decode_batch(self.model, b, self.cfg, need_attn=self.align_fn is not None)
         for it, nbest in zip(batch, results, strict=True):
             it.nbest = nbest
-            self.stats.tokens += len(nbest[0].tokens)
+            stats.tokens += len(nbest[0].tokens)
 
-    def _align(self, it: _Item, hyp: Hypothesis) -> str:
-        if self.align_fn is None or hyp.attn is None:
+    def _align(self, it: _Item, hyp: Hypothesis | None) -> str:
+        if self.align_fn is None or hyp is None or hyp.attn is None:
             return ""
         return self.align_fn(self.tok.src_pieces(it.ids), self.tok.tgt_pieces(hyp.tokens),
                              hyp.attn)
 
     def _format(self, it: _Item) -> str:
-        hyps = it.nbest
-        texts = [self.tok.decode_tgt(h.tokens) for h in hyps]
+        # An empty line has no hypotheses: it is written as one empty one scoring 0.
+        hyps: list[Hypothesis | None] = list(it.nbest) or [None]
+        texts = [self.tok.decode_tgt(h.tokens) if h else "" for h in hyps]
+        scores = [h.score if h else 0.0 for h in hyps]
         if self.fmt == "jsonl":
-            rec: dict = {"id": it.index + self.stats.sentences, "source": it.line,
-                         "hypothesis": texts[0] if hyps else "",
-                         "score": hyps[0].score if hyps else 0.0,
-                         "tokens": len(hyps[0].tokens) if hyps else 0}
-            if self.cfg.nbest > 1:
-                rec["nbest"] = [{"hypothesis": t, "score": h.score, "tokens": len(h.tokens)}
-                                for t, h in zip(texts, hyps, strict=True)]
-            if self.align_fn is not None:
-                rec["alignment"] = self._align(it, hyps[0]) if hyps else ""
-            return json.dumps(rec, ensure_ascii=False) + "\n"
-        if self.cfg.nbest > 1:  # Moses n-best format: id ||| hypothesis ||| score
-            n = it.index + self.stats.sentences
-            if not hyps:
-                return f"{n} |||  ||| 0.0000\n"
-            return "".join(f"{n} ||| {t} ||| {h.score:.4f}\n"
-                           for t, h in zip(texts, hyps, strict=True))
-        text = texts[0] if hyps else ""
+            return self._jsonl(it, hyps, texts, scores)
+        if self.cfg.nbest > 1:  # Moses n-best: id ||| hypothesis ||| score [||| alignment]
+            links = [f" ||| {self._align(it, h)}" if self.align_fn else "" for h in hyps]
+            return "".join(f"{it.index} ||| {t} ||| {s:.4f}{a}\n"
+                           for t, s, a in zip(texts, scores, links, strict=True))
         if self.align_fn is not None:
-            return f"{text} ||| {self._align(it, hyps[0]) if hyps else ''}\n"
-        return text + "\n"
+            return f"{texts[0]} ||| {self._align(it, hyps[0])}\n"
+        return texts[0] + "\n"
+
+    def _jsonl(self, it: _Item, hyps: list[Hypothesis | None], texts: list[str],
+               scores: list[float]) -> str:
+        counts = [len(h.tokens) if h else 0 for h in hyps]
+        rec: dict[str, Any] = {"id": it.index, "source": it.line, "hypothesis": texts[0],
+                               "score": scores[0], "tokens": counts[0]}
+        if self.cfg.nbest > 1:
+            rec["nbest"] = [{"hypothesis": t, "score": s, "tokens": n}
+                            for t, s, n in zip(texts, scores, counts, strict=True)]
+        if self.align_fn is not None:
+            rec["alignment"] = self._align(it, hyps[0])
+        return json.dumps(rec, ensure_ascii=False) + "\n"
 
 
 def load_translator(paths: list[Path], device: torch.device
@@ -195,3 +233,65 @@ def _same_vocab(a: Tokenizer, b: Tokenizer) -> bool:
         return False
     return (a.src_pieces(range(a.src_vocab_size)) == b.src_pieces(range(b.src_vocab_size))
             and a.tgt_pieces(range(a.tgt_vocab_size)) == b.tgt_pieces(range(b.tgt_vocab_size)))
+
+
+# --------------------------------------------------------------------------- a run's split
+
+
+@dataclass(frozen=True)
+class SplitTranslation:
+    """The translation of a run's split: `path` (RUN_DIR/translations/NAME.TAG.txt), the
+    split's `source` and `reference` text, the checkpoint and decoding used, and the stats of
+    the translation (None when an up-to-date file was reused)."""
+
+    path: Path
+    source: Path
+    reference: Path
+    checkpoint: Path
+    cfg: DecodeConfig
+    stats: TranslateStats | None
+
+
+def split_texts(run_dir: Path, split: str) -> tuple[Path, Path]:
+    """The source and reference text that `mtkit prep` kept for a validation or test split."""
+    from mtkit.data.prep import data_dir
+    from mtkit.data.store import text_path
+
+    ddir = data_dir(run_dir)
+    src, ref = text_path(ddir, split, "src"), text_path(ddir, split, "tgt")
+    if not (src.is_file() and ref.is_file()):
+        have = sorted(p.name.removesuffix(".src.txt") for p in ddir.glob("*.src.txt"))
+        raise DataError(f"--split {split}: {ddir} has no {src.name} and {ref.name}; splits "
+                        f"with text there: {', '.join(have) or 'none (run mtkit prep first)'}")
+    return src, ref
+
+
+def decode_tag(cfg: DecodeConfig) -> str:
+    """A file-name tag for a decoding: 'beam5', 'greedy' or 'sample', then a short hash of every
+    option that can change the output (the batch size cannot)."""
+    options = {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    name = f"beam{cfg.beam_size}" if cfg.method == "beam" else cfg.method
+    return f"{name}-{digest}"
+
+
+def translate_split(run_dir: Path, split: str, *, device: torch.device,
+                    decode: Callable[[DecodeConfig], DecodeConfig] = lambda d: d,
+                    on_batch: Callable[[int], None] | None = None) -> SplitTranslation:
+    """Translate a run's split with its best checkpoint (else last) and its recipe's decode
+    section as changed by `decode` (1-best), into RUN_DIR/translations/SPLIT.TAG.txt, written
+    atomically. A file already there and newer than the checkpoint and the source is reused."""
+    from mtkit.fileio import atomic_write, open_text
+    from mtkit.train.checkpoint import resolve_checkpoint
+
+    src, ref = split_texts(run_dir, split)
+    ckpt = resolve_checkpoint(run_dir)
+    model, recipe, tok = load_translator([ckpt], device)
+    cfg = dataclasses.replace(decode(recipe.decode), nbest=1)
+    out = Path(run_dir) / "translations" / f"{split}.{decode_tag(cfg)}.txt"
+    if out.is_file() and out.stat().st_mtime > max(ckpt.stat().st_mtime, src.stat().st_mtime):
+        return SplitTranslation(out, src, ref, ckpt, cfg, None)
+    worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len)
+    with open_text(src) as lines, atomic_write(out) as f:
+        stats = worker.run(lines, f, on_batch=on_batch)
+    return SplitTranslation(out, src, ref, ckpt, cfg, stats)

@@ -87,3 +87,26 @@ def multi30k_strict_run(mirror: Path, tmp_path_factory: pytest.TempPathFactory
         "data.clean.min_len=4", "data.clean.max_ratio=1.5", "data.clean.dedup=true"])
     run_dir = tmp_path_factory.mktemp("multi30k-strict")
     return recipe, run_dir, prepare(recipe, run_dir, mirror=mirror)
+
+
+def train_toy(toy_run: Path, run: Path, overrides: list[str]) -> Path:
+    """Train the toy recipe (with `overrides`) into `run`, reusing toy_run's prepared data."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from mtkit.train.loop import train
+
+    shutil.copytree(toy_run, run)
+    recipe = load_recipe(RECIPES / "toy.yaml", ["train.max_time=null", *overrides])
+    train(recipe, run, console=Console(file=io.StringIO()))
+    return run
+
+
+@pytest.fixture(scope="session")
+def toy_model(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory with the toy Transformer trained for 400 updates (one validation), which
+    reverses most test sentences exactly. Read-only: copy it before writing into it."""
+    return train_toy(toy_run, tmp_path_factory.mktemp("toy-model") / "run",
+                     ["train.max_updates=400", "train.valid_every=400"])

@@ -1,0 +1,261 @@
+"""mtkit.translate: the streaming translator, on the trained toy model (tests/conftest.py
+`toy_model`) and a briefly trained toy RNN. Command-line behaviour: test_translate_cmd.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtkit.data.batch import collate
+from mtkit.data.prep import data_dir
+from mtkit.data.store import text_path
+from mtkit.decode import forced, length_penalty
+from mtkit.errors import ConfigError
+from mtkit.translate import (
+    StreamTranslator,
+    decode_tag,
+    inference_device,
+    load_translator,
+    pharaoh_aligner,
+    translate_split,
+)
+from tests.conftest import train_toy
+
+CPU = torch.device("cpu")
+_RNN = ["model.arch=rnn", "model.rnn.emb_dim=32", "model.rnn.hidden_dim=32",
+        "model.rnn.attn_dim=32", "model.rnn.dropout=0.0", "train.max_updates=120",
+        "train.valid_every=120"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def rnn_model(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small Bahdanau GRU trained briefly on the toy task (read-only)."""
+    return train_toy(toy_run, tmp_path_factory.mktemp("toy-rnn") / "run", _RNN)
+
+
+@pytest.fixture(scope="module")
+def test_lines(toy_model: Path) -> list[str]:
+    return text_path(data_dir(toy_model), "test", "src").read_text().splitlines()
+
+
+def _worker(run: Path | list[Path], **kw) -> StreamTranslator:
+    """A translator of `run` (several: an ensemble) with the recipe's decoding changed by kw
+    (DecodeConfig fields) and StreamTranslator options (fmt, align_fn, chunk_lines)."""
+    model, recipe, tok = load_translator(run if isinstance(run, list) else [run], CPU)
+    opts = {k: kw.pop(k) for k in ("fmt", "align_fn", "chunk_lines") if k in kw}
+    cfg = dataclasses.replace(recipe.decode, **kw)
+    return StreamTranslator(model, tok, cfg, device=CPU, max_src_len=recipe.data.max_len,
+                            **opts)
+
+
+def _run(worker: StreamTranslator, lines: list[str]) -> tuple[list[str], object]:
+    out = io.StringIO()
+    stats = worker.run([line + "\n" for line in lines], out)
+    return out.getvalue().splitlines(), stats
+
+
+def _records(worker: StreamTranslator, lines: list[str]) -> list[dict]:
+    out, _ = _run(worker, lines)
+    return [json.loads(line) for line in out]
+
+
+def _assert_same(a: list[dict], b: list[dict], tol: float = 1e-4) -> None:
+    assert [r["hypothesis"] for r in a] == [r["hypothesis"] for r in b]
+    assert [r["source"] for r in a] == [r["source"] for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert x["score"] == pytest.approx(y["score"], abs=tol)
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_beam_of_one_is_greedy(arch, toy_model, rnn_model, test_lines):
+    run = toy_model if arch == "transformer" else rnn_model
+    beam = _records(_worker(run, method="beam", beam_size=1, fmt="jsonl"), test_lines)
+    greedy = _records(_worker(run, method="greedy", fmt="jsonl"), test_lines)
+    _assert_same(beam, greedy, tol=1e-5)
+    assert sum(r["tokens"] for r in greedy) > 0
+
+
+def test_one_batch_translates_like_one_sentence_at_a_time(toy_model, test_lines):
+    lines = test_lines[:30]
+    assert len({len(line.split()) for line in lines}) > 3  # lengths differ: batches get sorted
+    batched = _records(_worker(toy_model, fmt="jsonl", batch_tokens=4000), lines)
+    alone = _records(_worker(toy_model, fmt="jsonl", chunk_lines=1), lines)
+    _assert_same(batched, alone)
+    assert [r["id"] for r in batched] == list(range(30))
+    assert [r["source"] for r in batched] == lines
+
+
+def test_translations_of_the_toy_model_are_mostly_right(toy_model, test_lines):
+    refs = text_path(data_dir(toy_model), "test", "tgt").read_text().splitlines()
+    out, stats = _run(_worker(toy_model), test_lines)
+    exact = sum(h == r for h, r in zip(out, refs, strict=True))
+    assert exact >= 0.6 * len(refs), (exact, out[:5], refs[:5])
+    assert stats.sentences == len(refs) and stats.tokens == sum(len(h.split()) for h in out)
+
+
+@pytest.mark.parametrize("penalty", [("gnmt", 1.0), ("average", 0.0), ("none", 0.0)])
+def test_score_is_the_sum_of_token_logprobs_over_the_penalty(toy_model, test_lines, penalty):
+    kind, alpha = penalty
+    worker = _worker(toy_model, fmt="jsonl", length_penalty=kind, alpha=alpha)
+    recs = _records(worker, test_lines[:8])
+    src = [worker.tok.encode_src(r["source"]) for r in recs]
+    tgt = [worker.tok.encode_tgt(r["hypothesis"]) for r in recs]
+    assert all(len(t) == r["tokens"] for t, r in zip(tgt, recs, strict=True))
+    teacher = forced(worker.model, collate(src, tgt, list(range(8))), need_attn=False)
+    for r, f in zip(recs, teacher, strict=True):
+        expected = sum(f.token_logprobs) / length_penalty(r["tokens"] + 1, kind, alpha)
+        assert r["score"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_empty_and_blank_lines_give_empty_lines(toy_model, test_lines):
+    lines = ["", test_lines[0], "   ", test_lines[1], ""]
+    out, stats = _run(_worker(toy_model), lines)
+    full, _ = _run(_worker(toy_model), test_lines[:2])
+    assert out == ["", full[0], "", full[1], ""]
+    assert (stats.sentences, stats.empty) == (5, 3)
+    recs = _records(_worker(toy_model, fmt="jsonl"), lines)
+    assert [(r["hypothesis"], r["score"], r["tokens"]) for r in recs[::2]] == [("", 0.0, 0)] * 3
+
+
+def test_overlong_lines_are_truncated_and_counted(toy_model, test_lines):
+    worker = _worker(toy_model)
+    limit = worker.max_src_len
+    words = test_lines[0].split()
+    long_line = " ".join(words * (limit // len(words) + 2))
+    head = worker.tok.decode_src(worker.tok.encode_src(long_line)[:limit])
+    out, stats = _run(worker, [test_lines[1], long_line, long_line + " " + words[0]])
+    assert stats.truncated == 2 and stats.max_src_len == limit
+    assert f"2 input line(s) longer than {limit} source tokens" in stats.truncation()
+    cut, _ = _run(worker, [head])
+    assert out[1] == out[2] == cut[0]
+
+
+def test_jsonl_records_hold_every_field(toy_model, test_lines):
+    recs = _records(_worker(toy_model, fmt="jsonl", nbest=3, beam_size=4,
+                            align_fn=pharaoh_aligner()), test_lines[:5])
+    for i, r in enumerate(recs):
+        assert set(r) == {"id", "source", "hypothesis", "score", "tokens", "nbest", "alignment"}
+        assert (r["id"], r["source"]) == (i, test_lines[i])
+        assert len(r["nbest"]) == 3
+        assert r["nbest"][0] == {"hypothesis": r["hypothesis"], "score": r["score"],
+                                 "tokens": r["tokens"]}
+        scores = [h["score"] for h in r["nbest"]]
+        assert scores == sorted(scores, reverse=True)
+        assert r["tokens"] == len(r["hypothesis"].split())  # one piece per toy word
+    plain = _records(_worker(toy_model, fmt="jsonl"), test_lines[:1])[0]
+    assert set(plain) == {"id", "source", "hypothesis", "score", "tokens"}
+
+
+def _links(text: str) -> set[tuple[int, int]]:
+    return {(int(i), int(j)) for i, j in (p.split("-") for p in text.split())}
+
+
+def test_align_links_follow_the_reversal(toy_model, test_lines):
+    """The toy task reverses words: source word i is target word n-1-i. Links index words
+    within both sentences, for beam output (each hypothesis's own attention)."""
+    out, _ = _run(_worker(toy_model, align_fn=pharaoh_aligner(), beam_size=4), test_lines)
+    mirrored = 0
+    for src, line in zip(test_lines, out, strict=True):
+        hyp, _, links = line.partition(" ||| ")
+        n, m = len(src.split()), len(hyp.split())
+        found = _links(links)
+        assert all(0 <= i < n and 0 <= j < m for i, j in found), line
+        mirrored += n == m and found == {(i, n - 1 - i) for i in range(n)}
+    assert mirrored >= 0.5 * len(test_lines), mirrored
+
+
+def test_nbest_text_is_moses_format_with_alignments(toy_model, test_lines):
+    out, _ = _run(_worker(toy_model, nbest=2, align_fn=pharaoh_aligner()),
+                  [test_lines[0], "", test_lines[1]])
+    fields = [line.split(" ||| ") for line in out]
+    assert [f[0] for f in fields] == ["0", "0", "1", "2", "2"]
+    assert all(len(f) == 4 for f in fields)
+    assert fields[2][1:] == ["", "0.0000", ""]
+    assert float(fields[0][2]) >= float(fields[1][2])
+
+
+def test_an_ensemble_of_two_copies_translates_like_the_model(toy_model, test_lines):
+    single = _records(_worker(toy_model, fmt="jsonl"), test_lines[:20])
+    double = _records(_worker([toy_model, toy_model / "best.pt"], fmt="jsonl"), test_lines[:20])
+    _assert_same(single, double)
+
+
+def test_sampling_is_reproducible_with_its_seed(toy_model, test_lines):
+    def draw(seed: int) -> list[str]:
+        out, _ = _run(_worker(toy_model, method="sample", seed=seed, temperature=3.0),
+                      test_lines[:20])
+        return out
+
+    assert draw(1) == draw(1)
+    assert draw(1) != draw(2)
+
+
+def test_output_is_flushed_chunk_by_chunk(toy_model, test_lines):
+    """A line of the second chunk is read only after the first chunk was written and flushed,
+    so a pipe sees output while a long input is still being read."""
+    out = io.StringIO()
+    flushed: list[int] = []
+    out.flush = lambda: flushed.append(len(out.getvalue().splitlines()))  # type: ignore
+
+    def lines():
+        for i, line in enumerate(test_lines[:7]):
+            if i == 3:
+                assert flushed == [3]
+            yield line + "\n"
+
+    _worker(toy_model, chunk_lines=3).run(lines(), out)
+    assert flushed == [3, 6, 7]
+
+
+def test_split_translation_is_written_once_and_redone_for_a_newer_checkpoint(toy_model,
+                                                                             tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    first = translate_split(run, "test", device=CPU)
+    assert first.stats is not None and first.stats.sentences == 60
+    assert first.path == run / "translations" / f"test.{decode_tag(first.cfg)}.txt"
+    assert first.path.name.startswith("test.beam4-")
+    assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]  # no temp file
+    again = translate_split(run, "test", device=CPU)
+    assert again.stats is None and again.path == first.path
+    newer = first.path.stat().st_mtime + 10
+    os.utime(first.checkpoint, (newer, newer))
+    assert translate_split(run, "test", device=CPU).stats is not None
+    greedy = translate_split(run, "test", device=CPU,
+                             decode=lambda d: dataclasses.replace(d, method="greedy"))
+    assert greedy.path.name.startswith("test.greedy-") and greedy.stats is not None
+
+
+def test_decode_tag_ignores_the_batch_size_only(toy_model):
+    _, recipe, _ = load_translator([toy_model], CPU)
+    cfg = recipe.decode
+    assert decode_tag(cfg) == decode_tag(dataclasses.replace(cfg, batch_tokens=17))
+    assert decode_tag(cfg) != decode_tag(dataclasses.replace(cfg, alpha=0.5))
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ("gpu", "--device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
+    ("cuda:7", "--device: "),
+])
+def test_device_errors_name_the_option(spec, words):
+    if spec.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        inference_device(spec)
+    assert inference_device("cpu") == CPU

@@ -1,0 +1,234 @@
+"""`mtkit translate` and `mtkit score --run` on the trained toy model (tests/conftest.py
+`toy_model`): streams, files, formats, ensembles, errors, and scoring a run's test split."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mtkit import translate as tr
+from mtkit.cli import app
+from mtkit.data.prep import data_dir
+from mtkit.data.store import text_path
+from mtkit.errors import MtkitError
+
+MTKIT = [sys.executable, "-m", "mtkit"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def src_file(toy_model: Path) -> Path:
+    return text_path(data_dir(toy_model), "test", "src")
+
+
+def _cli(*args: object, input: str | None = None):
+    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def test_stdin_to_stdout_in_a_subprocess(toy_model, src_file):
+    lines = src_file.read_text().splitlines()[:5]
+    text = "\n".join([lines[0], "", *lines[1:]]) + "\n"
+    proc = subprocess.run([*MTKIT, "translate", str(toy_model), "--threads", "1"], input=text,
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    expected = _cli("translate", toy_model, "-i", src_file).stdout.splitlines()[:5]
+    assert out == [expected[0], "", *expected[1:]]
+    assert proc.stderr.strip().splitlines()[-1].startswith("mtkit: translated 6 sentences, ")
+    assert "sentences/s" in proc.stderr and "tokens/s" in proc.stderr
+
+
+def test_a_pipe_closed_early_ends_the_command_cleanly(toy_model, src_file, tmp_path):
+    """`cat big | mtkit translate run | head -n 2`: no traceback, exit status 0."""
+    big = tmp_path / "big.txt"
+    big.write_text(src_file.read_text() * 100)  # 6000 lines: three chunks
+    proc = subprocess.Popen([*MTKIT, "translate", str(toy_model), "--greedy", "-i", str(big),
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_env())
+    assert proc.stdout is not None and proc.stderr is not None
+    head = [proc.stdout.readline() for _ in range(2)]
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert all(line.endswith(b"\n") for line in head)
+    assert "Traceback" not in err and "Exception" not in err and "Error" not in err
+
+
+def test_output_file_is_written_whole_or_not_at_all(toy_model, src_file, tmp_path,
+                                                    monkeypatch):
+    out = tmp_path / "out.txt"
+    result = _cli("translate", toy_model, "-i", src_file, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert len(out.read_text().splitlines()) == len(src_file.read_text().splitlines())
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+    def fail(self, lines, stream, on_batch=None):
+        stream.write("half of it\n")
+        raise MtkitError("the translation failed")
+
+    monkeypatch.setattr(tr.StreamTranslator, "run", fail)
+    before = out.read_text()
+    result = _cli("translate", toy_model, "-i", src_file, "-o", out)
+    assert result.exit_code == 2 and "the translation failed" in result.stderr
+    assert out.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_jsonl_nbest_and_alignments(toy_model, src_file):
+    result = _cli("translate", toy_model, "-i", src_file, "--format", "jsonl", "--nbest", "2",
+                  "--align", "--align-method", "intersection")
+    assert result.exit_code == 0, result.output
+    recs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(recs) == 60
+    assert set(recs[0]) == {"id", "source", "hypothesis", "score", "tokens", "nbest",
+                            "alignment"}
+    assert all(len(r["nbest"]) == 2 and r["alignment"] for r in recs)
+
+
+def test_text_with_alignments(toy_model, src_file):
+    result = _cli("translate", toy_model, "-i", src_file, "--align", "--greedy")
+    lines = result.stdout.splitlines()
+    plain = _cli("translate", toy_model, "-i", src_file, "--greedy").stdout.splitlines()
+    assert [line.split(" ||| ")[0] for line in lines] == plain
+    assert all(len(line.split(" ||| ")) == 2 for line in lines)
+
+
+def test_an_ensemble_of_two_copies_equals_the_model(toy_model, src_file):
+    one = _cli("translate", toy_model, "-i", src_file, "--format", "jsonl")
+    two = _cli("translate", toy_model, toy_model / "best.pt", "-i", src_file, "--format", "jsonl")
+    assert one.exit_code == two.exit_code == 0, two.output
+    a, b = ([json.loads(x) for x in r.stdout.splitlines()] for r in (one, two))
+    assert [r["hypothesis"] for r in a] == [r["hypothesis"] for r in b]
+    assert all(abs(x["score"] - y["score"]) < 1e-4 for x, y in zip(a, b, strict=True))
+
+
+def test_sampling_options_reach_the_sampler(toy_model, src_file):
+    args = ["translate", toy_model, "-i", src_file, "--sample", "--temperature", "5"]
+    a, b = _cli(*args, "--seed", "3"), _cli(*args, "--seed", "3")
+    c = _cli(*args, "--seed", "4", "--top-k", "2")
+    assert a.exit_code == c.exit_code == 0, c.output
+    assert a.stdout == b.stdout != c.stdout
+
+
+def test_overlong_lines_warn_once_with_their_count(toy_model, tmp_path):
+    long_line = " ".join(["sa gu mir"] * 20)  # 60 tokens, the toy limit is 32
+    src = tmp_path / "in.txt"
+    src.write_text(f"sa gu\n{long_line}\n{long_line} pel\nmir\n")
+    result = _cli("translate", toy_model, "-i", src)
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 4
+    warning = ("mtkit: warning: 2 input line(s) longer than 32 source tokens (the model's "
+               "data.max_len) were truncated")
+    assert result.stderr.count("warning") == 1 and warning in result.stderr
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["-i", "missing.txt"], "missing.txt: input file not found"),
+    (["--beam", "0"], "--beam (decode.beam_size): out of range: expected a value >= 1, got 0"),
+    (["--nbest", "9"], "--nbest (decode.nbest): cannot exceed beam_size (4)"),
+    (["--length-penalty", "long"], "--length-penalty (decode.length_penalty): invalid choice"),
+    (["--format", "xml"], "--format: invalid choice 'xml'; expected text or jsonl"),
+    (["--device", "gpu"], "--device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
+    (["--greedy", "--sample"], "--greedy and --sample exclude each other"),
+    (["--greedy", "--beam", "3"], "--beam is for beam search; it excludes --greedy"),
+    (["--top-p", "0.5"], "--top-p: sampling options need --sample (decode.method is beam)"),
+    (["--greedy", "--nbest", "2"], "--nbest: greedy search gives one hypothesis"),
+    (["--align-method", "union"], "--align-method needs --align"),
+    (["--align", "--align-method", "diag"], "--align-method: invalid choice 'diag'"),
+    (["--length-penalty", "none", "--alpha", "0.6"], "--alpha is the GNMT penalty's exponent"),
+])
+def test_bad_options_are_one_line_errors(toy_model, args, words):
+    result = _cli("translate", toy_model, *args, input="sa gu\n")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("mtkit: error: ") and words in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output and result.exception is None or \
+        isinstance(result.exception, SystemExit)
+
+
+def test_bad_checkpoints_are_one_line_errors(toy_model, tmp_path):
+    result = _cli("translate", tmp_path / "nowhere", input="sa gu\n")
+    assert result.exit_code == 2
+    assert "nowhere: no such checkpoint file or run directory" in result.stderr
+    result = _cli("translate", tmp_path, input="sa gu\n")
+    assert result.exit_code == 2 and "no best.pt or last.pt in this run directory" in result.stderr
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    result = _cli("translate", junk, input="sa gu\n")
+    assert result.exit_code == 2 and "junk.pt: not a readable checkpoint" in result.stderr
+    assert "Traceback" not in result.output
+
+
+# --------------------------------------------------------------------------- score --run
+
+
+@pytest.fixture
+def run_copy(toy_model: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    return run
+
+
+def test_score_run_translates_the_split_then_reuses_it(run_copy):
+    result = _cli("score", "--run", run_copy, "--split", "test", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    (system,) = report["systems"]
+    written = list((run_copy / "translations").iterdir())
+    assert [p.name for p in written] == [Path(system["name"]).name]
+    assert written[0].name.startswith("test.beam4-")
+    assert report["references"] == [str(text_path(data_dir(run_copy), "test", "tgt"))]
+    assert system["scores"]["BLEU"]["score"] > 60  # the toy model has learned to reverse
+    assert "mtkit: translated test with" in result.stderr
+    again = _cli("score", "--run", run_copy, "--split", "test", "--json")
+    assert "mtkit: reusing" in again.stderr and json.loads(again.stdout) == report
+    # a score call on the file itself gives the same numbers
+    plain = _cli("score", "-r", report["references"][0], written[0], "--json")
+    assert json.loads(plain.stdout)["systems"][0]["scores"] == system["scores"]
+
+
+def test_score_run_with_greedy_and_other_systems(run_copy, tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text(text_path(data_dir(run_copy), "test", "src").read_text())  # unreversed
+    result = _cli("score", "--run", run_copy, "--split", "test", "--greedy", other,
+                  "-m", "bleu", "--json")
+    assert result.exit_code == 0, result.output
+    systems = json.loads(result.stdout)["systems"]
+    assert Path(systems[0]["name"]).name.startswith("test.greedy-")
+    assert systems[0]["scores"]["BLEU"]["score"] > systems[1]["scores"]["BLEU"]["score"]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--split", "test", "hyp.txt", "-r", "ref.txt"], "--split: only with --run RUN_DIR"),
+    (["--run", "{run}"], "--run needs --split NAME"),
+    (["--run", "{run}", "--split", "dev"], "--split dev: "),
+    (["--run", "{run}", "--split", "test", "-r", "ref.txt"], "--ref: with --run the reference"),
+    (["--run", "{run}", "--split", "test", "--greedy", "--beam", "2"],
+     "--greedy and --beam exclude each other"),
+    (["--run", "{run}", "--split", "test", "--beam", "0"], "--beam (decode.beam_size)"),
+    (["hyp.txt"], "missing option --ref/-r REF"),
+])
+def test_score_run_errors(toy_model, args, words):
+    result = _cli("score", *(a.format(run=toy_model) for a in args))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("mtkit: error: ") and words in result.stderr
+    assert not (toy_model / "translations").exists()
