@@ -63,8 +63,8 @@ KINDS = ("cross", "encoder", "decoder")
 # (AER, d_model 64, seeds 1-4): 2 decoder layers, top 0.001-0.019 vs bottom 0.03-0.76;
 # 3 decoder layers (seeds 1-3), top 0.003-0.050 vs penultimate 0.022-0.080 vs bottom
 # 0.18-0.75. The bottom layer barely aligns reversal at all. Garg et al. (2019) find the
-# penultimate layer best on real language pairs (recipes/en-de.yaml's align_layer: -2, which
-# `translate --align` reads); --layer chooses.
+# penultimate layer best on real language pairs; --layer chooses. The recipes' align_layer
+# (what `translate --align` reads) defaults to -1 too, so both commands agree.
 DEFAULT_LAYER = -1
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.

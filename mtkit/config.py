@@ -183,7 +183,7 @@ class TransformerConfig:
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     max_positions: int = _rng(512, ge=2)
     share_embeddings: bool = True  # source, target and output embeddings (needs data.spm.joint)
-    align_layer: int = -2  # decoder layer whose cross-attention is returned (negative: from top)
+    align_layer: int = -1  # decoder layer whose cross-attention is returned (negative: from top)
     align_head: int | None = None  # None: mean over heads
 
     def _problems(self) -> list[tuple[str, str]]:
