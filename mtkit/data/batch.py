@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
+import numpy as np
 import torch
 
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -14,7 +16,12 @@ from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 class Batch:
     """src: (B, S) ids ending in EOS, right-padded with PAD; src_lens: (B,);
     tgt_in: (B, T) BOS + target ids; tgt_out: (B, T) target ids + EOS (PAD where padded);
-    ids: (B,) positions of the sentences in their split (to restore input order)."""
+    ids: (B,) positions of the sentences in their split (to restore input order).
+
+    src_lens stays on the host when the batch moves to a device (`to`): lengths are
+    bookkeeping that the host reads (packing an RNN's input needs them on the CPU, and a
+    device copy read back would stall a GPU's queue once per batch); models copy them to
+    the device themselves where they build a mask."""
 
     src: torch.Tensor
     src_lens: torch.Tensor
@@ -27,10 +34,11 @@ class Batch:
         return 0 if self.tgt_out is None else int((self.tgt_out != PAD_ID).sum())
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """The batch with every tensor but src_lens on `device`."""
         def mv(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=non_blocking)
 
-        return Batch(mv(self.src), mv(self.src_lens), mv(self.tgt_in), mv(self.tgt_out),
+        return Batch(mv(self.src), self.src_lens, mv(self.tgt_in), mv(self.tgt_out),
                      mv(self.ids))
 
     def pin_memory(self) -> Batch:
@@ -41,28 +49,49 @@ class Batch:
                      pin(self.ids))
 
 
+def _flat(seqs: Sequence[Sequence[int]], max_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Token-id sequences -> (their lengths after truncation to max_len (B,), all their ids
+    concatenated (sum of lengths,)), without a Python loop over tokens."""
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    if max_len is not None and (lens > max_len).any():
+        seqs = [s[:max_len] for s in seqs]
+        lens = np.minimum(lens, max_len)
+    total = int(lens.sum())
+    if seqs and isinstance(seqs[0], np.ndarray):
+        flat = np.concatenate(seqs).astype(np.int64, copy=False) if total else \
+            np.zeros(0, np.int64)
+    else:
+        flat = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=total)
+    return lens, flat
+
+
+def _padded(lens: np.ndarray, flat: np.ndarray, width: int, start: int) -> np.ndarray:
+    """(B, width) PAD-filled rows holding each sequence from column `start` on."""
+    out = np.full((len(lens), width), PAD_ID, dtype=np.int64)
+    cols = np.arange(width - start)
+    out[:, start:][cols < lens[:, None]] = flat  # row-major order = concatenation order
+    return out
+
+
 def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]] | None,
             ids: Sequence[int], max_len: int | None = None) -> Batch:
-    """Build a padded batch from token-id lists (without BOS/EOS); truncates to max_len."""
-    def cut(s: Sequence[int]) -> list[int]:
-        return list(s[:max_len]) if max_len is not None else list(s)
+    """Build a padded batch from token-id sequences (lists or numpy arrays, without BOS/EOS);
+    truncates each to max_len ids before adding EOS (and BOS).
 
-    srcs = [cut(s) + [EOS_ID] for s in src]
-    s_len = max(len(s) for s in srcs)
-    src_t = torch.full((len(srcs), s_len), PAD_ID, dtype=torch.long)
-    for i, s in enumerate(srcs):
-        src_t[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    lens = torch.tensor([len(s) for s in srcs], dtype=torch.long)
+    Vectorised with numpy: on the GPU a 25k-token batch (about 1,700 sentences) must be ready
+    faster than the device trains on it, which a per-sentence tensor loop was not."""
+    rows = np.arange(len(src))
+    lens, flat = _flat(src, max_len)
+    src_np = _padded(lens, flat, int(lens.max()) + 1, 0)
+    src_np[rows, lens] = EOS_ID
     tin = tout = None
     if tgt is not None:
-        tgts = [cut(t) for t in tgt]
-        t_len = max(len(t) for t in tgts) + 1
-        tin = torch.full((len(tgts), t_len), PAD_ID, dtype=torch.long)
-        tout = torch.full((len(tgts), t_len), PAD_ID, dtype=torch.long)
-        for i, t in enumerate(tgts):
-            tt = torch.tensor(t, dtype=torch.long)
-            tin[i, 0] = BOS_ID
-            tin[i, 1 : len(t) + 1] = tt
-            tout[i, : len(t)] = tt
-            tout[i, len(t)] = EOS_ID
-    return Batch(src_t, lens, tin, tout, torch.tensor(list(ids), dtype=torch.long))
+        t_lens, t_flat = _flat(tgt, max_len)
+        width = int(t_lens.max()) + 1
+        tin_np = _padded(t_lens, t_flat, width, 1)
+        tin_np[:, 0] = BOS_ID
+        tout_np = _padded(t_lens, t_flat, width, 0)
+        tout_np[rows, t_lens] = EOS_ID
+        tin, tout = torch.from_numpy(tin_np), torch.from_numpy(tout_np)
+    return Batch(torch.from_numpy(src_np), torch.from_numpy(lens + 1), tin, tout,
+                 torch.from_numpy(np.array(list(ids), dtype=np.int64)))

@@ -55,6 +55,16 @@ class Output:
     attn: torch.Tensor | None
 
 
+def source_mask(src: torch.Tensor, src_lens: torch.Tensor) -> torch.Tensor:
+    """src (B, S), src_lens (B,) -> (B, S) bool on src's device, True on the first
+    src_lens[b] positions of row b.
+
+    src_lens may stay on the host (`Batch.to` leaves it there): it is copied without waiting
+    for the device, so building the mask never stalls a GPU's queue."""
+    lens = src_lens.to(src.device, non_blocking=True)
+    return torch.arange(src.size(1), device=src.device) < lens.unsqueeze(1)
+
+
 def reorder(state: State, idx: torch.Tensor) -> State:
     """Select (tile or reorder) batch rows of every tensor in a state: idx (B',) -> (B', ...)."""
     return {k: v.index_select(0, idx) for k, v in state.items()}
@@ -70,7 +80,8 @@ class Translator(nn.Module):
     has_attention: bool = True
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
-        """src: (B, S) token ids, padded; src_lens: (B,) lengths (incl. EOS)."""
+        """src: (B, S) token ids, padded; src_lens: (B,) lengths (incl. EOS), on the host
+        or on src's device (see `source_mask`)."""
         raise NotImplementedError
 
     def init_state(self, enc: Encoded) -> State:

@@ -28,7 +28,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mtkit.errors import MtkitError
 from mtkit.models.attention import Attention
-from mtkit.models.base import Encoded, Output, State, Step, Translator
+from mtkit.models.base import Encoded, Output, State, Step, Translator, source_mask
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
 
@@ -54,6 +54,8 @@ class RNNEncoder(nn.Module):
         """src (B, S), src_lens (B,) -> memory (B, S, Hm) (zeros on padding), final h (B, Hm),
         final c (B, Hm) or None (not LSTM)."""
         x = self.dropout(self.embed(src))
+        # Packing needs the lengths on the host: free when they are there already (`Batch.to`
+        # keeps them there); lengths on a GPU cost a sync here.
         packed = pack_padded_sequence(x, src_lens.cpu(), batch_first=True, enforce_sorted=False)
         out, hidden = self.rnn(packed)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
@@ -279,7 +281,7 @@ class RNNTranslator(Translator):
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         memory, final, final_c = self.encoder(src, src_lens)
-        mask = torch.arange(src.size(1), device=src.device) < src_lens.unsqueeze(1)
+        mask = source_mask(src, src_lens)
         extras: State = {}
         if self.bridge is not None or self.decoder.attention is None:
             extras["final"] = final

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mtkit.errors import MtkitError
-from mtkit.models.base import Encoded, Output, State, Step, Translator
+from mtkit.models.base import Encoded, Output, State, Step, Translator, source_mask
 
 Weights = torch.Tensor | None  # (B, h, T, S) attention weights, when asked for
 
@@ -299,7 +299,7 @@ class Transformer(Translator):
         self.align_head = align_head
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
-        mask = torch.arange(src.size(1), device=src.device) < src_lens.unsqueeze(1)
+        mask = source_mask(src, src_lens)
         memory, _ = self.encoder(self.src_embed(src), mask[:, None, None, :])
         extras: State = {}
         for i, layer in enumerate(self.decoder.layers):
@@ -357,7 +357,7 @@ class Transformer(Translator):
                              f"(0..{self.heads - 1})")
         layer %= n
         if kind == "encoder":
-            mask = torch.arange(src.size(1), device=src.device) < src_lens.unsqueeze(1)
+            mask = source_mask(src, src_lens)
             _, w = self.encoder(self.src_embed(src), mask[:, None, None, :], weights_layer=layer)
         else:
             _, sw, cw = self.decoder(self.tgt_embed(tgt_in), self.encode(src, src_lens),
