@@ -325,11 +325,11 @@ def score(
     if run_problems:
         raise MtkitError("; ".join(run_problems))
     hyps, refs = list(hyps or []), list(refs or [])
-    if run is not None and split is not None:
-        done = _translate_run_split(run, split, beam=beam, greedy=greedy, device=device,
-                                    threads=threads)
-        hyps, refs = [done.path, *hyps], [done.reference]
-        src = done.source if by_length and src is None else src
+    if run is not None and split is not None:  # the split's texts; translated further down
+        from mtkit.translate import split_texts
+
+        run_src, run_ref = split_texts(run, split)
+        refs, src = [run_ref], run_src if by_length and src is None else src
     problems = _score_flag_problems(
         metrics=names, paired=paired_bs or paired_ar, paired_ar=paired_ar, paired_bs_n=paired_bs_n,
         paired_ar_n=paired_ar_n, seed=seed, src=src, by_length=by_length, buckets=buckets,
@@ -352,6 +352,9 @@ def score(
     if plot is not None:
         sc.plot_format(plot)  # a bad extension fails before any scoring
     edges = sc.parse_buckets(buckets) if buckets is not None else sc.DEFAULT_BUCKETS
+    if run is not None and split is not None:
+        hyps = [_translate_run_split(run, split, beam=beam, greedy=greedy, device=device,
+                                     threads=threads).path, *hyps]
     report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
                             src=src, buckets=edges)
     if plot is not None:

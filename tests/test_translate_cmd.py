@@ -217,6 +217,14 @@ def test_score_run_with_greedy_and_other_systems(run_copy, tmp_path):
     assert systems[0]["scores"]["BLEU"]["score"] > systems[1]["scores"]["BLEU"]["score"]
 
 
+def test_score_run_by_length_takes_the_split_source(run_copy):
+    result = _cli("score", "--run", run_copy, "--split", "test", "--by-length", "--buckets",
+                  "3,5", "-m", "bleu", "--json")
+    assert result.exit_code == 0, result.output
+    buckets = json.loads(result.stdout)["by_length"]["buckets"]
+    assert [b["sentences"] for b in buckets] == [24, 18, 18]  # 2-3, 4-5 and 6-7 words
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["--split", "test", "hyp.txt", "-r", "ref.txt"], "--split: only with --run RUN_DIR"),
     (["--run", "{run}"], "--run needs --split NAME"),
@@ -226,6 +234,7 @@ def test_score_run_with_greedy_and_other_systems(run_copy, tmp_path):
      "--greedy and --beam exclude each other"),
     (["--run", "{run}", "--split", "test", "--beam", "0"], "--beam (decode.beam_size)"),
     (["hyp.txt"], "missing option --ref/-r REF"),
+    (["--run", "{run}", "--split", "test", "--buckets", "5"], "--buckets needs --by-length"),
 ])
 def test_score_run_errors(toy_model, args, words):
     result = _cli("score", *(a.format(run=toy_model) for a in args))
