@@ -61,8 +61,21 @@ def source_mask(src: torch.Tensor, src_lens: torch.Tensor) -> torch.Tensor:
 
     src_lens may stay on the host (`Batch.to` leaves it there): it is copied without waiting
     for the device, so building the mask never stalls a GPU's queue."""
-    lens = src_lens.to(src.device, non_blocking=True)
+    lens = host_to_device(src_lens, src.device)
     return torch.arange(src.size(1), device=src.device) < lens.unsqueeze(1)
+
+
+def host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device`, copied without making the host wait for the device's queue.
+
+    A blocking host-to-GPU copy synchronises the stream, and one from pageable memory may make
+    the driver do so; from pinned memory with non_blocking it is only queued. Pinning a
+    small tensor is cheap (PyTorch caches pinned blocks)."""
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu" and not t.is_pinned():
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
 
 
 def reorder(state: State, idx: torch.Tensor) -> State:

@@ -28,7 +28,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mtkit.errors import MtkitError
 from mtkit.models.attention import Attention
-from mtkit.models.base import Encoded, Output, State, Step, Translator, source_mask
+from mtkit.models.base import Encoded, Output, State, Step, Translator, host_to_device, source_mask
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
 
@@ -54,14 +54,21 @@ class RNNEncoder(nn.Module):
         """src (B, S), src_lens (B,) -> memory (B, S, Hm) (zeros on padding), final h (B, Hm),
         final c (B, Hm) or None (not LSTM)."""
         x = self.dropout(self.embed(src))
-        # Packing needs the lengths on the host: free when they are there already (`Batch.to`
-        # keeps them there); lengths on a GPU cost a sync here.
-        packed = pack_padded_sequence(x, src_lens.cpu(), batch_first=True, enforce_sorted=False)
+        # Packing wants the rows sorted by length. We sort on the host and queue the
+        # permutations to the device ourselves: pack_padded_sequence(enforce_sorted=False) and
+        # pad_packed_sequence would each copy an index between host and device and wait for
+        # the GPU. Lengths already on the host (`Batch.to` keeps them there) cost nothing.
+        lens, order = src_lens.cpu().sort(descending=True)
+        unorder = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel()))
+        order, unorder = host_to_device(order, src.device), host_to_device(unorder, src.device)
+        packed = pack_padded_sequence(x.index_select(0, order), lens, batch_first=True)
         out, hidden = self.rnn(packed)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+        memory = memory.index_select(0, unorder)
         if isinstance(hidden, tuple):
-            return memory, self._final(hidden[0]), self._final(hidden[1])
-        return memory, self._final(hidden), None
+            return (memory, self._final(hidden[0].index_select(1, unorder)),
+                    self._final(hidden[1].index_select(1, unorder)))
+        return memory, self._final(hidden.index_select(1, unorder)), None
 
     def _final(self, h: torch.Tensor) -> torch.Tensor:
         """(layers * dirs, B, H) -> (B, dirs * H): the top layer, forward then backward, the
