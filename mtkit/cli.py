@@ -512,6 +512,10 @@ def translate(
     align_method: Annotated[str | None, typer.Option(
         "--align-method", help="argmax-tgt (default), argmax-src, intersection, union, "
         "grow-diag-final.", show_default=False)] = None,
+    ensemble_mode: Annotated[str | None, typer.Option(
+        "--ensemble-mode", help="With several models: logprob (default: average the "
+        "log-probabilities, renormalised) or prob (average the probabilities).",
+        show_default=False)] = None,
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
 
@@ -527,6 +531,11 @@ def translate(
 
     problems = _translate_flag_problems(greedy=greedy, sample=sample, beam=beam, fmt=fmt,
                                         align=align, align_method=align_method)
+    if ensemble_mode is not None and len(models) < 2:
+        problems.append("--ensemble-mode: needs two or more models")
+    if ensemble_mode not in (None, "logprob", "prob"):
+        problems.append(f"--ensemble-mode: invalid choice {ensemble_mode!r}; expected logprob "
+                        "or prob")
     if problems:
         raise ConfigError("; ".join(problems))
     if input is not None and not input.is_file():
@@ -534,7 +543,7 @@ def translate(
     if threads > 0:
         torch.set_num_threads(threads)
     dev = tr.inference_device(device)
-    model, recipe, tok = tr.load_translator(list(models), dev)
+    model, recipe, tok = tr.load_translator(list(models), dev, mode=ensemble_mode or "logprob")
     method = "greedy" if greedy else "sample" if sample else ("beam" if beam else None)
     sampling = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
     cfg = _flag_decode_config(recipe.decode, method=method, beam_size=beam, nbest=nbest,

@@ -210,10 +210,11 @@ class StreamTranslator:
         return json.dumps(rec, ensure_ascii=False) + "\n"
 
 
-def load_translator(paths: list[Path], device: torch.device
+def load_translator(paths: list[Path], device: torch.device, *, mode: str = "logprob"
                     ) -> tuple[Translator, Recipe, Tokenizer]:
-    """One model, or an ensemble averaging the probabilities of several checkpoints that share
-    one vocabulary. Returns the model in eval mode, the first model's recipe and tokenizer."""
+    """One model, or an ensemble of several checkpoints that share one vocabulary, combining
+    their log-probabilities by `mode` (see `Ensemble`). Returns the model in eval mode, the
+    first model's recipe and tokenizer."""
     from mtkit.models.ensemble import Ensemble
     from mtkit.train.checkpoint import load_model
 
@@ -225,7 +226,7 @@ def load_translator(paths: list[Path], device: torch.device
         if not _same_vocab(tok, other):
             raise CheckpointError(f"{p}: its vocabulary differs from {paths[0]}'s; an ensemble "
                                   "needs checkpoints trained on the same sentencepiece model")
-    return Ensemble([m for m, _, _ in loaded]).eval(), recipe, tok
+    return Ensemble([m for m, _, _ in loaded], mode=mode).eval(), recipe, tok
 
 
 def _same_vocab(a: Tokenizer, b: Tokenizer) -> bool:

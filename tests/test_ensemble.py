@@ -53,9 +53,10 @@ def test_two_copies_of_a_model_translate_like_the_model(make):
         assert b.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-5)
 
 
-def test_step_averages_probabilities_and_attention():
+@pytest.mark.parametrize("mode", ["prob", "logprob"])
+def test_step_combines_members_and_averages_attention(mode):
     members = [rnn(1), transformer(2), rnn(3, attention="none", init="zeros")]
-    ens = Ensemble(members)
+    ens = Ensemble(members, mode=mode)
     b = batch()
     enc, encs = ens.encode(b.src, b.src_lens), [m.encode(b.src, b.src_lens) for m in members]
     state = ens.init_state(enc)
@@ -64,8 +65,12 @@ def test_step_averages_probabilities_and_attention():
         prev = torch.full((4,), tok)
         out = ens.step(prev, state, enc)
         outs = [m.step(prev, s, e) for m, s, e in zip(members, states, encs, strict=True)]
-        probs = torch.stack([o.logits.softmax(-1) for o in outs]).mean(0)
-        torch.testing.assert_close(out.logits, probs.log())
+        if mode == "prob":  # linear: log of the mean probability
+            want = torch.stack([o.logits.softmax(-1) for o in outs]).mean(0).log()
+        else:  # log-linear: the mean log-probability, renormalised
+            mean_lp = torch.stack([o.logits.log_softmax(-1) for o in outs]).mean(0)
+            want = mean_lp - mean_lp.logsumexp(-1, keepdim=True)
+        torch.testing.assert_close(out.logits, want)
         torch.testing.assert_close(out.logits.exp().sum(-1), torch.ones(4))
         assert outs[2].attn is None  # the attention-free member is left out of the mean
         torch.testing.assert_close(out.attn, (outs[0].attn + outs[1].attn) / 2)
@@ -104,6 +109,19 @@ def test_forward_matches_steps_and_attention_maps_average():
     maps = ens.attention_maps(b.src, b.src_lens, b.tgt_in)
     want = sum(m.attention_maps(b.src, b.src_lens, b.tgt_in) for m in members) / 2
     torch.testing.assert_close(maps, want)
+
+
+def test_the_two_modes_differ_and_unknown_modes_are_refused():
+    members = [rnn(1), transformer(2)]
+    b = batch()
+    outs = []
+    for mode in ("prob", "logprob"):
+        ens = Ensemble(members, mode=mode)
+        enc = ens.encode(b.src, b.src_lens)
+        outs.append(ens.step(torch.full((4,), 2), ens.init_state(enc), enc).logits)
+    assert not torch.allclose(outs[0], outs[1])
+    with pytest.raises(MtkitError, match="expected one of logprob, prob"):
+        Ensemble(members, mode="geometric")
 
 
 def test_members_must_share_the_target_vocabulary():

@@ -112,13 +112,23 @@ def test_text_with_alignments(toy_model, src_file):
     assert all(len(line.split(" ||| ")) == 2 for line in lines)
 
 
-def test_an_ensemble_of_two_copies_equals_the_model(toy_model, src_file):
+@pytest.mark.parametrize("mode", [[], ["--ensemble-mode", "prob"]])
+def test_an_ensemble_of_two_copies_equals_the_model(toy_model, src_file, mode):
     one = _cli("translate", toy_model, "-i", src_file, "--format", "jsonl")
-    two = _cli("translate", toy_model, toy_model / "best.pt", "-i", src_file, "--format", "jsonl")
+    two = _cli("translate", toy_model, toy_model / "best.pt", "-i", src_file, "--format", "jsonl",
+               *mode)
     assert one.exit_code == two.exit_code == 0, two.output
     a, b = ([json.loads(x) for x in r.stdout.splitlines()] for r in (one, two))
     assert [r["hypothesis"] for r in a] == [r["hypothesis"] for r in b]
     assert all(abs(x["score"] - y["score"]) < 1e-4 for x, y in zip(a, b, strict=True))
+
+
+def test_ensemble_mode_needs_an_ensemble_and_a_known_mode(toy_model, src_file):
+    one = _cli("translate", toy_model, "-i", src_file, "--ensemble-mode", "prob")
+    bad = _cli("translate", toy_model, toy_model, "-i", src_file, "--ensemble-mode", "max")
+    assert one.exit_code == bad.exit_code == 2
+    assert "--ensemble-mode: needs two or more models" in one.output
+    assert "expected logprob or prob" in bad.output
 
 
 def test_sampling_options_reach_the_sampler(toy_model, src_file):

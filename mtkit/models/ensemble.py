@@ -1,6 +1,6 @@
 """Several models of one vocabulary translating as one, by averaging their next-token
-probabilities at every step (as in fairseq's ensemble decoding; e.g. Sennrich et al. 2016,
-WMT). An `Ensemble` is itself a `Translator`, so every search drives it unchanged.
+log-probabilities (default; log-linear) or probabilities (linear, as fairseq does) at every step
+(Sennrich et al. 2016, WMT). An `Ensemble` is itself a `Translator`, so every search drives it.
 
 Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 """
@@ -26,14 +26,20 @@ def _unprefixed(state: State, i: int) -> State:
     return {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
 
 
-def _mean_probs(logprobs: list[torch.Tensor]) -> torch.Tensor:
-    """log(mean_i p_i) from log-probabilities (..., V) of each member, computed stably."""
+def _combine(logprobs: list[torch.Tensor], mode: str) -> torch.Tensor:
+    """Members' log-probabilities (..., V) -> the ensemble's, normalised.
+
+    'logprob': the mean of the log-probabilities, renormalised (a product of experts, the
+    log-linear ensemble); 'prob': log of the mean probability (the linear ensemble)."""
     sizes = {lp.size(-1) for lp in logprobs}
     if len(sizes) > 1:
         raise MtkitError(f"ensemble members have different target vocabularies "
                          f"({', '.join(str(lp.size(-1)) for lp in logprobs)} entries); "
                          "only checkpoints trained on the same data can be ensembled")
-    return torch.logsumexp(torch.stack(logprobs), 0) - math.log(len(logprobs))
+    stacked = torch.stack(logprobs)
+    if mode == "logprob":
+        return torch.log_softmax(stacked.mean(0), dim=-1)
+    return torch.logsumexp(stacked, 0) - math.log(len(logprobs))
 
 
 def _mean_attn(attns: list[torch.Tensor | None]) -> torch.Tensor | None:
@@ -45,13 +51,19 @@ def _mean_attn(attns: list[torch.Tensor | None]) -> torch.Tensor | None:
 class Ensemble(Translator):
     """Members decode in lockstep; their Encoded and states are packed into one, under
     keys prefixed with the member's index, so `reorder` and `Encoded.index_select` work
-    on the ensemble as on any model. Logits returned are log mean probabilities (already
-    normalised); attention is the mean over members that have it."""
+    on the ensemble as on any model. Logits returned are normalised log-probabilities,
+    combined by `mode` (see `_combine`: 'logprob' averages log-probabilities, 'prob'
+    probabilities); attention is the mean over members that have it."""
 
-    def __init__(self, models: Sequence[Translator]) -> None:
+    MODES = ("logprob", "prob")
+
+    def __init__(self, models: Sequence[Translator], mode: str = "logprob") -> None:
         super().__init__()
         if not models:
             raise MtkitError("an ensemble needs at least one model")
+        if mode not in self.MODES:
+            raise MtkitError(f"ensemble mode {mode!r}: expected one of {', '.join(self.MODES)}")
+        self.mode = mode
         self.members = nn.ModuleList(models)
         self.has_attention = any(m.has_attention for m in models)
 
@@ -80,7 +92,7 @@ class Ensemble(Translator):
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
              need_attn: bool = True) -> Step:
-        """prev: (B,) -> logits (B, V) = log of the members' mean probabilities."""
+        """prev: (B,) -> logits (B, V), the members' combined log-probabilities."""
         logprobs, attns, new_state = [], [], {}
         for i, m in enumerate(self.members):
             out = m.step(prev, _unprefixed(state, i), self._member_enc(enc, i),
@@ -88,13 +100,13 @@ class Ensemble(Translator):
             logprobs.append(torch.log_softmax(out.logits.float(), dim=-1))
             attns.append(out.attn)
             new_state.update(_prefixed(out.state, i))
-        return Step(_mean_probs(logprobs), _mean_attn(attns), new_state)
+        return Step(_combine(logprobs, self.mode), _mean_attn(attns), new_state)
 
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                 return_attn: bool = False) -> Output:
-        """Teacher forcing: logits (B, T, V) as log mean probabilities; attn (B, T, S)."""
+        """Teacher forcing: logits (B, T, V) as combined log-probabilities; attn (B, T, S)."""
         outs = [m(src, src_lens, tgt_in, return_attn=return_attn) for m in self.members]
-        logits = _mean_probs([torch.log_softmax(o.logits.float(), dim=-1) for o in outs])
+        logits = _combine([torch.log_softmax(o.logits.float(), dim=-1) for o in outs], self.mode)
         return Output(logits, _mean_attn([o.attn for o in outs]))
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
