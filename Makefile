@@ -14,7 +14,6 @@ $(BIN)/python:
 # several-GB CUDA build). On this workplace's machines `pip install torch==2.13.0` finds a CPU
 # wheel on local disk; elsewhere the PyTorch CPU index serves it.
 install: $(BIN)/python
-	$(BIN)/pip install -q --upgrade pip >/dev/null || true
 	@if ! $(BIN)/python -c "import torch" 2>/dev/null; then \
 	  if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch; \
 	  else $(BIN)/pip install -q torch==2.13.0 2>/dev/null \
