@@ -201,7 +201,7 @@ def average(
     """Average model weights of several checkpoints (Vaswani et al. 2017) into one checkpoint
     that translate, score and align accept.
 
-    Example: mtkit average runs/en-de --last 5
+    Example: mtkit average runs/en-de-multi30k --last 3
     """
     from mtkit.train.checkpoint import AVERAGED, save_average, select_for_average
 
@@ -310,7 +310,7 @@ def score(
 
     Example: mtkit score -r test.de base.de attn.de --paired-bs --src test.en --plot len.png
 
-    A run's test split: mtkit score --run runs/en-de --split test2016 --by-length
+    A run's test split: mtkit score --run runs/en-de-multi30k --split test2016 --by-length
     """
     import json  # imported here, with sacrebleu and rich, so that `mtkit --help` stays fast
 
@@ -519,9 +519,9 @@ def translate(
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
 
-    Example: mtkit translate runs/en-de -i test.en -o test.de --beam 5
+    Example: mtkit translate runs/en-de-multi30k -i test.en -o test.de --beam 5
 
-    Streams: cat big.en | mtkit translate runs/en-de --greedy | head
+    Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
     import torch
 
@@ -709,9 +709,10 @@ def align(
     """Show and extract word alignments from a model's attention: terminal tables, heatmaps,
     Pharaoh links, JSON, and AER against gold links.
 
-    Example: mtkit align runs/en-de -s test.en -t test.de --pharaoh test.align --gold gold.txt
+    Example: mtkit align runs/en-de-multi30k -s test.en -t test.de --pharaoh test.align
+    --gold gold.txt
 
-    Without -t: mtkit align runs/en-de -s test.en --beam 5 --print --heatmap maps/
+    Without -t: mtkit align runs/en-de-multi30k -s test.en --beam 5 --print --heatmap maps/
     """
     import torch
     from rich.console import Console

@@ -154,7 +154,9 @@ class RNNConfig:
     # position); must cover data.max_len + 1 (EOS). Unused by other attentions.
     max_positions: int = _rng(512, ge=2)
     placement: Literal["bahdanau", "luong"] = "bahdanau"
-    input_feeding: bool = True  # Luong §3.3; only with placement=luong
+    # Luong §3.3. Bahdanau placement feeds the context into the recurrence by design, so
+    # there it must stay true.
+    input_feeding: bool = True
     init: Literal["bridge", "zeros"] = "bridge"  # decoder initial state
     tie_embeddings: bool = False  # target embedding shared with the output projection
 
@@ -163,6 +165,9 @@ class RNNConfig:
         if self.placement == "bahdanau" and self.attention in ("location", "local-m", "local-p"):
             out.append(("attention", f"`{self.attention}` is Luong attention; "
                         "use placement: luong"))
+        if self.placement == "bahdanau" and not self.input_feeding:
+            out.append(("input_feeding", "Bahdanau placement always feeds the context into "
+                        "the recurrence; input_feeding: false needs placement: luong"))
         return out
 
 
@@ -294,6 +299,8 @@ class DecodeConfig:
     def _problems(self) -> list[tuple[str, str]]:
         if self.method == "beam" and self.nbest > self.beam_size:
             return [("nbest", f"cannot exceed beam_size ({self.beam_size})")]
+        if self.method == "greedy" and self.nbest > 1:
+            return [("nbest", "greedy search gives one hypothesis; use method beam or sample")]
         return []
 
 

@@ -70,6 +70,10 @@ def _error(raw: dict) -> str:
      "r.yaml: train.average_last: cannot average more than keep_last (3) checkpoints"),
     ({"model.rnn.attention": "location"},
      "r.yaml: model.rnn.attention: `location` is Luong attention; use placement: luong"),
+    ({"model.rnn.input_feeding": False}, "r.yaml: model.rnn.input_feeding: Bahdanau placement "
+     "always feeds the context into the recurrence"),
+    ({"decode.method": "greedy", "decode.nbest": 2},
+     "r.yaml: decode.nbest: greedy search gives one hypothesis"),
     ({"data.train": None}, "r.yaml: data.train: missing: every recipe needs a `train` split"),
     ({"data.valid": None}, "r.yaml: data.valid: missing: every recipe needs a `valid` split"),
     ({"data.test": {"valid": {"src": "a", "tgt": "b"}}},

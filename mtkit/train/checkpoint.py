@@ -189,10 +189,12 @@ def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
     if len(inputs) == 1 and inputs[0].is_dir():
         found = numbered_checkpoints(inputs[0])
         n = len(found) if last is None else last
-        if not found or n > len(found):
+        if len(found) < 2 or n > len(found):
             raise CheckpointError(f"{inputs[0]}: {len(found)} checkpoint_<update>.pt file(s) "
-                                  f"kept, cannot average {n} (train.keep_last keeps more)")
+                                  f"kept, cannot average {max(n, 2)} (train.keep_last keeps more)")
         return found[-n:]
+    if len(inputs) == 1 and not inputs[0].exists():
+        raise CheckpointError(f"{inputs[0]}: no such run directory or checkpoint file")
     if last is not None:
         raise CheckpointError("--last needs one run directory, not checkpoint files")
     for p in inputs:
