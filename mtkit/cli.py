@@ -476,7 +476,7 @@ def _decode_flag_problems(cfg: Any, *, sampling: dict[str, Any], nbest: int | No
 def translate(
     models: Annotated[list[Path], typer.Argument(
         help="Run directory (uses best.pt) or checkpoint file; several = an ensemble.",
-        show_default=False)],
+        metavar="RUN_OR_CHECKPOINT...", show_default=False)],
     input: Annotated[Path | None, typer.Option("-i", "--input",
                                                help="Input file (default: stdin).")] = None,
     output: Annotated[Path | None, typer.Option(
@@ -758,4 +758,20 @@ def align(
 
 
 def main() -> None:
-    app()
+    """The console script: like `app()`, but a usage error (unknown option, bad or missing
+    argument) is one line on stderr, exit code 2, as every other user error."""
+    try:
+        from click.exceptions import UsageError
+    except ImportError:  # typer >= 0.20 vendors click instead of depending on it
+        from typer._click.exceptions import UsageError
+
+    try:
+        rc = app(standalone_mode=False)
+    except UsageError as e:
+        where = e.ctx.command_path if e.ctx is not None else "mtkit"
+        typer.echo(f"mtkit: error: {e.format_message()} (see `{where} --help`)", err=True)
+        sys.exit(2)
+    except typer.Abort:
+        typer.echo("mtkit: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
