@@ -250,3 +250,18 @@ def test_score_run_errors(toy_model, args, words):
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("mtkit: error: ") and words in result.stderr
     assert not (toy_model / "translations").exists()
+
+
+def test_a_checkpoint_refuses_a_vocabulary_it_was_not_trained_on(toy_model, src_file, tmp_path,
+                                                                  toy_recipe_path):
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    # Same vocabulary size, different pieces: sizes alone would not notice.
+    prep = _cli("prep", toy_recipe_path, "--run-dir", run, "--set", "data.spm.model_type=bpe",
+                "--set", "data.spm.vocab_size=40")
+    assert prep.exit_code == 0, prep.output
+    same_size = _cli("prep", toy_recipe_path, "--run-dir", run, "--set", "data.spm.model_type=bpe")
+    assert same_size.exit_code == 0, same_size.output
+    out = _cli("translate", run, "-i", src_file)
+    assert out.exit_code == 2
+    assert "is not the one this checkpoint was trained with" in out.output

@@ -8,6 +8,7 @@ languages, needed to share embeddings) is stored as ``spm.model``; separate mode
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from collections.abc import Iterable, Sequence
@@ -98,6 +99,14 @@ class Tokenizer:
         for name, proc in zip(names, procs, strict=True):
             (data_dir / name).write_bytes(proc.serialized_model_proto())
         return [data_dir / n for n in names]
+
+    def fingerprint(self) -> str:
+        """sha256 of the sentencepiece model(s): checkpoints record it, so a model is never
+        paired with a vocabulary it was not trained on (sizes alone can match by chance)."""
+        h = hashlib.sha256(self._src.serialized_model_proto())
+        if not self.joint:
+            h.update(self._tgt.serialized_model_proto())
+        return h.hexdigest()
 
     @property
     def src_vocab_size(self) -> int:

@@ -257,6 +257,9 @@ def load_model(run_dir_or_ckpt: str | Path, device: str | torch.device = "cpu"):
         raise CheckpointError(f"{path}: trained with vocabularies {vocab['src']}/{vocab['tgt']}"
                               f" but {ddir} holds {tokenizer.src_vocab_size}/"
                               f"{tokenizer.tgt_vocab_size}; was the data prepared again?")
+    if vocab.get("sha256") not in (None, tokenizer.fingerprint()):
+        raise CheckpointError(f"{path}: the sentencepiece model in {ddir} is not the one this "
+                              "checkpoint was trained with; was the data prepared again?")
     model = build_model(recipe.model, vocab["src"], vocab["tgt"])
     try:
         model.load_state_dict(state["model"])

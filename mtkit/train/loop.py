@@ -176,6 +176,11 @@ class Trainer:
             raise CheckpointError(f"--resume: {ddir} now holds vocabularies of {vocab[0]}/"
                                   f"{vocab[1]} pieces but the checkpoint was trained with "
                                   f"{state['vocab']['src']}/{state['vocab']['tgt']}")
+        if state is not None and state["vocab"].get("sha256") not in (
+                None, self.tokenizer.fingerprint()):
+            raise CheckpointError(f"--resume: the sentencepiece model in {ddir} is not the one "
+                                  "the checkpoint was trained with (the data was prepared "
+                                  "again); train into a new --run-dir")
         self.train_data = ParallelData.load(ddir, "train")
         self.valid_data = ParallelData.load(ddir, "valid")
         with open_text(text_path(ddir, "valid", "tgt")) as f:
@@ -432,7 +437,8 @@ class Trainer:
             state = {
                 "recipe": dump_recipe(self.recipe),
                 "vocab": {"src": self.tokenizer.src_vocab_size,
-                          "tgt": self.tokenizer.tgt_vocab_size},
+                          "tgt": self.tokenizer.tgt_vocab_size,
+                          "sha256": self.tokenizer.fingerprint()},
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "schedule": self.schedule.state_dict(),
