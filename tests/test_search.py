@@ -405,3 +405,21 @@ TINY = {
 def test_real_models_search_invariants(name):
     torch.manual_seed(0)
     check_invariants(build_model(TINY[name], 12, 12))
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
+def test_outputs_stop_within_learned_positions(method):
+    """A limit a·n + b beyond a Transformer's learned positions must end the output at the
+    last position instead of failing on an unseen one."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch="transformer", transformer=TransformerConfig(
+        d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn_dim=32, dropout=0.0,
+        positions="learned", max_positions=8, share_embeddings=False))
+    model = build_model(cfg, 12, 12).eval()
+    assert model.max_target_len == 8
+    with torch.no_grad():  # an untrained model that never says EOS: it runs to the limit
+        model.generator.bias[EOS_ID] = -1e4
+    batch = collate([[5, 6, 7], [8, 9, 10, 11, 5]], None, [0, 1])
+    dcfg = DecodeConfig(method=method, beam_size=2, max_len_a=10.0, max_len_b=10)
+    for nbest in decode_batch(model, batch, dcfg):
+        assert all(len(h.tokens) == 7 for h in nbest)  # 7 tokens + EOS fill 8 positions

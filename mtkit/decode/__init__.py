@@ -26,12 +26,15 @@ __all__ = ["Hypothesis", "beam_search", "decode_batch", "forced", "greedy", "len
 def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
                  need_attn: bool = False) -> list[list[Hypothesis]]:
     """Translate one batch with cfg.method; the output limit per sentence is
-    ``max_len_a * source tokens + max_len_b`` (see `max_lengths`).
+    ``max_len_a * source tokens + max_len_b`` (see `max_lengths`), and within the model's
+    `max_target_len`.
 
     batch.src: (B, S) on the model's device. Returns, in batch order, each sentence's
     hypotheses sorted by score: cfg.nbest for beam and sampling, one for greedy.
     """
     enc = model.encode(batch.src, batch.src_lens)
     max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
+    if model.max_target_len is not None:  # e.g. learned positions: EOS by the last one
+        max_len = max_len.clamp(max=model.max_target_len - 1)
     search = {"beam": beam_search, "greedy": greedy, "sample": sample}[cfg.method]
     return search(model, enc, cfg, max_len=max_len, need_attn=need_attn)

@@ -91,6 +91,9 @@ class Translator(nn.Module):
     """
 
     has_attention: bool = True
+    # The longest decoder input (BOS + tokens) the model accepts, e.g. a Transformer's learned
+    # positions; None: no limit. Searches stop every output before it (`decode_batch`).
+    max_target_len: int | None = None
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         """src: (B, S) token ids, padded; src_lens: (B,) lengths (incl. EOS), on the host

@@ -167,6 +167,8 @@ def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int) ->
     _init_transformer(model, cfg)
     if cfg.share_embeddings:  # Press & Wolf 2017; Vaswani et al. 2017, §3.4
         generator.weight = tgt_tokens.weight
+    if cfg.positions == "learned":
+        model.max_target_len = cfg.max_positions
     return model
 
 

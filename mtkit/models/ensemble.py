@@ -66,6 +66,8 @@ class Ensemble(Translator):
         self.mode = mode
         self.members = nn.ModuleList(models)
         self.has_attention = any(m.has_attention for m in models)
+        limits = [m.max_target_len for m in models if m.max_target_len is not None]
+        self.max_target_len = min(limits) if limits else None
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         """Each member's Encoded: member 0's memory and mask as the ensemble's own, the
