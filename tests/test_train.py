@@ -382,6 +382,8 @@ def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path) -> N
     with pytest.raises(CheckpointError,
                        match=r"`model` section differs .*at model\.transformer\.ffn_dim\)"):
         _train(run, "train.max_updates=4", "model.transformer.ffn_dim=64", resume=True)
+    with pytest.raises(CheckpointError, match=r"train\.batch_tokens is 256 but .* with 512"):
+        _train(run, "train.max_updates=4", "train.batch_tokens=256", resume=True)
 
 
 def test_two_process_ddp_run_ends_with_identical_weights_on_both_ranks(tmp_path: Path) -> None:

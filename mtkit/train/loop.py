@@ -166,6 +166,14 @@ class Trainer:
                 raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
                                       f"the one {path} was trained with (at {key}); resume "
                                       "with the same recipe, or train into a new --run-dir")
+        # These cut and order the batches: with another value the saved position in the
+        # epoch would point into a different batch list (sentences skipped or repeated).
+        for name in ("batch_tokens", "seed", "update_freq"):
+            was, now = getattr(saved.train, name), getattr(self.recipe.train, name)
+            if was != now:
+                raise CheckpointError(f"--resume: train.{name} is {now} but {path} was trained "
+                                      f"with {was}; it fixes the batch order, so resume with "
+                                      f"{was}, or train into a new --run-dir")
         return state
 
     def _build(self, state: dict | None) -> None:
