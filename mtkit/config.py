@@ -227,7 +227,7 @@ class TrainConfig:
     max_epochs: int = _rng(0, ge=0)  # 0 = no limit
     max_time: str | None = None  # wall-clock budget such as "90s", "10m", "2h"
     optimizer: Literal["adam", "adamw"] = "adam"
-    lr: float = _rng(5e-4, gt=0.0)
+    lr: float = _rng(5e-4, gt=0.0)  # peak lr; with schedule noam, a factor on d_model^-0.5
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = _rng(1e-9, gt=0.0)
     weight_decay: float = _rng(0.0, ge=0.0)

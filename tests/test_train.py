@@ -88,23 +88,23 @@ def test_loss_without_smoothing_is_the_nll_and_ppl_is_its_exp() -> None:
 # --------------------------------------------------------------------------- schedules
 
 
-def test_inverse_sqrt_warms_up_linearly_then_decays_and_noam_is_the_same_curve() -> None:
-    s = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="inverse_sqrt"))
+def test_inverse_sqrt_peaks_at_lr_and_noam_scales_by_model_size() -> None:
+    s = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="inverse_sqrt"), model_size=256)
     assert s.lr_at(1) == pytest.approx(1e-5)
     assert s.lr_at(50) == pytest.approx(5e-4)
     assert s.lr_at(100) == pytest.approx(1e-3)
     assert s.lr_at(400) == pytest.approx(5e-4)
-    noam = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="noam"))
-    for u in (1, 7, 100, 101, 2500):
-        vaswani = 256 ** -0.5 * min(u ** -0.5, u * 100 ** -1.5)
-        peak = 256 ** -0.5 * 100 ** -0.5
-        assert noam.lr_at(u) == pytest.approx(1e-3 * vaswani / peak)
+    noam = Schedule(TrainConfig(lr=2.0, warmup=100, schedule="noam"), model_size=256)
+    for u in (1, 7, 100, 101, 2500):  # Vaswani et al. 2017, eq. 3, times the factor 2
+        assert noam.lr_at(u) == pytest.approx(2.0 * 256 ** -0.5 * min(u ** -0.5, u * 100 ** -1.5))
+    assert noam.lr_at(100) == pytest.approx(0.0125)  # 2 / 16 / 10
 
 
 def test_constant_and_plateau_schedules() -> None:
-    assert Schedule(TrainConfig(lr=2e-3, warmup=0, schedule="constant")).lr_at(999) == 2e-3
+    constant = Schedule(TrainConfig(lr=2e-3, warmup=0, schedule="constant"), model_size=8)
+    assert constant.lr_at(999) == 2e-3
     s = Schedule(TrainConfig(lr=1e-3, warmup=0, schedule="plateau", plateau_factor=0.5,
-                             plateau_patience=1, min_lr=3e-4))
+                             plateau_patience=1, min_lr=3e-4), model_size=8)
     assert not s.observe(10.0, higher_is_better=True)  # best
     assert not s.observe(9.0, higher_is_better=True)  # 1 bad: within patience
     assert s.observe(9.5, higher_is_better=True)  # 2 bad: lowered
@@ -112,7 +112,7 @@ def test_constant_and_plateau_schedules() -> None:
     assert not s.observe(9.0, higher_is_better=True)
     assert s.observe(9.0, higher_is_better=True)
     assert s.lr_at(5) == pytest.approx(3e-4)  # floored at min_lr
-    again = Schedule(TrainConfig(lr=1e-3, warmup=0, schedule="plateau"))
+    again = Schedule(TrainConfig(lr=1e-3, warmup=0, schedule="plateau"), model_size=8)
     again.load_state_dict(s.state_dict())
     assert again.lr_at(5) == s.lr_at(5) and again.best == 10.0
 

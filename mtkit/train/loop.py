@@ -207,7 +207,9 @@ class Trainer:
             _seed_all(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, cfg, self.device)
-        self.schedule = Schedule(cfg)
+        m = self.recipe.model
+        self.schedule = Schedule(cfg, model_size=m.transformer.d_model if m.arch == "transformer"
+                                 else m.rnn.hidden_dim)
         if state is not None:
             self._restore(state)
         net: torch.nn.Module = self.model

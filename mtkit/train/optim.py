@@ -62,16 +62,18 @@ class Schedule:
     """The learning rate of each update for `train.schedule`.
 
     inverse_sqrt: linear warm-up to `lr` over `warmup` updates, then lr * sqrt(warmup / u)
-    (Vaswani et al. 2017 as fairseq writes it). noam: Vaswani et al. 2017, eq. 3,
-    d_model^-0.5 * min(u^-0.5, u * warmup^-1.5), rescaled so that its peak (at u = warmup) is
-    `lr`; the d_model factor cancels in the rescaling, which leaves the same curve as
-    inverse_sqrt: the two names are one schedule. constant: `lr` after the linear warm-up.
+    (Vaswani et al. 2017 as fairseq writes it: `lr` is the peak). noam: Vaswani et al. 2017,
+    eq. 3, lr * d_model^-0.5 * min(u^-0.5, u * warmup^-1.5), with `lr` a factor (as in JoeyNMT
+    and OpenNMT: e.g. 2.0 with d_model 512 and warmup 4000 peaks near 7e-4).
+    constant: `lr` after the linear warm-up.
     plateau: constant, multiplied by `plateau_factor` whenever the validation metric has not
     improved for more than `plateau_patience` validations, never below `min_lr`.
     """
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, *, model_size: int) -> None:
+        """model_size: d_model of a Transformer, hidden size of an RNN (noam's d_model)."""
         self.kind = cfg.schedule
+        self.model_size = model_size
         self.peak, self.warmup = cfg.lr, cfg.warmup
         self.factor, self.patience, self.min_lr = (cfg.plateau_factor, cfg.plateau_patience,
                                                    cfg.min_lr)
@@ -82,7 +84,10 @@ class Schedule:
     def lr_at(self, update: int) -> float:
         """The learning rate of update `update` (1-based)."""
         u, w = max(update, 1), self.warmup
-        if self.kind in ("inverse_sqrt", "noam"):
+        if self.kind == "noam":
+            shape = u ** -0.5 if w == 0 else min(u ** -0.5, u * w ** -1.5)
+            return self.peak * self.model_size ** -0.5 * shape
+        if self.kind == "inverse_sqrt":
             if w == 0:
                 return self.peak / math.sqrt(u)
             return self.peak * min(u / w, math.sqrt(w / u))
