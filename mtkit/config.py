@@ -506,12 +506,16 @@ def apply_override(raw: dict, assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None) -> Recipe:
-    """Validate a raw mapping into a `Recipe`, raising one ConfigError listing every problem."""
+def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None,
+                     overrides: tuple[str, ...] = ()) -> Recipe:
+    """Validate a raw mapping into a `Recipe`, raising one ConfigError listing every problem.
+    A problem at a key that an override set is attributed to that ``--set`` instead of the
+    recipe file."""
     problems = _Problems()
     recipe = _build(Recipe, raw, "", problems, base)
     if problems.items:
-        lines = [f"{source}: {key}: {msg}" for key, msg in problems.items]
+        lines = [f"{_origin(key, source, overrides)}: {key}: {msg}"
+                 for key, msg in problems.items]
         head = f"{len(lines)} problems in recipe:\n" if len(lines) > 1 else ""
         raise ConfigError(head + "\n".join(lines))
     return recipe
@@ -524,6 +528,15 @@ def section_from_dict(cls: Any, raw: dict, *, source: str, prefix: str) -> Any:
     if problems.items:
         raise ConfigError("\n".join(f"{source}: {key}: {msg}" for key, msg in problems.items))
     return obj
+
+
+def _origin(key: str, source: str, overrides: tuple[str, ...]) -> str:
+    for o in reversed(overrides):  # the last --set of a key wins
+        k = o.split("=", 1)[0].strip()
+        if (key == k or key.startswith((k + ".", k + "["))
+                or k.startswith(key + ".")):  # the override created an unknown section
+            return f"--set {o}"
+    return source
 
 
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
@@ -546,7 +559,8 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
     for o in overrides:
         apply_override(raw, o)
-    return recipe_from_dict(raw, source=str(path), base=path.resolve().parent)
+    return recipe_from_dict(raw, source=str(path), base=path.resolve().parent,
+                            overrides=tuple(overrides))
 
 
 def recipe_to_dict(recipe: Any) -> Any:

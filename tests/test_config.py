@@ -159,8 +159,16 @@ def test_overrides(tmp_path: Path) -> None:
     assert load_recipe(path).train.lr == pytest.approx(5e-4)
     with pytest.raises(ConfigError, match=r"train\.lrr: unknown key; did you mean `train\.lr`"):
         load_recipe(path, ["train.lrr=1"])
-    with pytest.raises(ConfigError, match=r"data\.spm\.vocab_size: out of range"):
+    with pytest.raises(ConfigError, match=r"^--set data\.spm\.vocab_size=2: "
+                       r"data\.spm\.vocab_size: out of range"):
         load_recipe(path, ["data.spm.vocab_size=2"])
+    with pytest.raises(ConfigError) as bad:  # each problem named by where it came from
+        load_recipe(_write(tmp_path / "bad.yaml", {**MINIMAL, "foo": 1}),
+                    ["zap.x=1", "train.lr=-1"])
+    assert sorted(bad.value.args[0].splitlines()[1:]) == sorted([
+        f"{tmp_path / 'bad.yaml'}: foo: unknown key; valid keys: name, data, model, train, decode",
+        "--set zap.x=1: zap: unknown key; valid keys: name, data, model, train, decode",
+        "--set train.lr=-1: train.lr: out of range: expected a value > 0.0, got -1.0"])
     with pytest.raises(ConfigError, match=r"--set 'train\.lr': expected KEY=VALUE"):
         load_recipe(path, ["train.lr"])
     with pytest.raises(ConfigError, match=r"`data\.train\.src` is not a section"):
