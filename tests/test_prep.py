@@ -389,7 +389,8 @@ def test_missing_file_without_network_or_mirror(tmp_path: Path, monkeypatch) -> 
 
 
 def test_missing_local_file(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match=r"nope\.src: data file not found"):
+    with pytest.raises(DataError, match=r"nope\.src: data file not found \(recipe key "
+                       r"data\.train\.src\)"):
         prepare(_recipe(tmp_path, "nope.src", "nope.tgt"), tmp_path / "run")
 
 

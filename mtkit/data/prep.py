@@ -216,8 +216,11 @@ def _read_splits(data: DataConfig, *, mirror: str | Path | None,
                  on_download: DownloadProgress | None) -> dict[str, tuple]:
     out = {}
     for name, split in _splits(data).items():
-        src = sources.resolve(split.src, mirror=mirror, on_download=on_download)
-        tgt = sources.resolve(split.tgt, mirror=mirror, on_download=on_download)
+        key = f"data.{name}" if name in ("train", "valid") else f"data.test.{name}"
+        src = sources.resolve(split.src, mirror=mirror, on_download=on_download,
+                              key=f"{key}.src")
+        tgt = sources.resolve(split.tgt, mirror=mirror, on_download=on_download,
+                              key=f"{key}.tgt")
         out[name] = clean.read_parallel(src, tgt)
     return out
 

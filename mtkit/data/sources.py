@@ -63,8 +63,9 @@ def _verify(path: Path, expected: str | None, what: str) -> None:
 
 
 def resolve(source: FileSource, *, mirror: str | Path | None = None,
-            on_download: DownloadProgress | None = None) -> Path:
+            on_download: DownloadProgress | None = None, key: str | None = None) -> Path:
     """The verified local file for `source`, downloading it into the cache if needed.
+    `key` (e.g. ``data.train.src``) names the recipe field in a missing-file error.
 
     Raises DataError when a local file is missing, a checksum does not match, or a URL file
     is neither in the mirror, nor in the cache, nor downloadable.
@@ -72,7 +73,8 @@ def resolve(source: FileSource, *, mirror: str | Path | None = None,
     if source.path is not None:
         path = Path(source.path)
         if not path.is_file():
-            raise DataError(f"{path}: data file not found")
+            where = f" (recipe key {key})" if key else ""
+            raise DataError(f"{path}: data file not found{where}")
         _verify(path, source.sha256, str(path))
         return path
     assert source.url is not None and source.sha256 is not None  # checked by the config
