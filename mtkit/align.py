@@ -44,12 +44,14 @@ class AlignMatrix:
     """An attention matrix with its labels. weights: (T, S) float64, row j = target token j,
     column i = source token i; src_tokens: S labels; tgt_tokens: T labels; level: whether the
     labels are sentencepiece pieces or whole words. For self-attention both axes carry the same
-    sentence (rows are queries, columns keys)."""
+    sentence (rows are queries, columns keys). axes: what (columns, rows) are called in
+    heatmaps and tables."""
 
     weights: np.ndarray
     src_tokens: tuple[str, ...]
     tgt_tokens: tuple[str, ...]
     level: Level
+    axes: tuple[str, str] = ("source", "target")
 
     def __post_init__(self) -> None:
         shape = (len(self.tgt_tokens), len(self.src_tokens))

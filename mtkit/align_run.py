@@ -17,6 +17,7 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -241,7 +242,10 @@ def label(tok: Tokenizer, pair: Pair, weights: np.ndarray, kind: Kind,
     Cross: target rows, source columns; encoder/decoder: that sentence on both axes."""
     src, tgt = tok.src_pieces(pair.src), tok.tgt_pieces(pair.tgt)
     rows, cols = {"cross": (tgt, src), "encoder": (src, src), "decoder": (tgt, tgt)}[kind]
-    return from_attention(weights, cols, rows, level=level)
+    matrix = from_attention(weights, cols, rows, level=level)
+    if kind != "cross":  # self-attention: rows are queries, columns keys
+        matrix = dataclasses.replace(matrix, axes=("key", "query"))
+    return matrix
 
 
 # --------------------------------------------------------------------------- outputs

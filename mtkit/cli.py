@@ -704,7 +704,8 @@ def align(
         "--batch-tokens", help="Padded tokens per batch.")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N, mps.")]
     = "auto",
-    threads: Annotated[int, typer.Option("--threads", help="CPU threads (0: default).")] = 0,
+    threads: Annotated[int, typer.Option("--threads", min=0,
+                                         help="CPU threads (0: default).")] = 0,
 ) -> None:
     """Show and extract word alignments from a model's attention: terminal tables, heatmaps,
     Pharaoh links, JSON, and AER against gold links.

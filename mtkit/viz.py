@@ -72,8 +72,8 @@ def _draw(matrix: AlignMatrix, *, title: str | None, dpi: int) -> Figure:
                   rotation=90, fontsize=9)
     ax.set_yticks(range(len(matrix.tgt_tokens)), [_label(t) for t in matrix.tgt_tokens],
                   fontsize=9)
-    ax.set_xlabel("source")
-    ax.set_ylabel("target")
+    ax.set_xlabel(matrix.axes[0])
+    ax.set_ylabel(matrix.axes[1])
     if title:
         ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, label="attention")
@@ -134,7 +134,10 @@ def _block_table(matrix: AlignMatrix, cols: range, label_w: int) -> Table:
     """Rows: 'j token' labels then one shaded cell per source column in `cols`; the header
     carries the source column numbers, keyed in the legend above the table."""
     table = Table(box=None, padding=0, pad_edge=False, show_edge=False, header_style="bold")
-    table.add_column(Text("tgt \\ src"), width=label_w, no_wrap=True, overflow="ellipsis")
+    # Short enough for the narrowest label column (9 cells).
+    short = {"source": "src", "target": "tgt", "query": "qry", "key": "key"}
+    corner = " \\ ".join(short.get(a, a[:3]) for a in reversed(matrix.axes))
+    table.add_column(Text(corner), width=label_w, no_wrap=True, overflow="ellipsis")
     for i in cols:
         table.add_column(Text(str(i)), width=_COL, justify="right", no_wrap=True)
     for j, token in enumerate(matrix.tgt_tokens):
@@ -168,11 +171,11 @@ def matrix_view(matrix: AlignMatrix, *, width: int = 80, title: str | None = Non
         parts.append(Text(f"note: {n_src} source tokens do not fit {width} columns; shown in "
                           f"{len(blocks)} blocks of up to {per_block}", style="italic"))
     for cols in blocks or [range(0)]:
-        parts.append(_legend("source", [(i, matrix.src_tokens[i]) for i in cols]))
+        parts.append(_legend(matrix.axes[0], [(i, matrix.src_tokens[i]) for i in cols]))
         parts.append(_block_table(matrix, cols, label_w))
     cut = [(j, t) for j, t in enumerate(matrix.tgt_tokens) if cell_len(labels[j]) > label_w]
     if cut:
-        parts.append(_legend("target (cut above)", cut))
+        parts.append(_legend(f"{matrix.axes[1]} (cut above)", cut))
     return Group(*parts)
 
 

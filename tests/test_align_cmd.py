@@ -255,6 +255,11 @@ def test_self_attention_matrices(trained, pairs, tmp_path):
             np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-3)
             if kind == "decoder":  # causal: no query sees a later token
                 assert np.triu(w, 1).max(initial=0) == 0.0
+        shown = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--self-attention", kind,
+                     "--layer", "0", "--print")
+        assert shown.exit_code == 0, shown.output
+        assert "qry \\ key" in shown.stdout and "key: 0:" in shown.stdout
+        assert "tgt \\ src" not in shown.stdout
 
 
 def test_head_mean_is_the_mean_of_the_heads():
