@@ -91,9 +91,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: checkpoint not found")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for truncated or foreign files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: not a readable checkpoint ({first})") from None
+    except Exception:  # torch raises many types, with long messages, for foreign files
+        raise CheckpointError(f"{path}: not a readable checkpoint (expected a .pt file written "
+                              "by mtkit train or mtkit average)") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: not an mtkit checkpoint (format "
                               f"{CHECKPOINT_FORMAT} expected)")
