@@ -456,15 +456,14 @@ def _translate_flag_problems(*, greedy: bool, sample: bool, beam: int | None, fm
     return [message for bad, message in checks if bad]
 
 
-def _decode_flag_problems(cfg: Any, *, sampling: dict[str, Any], nbest: int | None,
+def _decode_flag_problems(cfg: Any, *, sampling: dict[str, Any],
                           alpha: float | None) -> list[str]:
-    """Options that the resolved decoding (recipe + flags) would ignore."""
+    """Options that the resolved decoding (recipe + flags) would ignore. (--nbest with greedy
+    is refused by DecodeConfig's own validation.)"""
     given = [flag for flag, value in sampling.items() if value is not None]
     checks = [
         (bool(given) and cfg.method != "sample",
          f"{', '.join(given)}: sampling options need --sample (decode.method is {cfg.method})"),
-        (nbest is not None and nbest > 1 and cfg.method == "greedy",
-         "--nbest: greedy search gives one hypothesis; use --beam or --sample"),
         (alpha is not None and cfg.length_penalty != "gnmt",
          f"--alpha is the GNMT penalty's exponent; the length penalty is {cfg.length_penalty}"),
     ]
@@ -550,7 +549,7 @@ def translate(
                               length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
                               max_len_b=max_len_b, min_len=min_len, temperature=temperature,
                               top_k=top_k, top_p=top_p, seed=seed, batch_tokens=batch_tokens)
-    problems = _decode_flag_problems(cfg, sampling=sampling, nbest=nbest, alpha=alpha)
+    problems = _decode_flag_problems(cfg, sampling=sampling, alpha=alpha)
     if align and not model.has_attention:
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")

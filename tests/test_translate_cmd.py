@@ -161,7 +161,7 @@ def test_overlong_lines_warn_once_with_their_count(toy_model, tmp_path):
     (["--greedy", "--sample"], "--greedy and --sample exclude each other"),
     (["--greedy", "--beam", "3"], "--beam is for beam search; it excludes --greedy"),
     (["--top-p", "0.5"], "--top-p: sampling options need --sample (decode.method is beam)"),
-    (["--greedy", "--nbest", "2"], "--nbest: greedy search gives one hypothesis"),
+    (["--greedy", "--nbest", "2"], "--nbest (decode.nbest): greedy search gives one hypothesis"),
     (["--align-method", "union"], "--align-method needs --align"),
     (["--align", "--align-method", "diag"], "--align-method: invalid choice 'diag'"),
     (["--length-penalty", "none", "--alpha", "0.6"], "--alpha is the GNMT penalty's exponent"),
