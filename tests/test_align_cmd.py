@@ -30,17 +30,14 @@ from mtkit.models.build import build_model
 from mtkit.train.checkpoint import load_model, save_checkpoint
 from mtkit.viz import DEFAULT_DPI, figure_size
 
+# One torch thread (see the `one_thread` fixture in conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "recipes" / "toy.yaml"
 N = 8  # sentence pairs used
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _cli(*args: object):

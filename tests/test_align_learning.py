@@ -38,7 +38,7 @@ from mtkit.data.vocab import PAD_ID
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 # Pieces: the four specials, then 12 one-piece words, 4 stems and 2 suffixes.
 PIECES = (["<pad>", "<unk>", "<s>", "</s>"] + [f"\u2581w{k}" for k in range(12)]
@@ -49,14 +49,6 @@ ONE_PIECE = [[_ID[f"\u2581w{k}"]] for k in range(12)]
 PERM = random.Random(7).sample(range(7), 7)  # target word j = source word PERM[j]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are dominated by per-op overhead; one thread is as fast and shares the
-    # machine (see tests/test_learning.py).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _order(task: str, n: int) -> list[int]:

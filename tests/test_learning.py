@@ -21,21 +21,12 @@ from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 VOCAB = 20
 BATCH = 64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are dominated by per-op overhead: a second thread buys little, and when the
-    # two cores are shared with other jobs it collapses (measured on the GRU: 28 ms per update
-    # with one thread, 254 ms with two).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _reversal(n: int, g: torch.Generator, lo: int = 3, hi: int = 12) -> Batch:

@@ -27,18 +27,15 @@ from mtkit.translate import (
 )
 from tests.conftest import train_toy
 
+# One torch thread (see the `one_thread` fixture in conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 CPU = torch.device("cpu")
 _RNN = ["model.arch=rnn", "model.rnn.emb_dim=32", "model.rnn.hidden_dim=32",
         "model.rnn.attn_dim=32", "model.rnn.dropout=0.0", "train.max_updates=120",
         "train.valid_every=120"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

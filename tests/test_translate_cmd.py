@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from mtkit import translate as tr
@@ -20,15 +19,12 @@ from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import MtkitError
 
+# One torch thread (see the `one_thread` fixture in conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 MTKIT = [sys.executable, "-m", "mtkit"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
