@@ -252,12 +252,13 @@ def test_a_checkpoint_refuses_a_vocabulary_it_was_not_trained_on(toy_model, src_
                                                                   toy_recipe_path):
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)
-    # Same vocabulary size, different pieces: sizes alone would not notice.
-    prep = _cli("prep", toy_recipe_path, "--run-dir", run, "--set", "data.spm.model_type=bpe",
-                "--set", "data.spm.vocab_size=40")
-    assert prep.exit_code == 0, prep.output
-    same_size = _cli("prep", toy_recipe_path, "--run-dir", run, "--set", "data.spm.model_type=bpe")
-    assert same_size.exit_code == 0, same_size.output
+    bpe = ["--set", "data.spm.model_type=bpe"]
+    refused = _cli("prep", toy_recipe_path, "--run-dir", run, *bpe)
+    assert refused.exit_code == 2
+    assert "holds trained checkpoints (best.pt" in refused.output and "--force" in refused.output
+    # Forced: same vocabulary size, different pieces; sizes alone would not notice.
+    forced = _cli("prep", toy_recipe_path, "--run-dir", run, *bpe, "--force")
+    assert forced.exit_code == 0, forced.output
     out = _cli("translate", run, "-i", src_file)
     assert out.exit_code == 2
     assert "is not the one this checkpoint was trained with" in out.output

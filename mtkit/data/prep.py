@@ -154,6 +154,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
         assert man is not None
         report = _report_from_manifest(man, data_dir(run_dir), skipped=True)
     else:
+        _refuse_orphaning_checkpoints(run_dir, force=force)
         report = _build(recipe, run_dir, mirror=mirror, console=console,
                         on_download=on_download)
     with atomic_write(run_dir / "recipe.yaml") as f:
@@ -164,6 +165,19 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     else:
         log.info("prep: %s (%s)", report.data_dir, "up to date" if report.skipped else "done")
     return report
+
+
+def _refuse_orphaning_checkpoints(run_dir: Path, *, force: bool) -> None:
+    """Checkpoints need the vocabulary they were trained with: replacing the prepared data of
+    a run that holds some would leave them unusable, so that takes --force."""
+    ckpts = sorted(p.name for p in run_dir.glob("*.pt"))
+    if force or not ckpts or _read_manifest(run_dir) is None:
+        return
+    raise DataError(f"{run_dir}: holds trained checkpoints ({', '.join(ckpts[:3])}"
+                    f"{', ...' if len(ckpts) > 3 else ''}) that need the data/ prepared now, "
+                    "but the recipe's data section or its inputs changed; prepare into a new "
+                    "--run-dir, or pass --force to replace it (those checkpoints then stop "
+                    "loading)")
 
 
 def _add_batching(report: PrepReport, recipe: Recipe) -> None:
