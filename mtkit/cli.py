@@ -424,9 +424,12 @@ _FLAGS = {"beam_size": "--beam", "nbest": "--nbest", "length_penalty": "--length
 
 
 def _flag_decode_config(base: Any, **options: Any) -> Any:
-    """`_decode_config` with problems named by the command-line flag that caused them."""
+    """`_decode_config` with problems named by the command-line flag that caused them.
+    --greedy without --nbest means one hypothesis, whatever the recipe's decode.nbest."""
     from mtkit.errors import ConfigError
 
+    if options.get("method") == "greedy" and options.get("nbest") is None:
+        options["nbest"] = 1
     try:
         return _decode_config(base, "command line", **options)
     except ConfigError as e:
@@ -475,7 +478,7 @@ def _decode_flag_problems(cfg: Any, *, sampling: dict[str, Any],
 def translate(
     models: Annotated[list[Path], typer.Argument(
         help="Run directory (uses best.pt) or checkpoint file; several = an ensemble.",
-        metavar="RUN_OR_CHECKPOINT...", show_default=False)],
+        metavar="RUN_OR_CHECKPOINT", show_default=False)],
     input: Annotated[Path | None, typer.Option("-i", "--input",
                                                help="Input file (default: stdin).")] = None,
     output: Annotated[Path | None, typer.Option(
@@ -760,18 +763,22 @@ def align(
 def main() -> None:
     """The console script: like `app()`, but a usage error (unknown option, bad or missing
     argument) is one line on stderr, exit code 2, as every other user error."""
-    try:
-        from click.exceptions import UsageError
-    except ImportError:  # typer >= 0.20 vendors click instead of depending on it
-        from typer._click.exceptions import UsageError
+    try:  # typer >= 0.20 raises its vendored click's exceptions; older typer, click's own
+        from typer._click.exceptions import ClickException, UsageError
+    except ImportError:
+        from click.exceptions import ClickException, UsageError
 
     try:
         rc = app(standalone_mode=False)
     except UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `mtkit`: the help is already shown
+            sys.exit(e.exit_code)
         where = e.ctx.command_path if e.ctx is not None else "mtkit"
         typer.echo(f"mtkit: error: {e.format_message()} (see `{where} --help`)", err=True)
         sys.exit(2)
+    except ClickException as e:
+        typer.echo(f"mtkit: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
     except typer.Abort:
-        typer.echo("mtkit: interrupted", err=True)
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)

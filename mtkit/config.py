@@ -514,7 +514,7 @@ def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = 
     problems = _Problems()
     recipe = _build(Recipe, raw, "", problems, base)
     if problems.items:
-        lines = [f"{_origin(key, source, overrides)}: {key}: {msg}"
+        lines = [f"{_origin(key, msg, source, overrides)}: {key}: {msg}"
                  for key, msg in problems.items]
         head = f"{len(lines)} problems in recipe:\n" if len(lines) > 1 else ""
         raise ConfigError(head + "\n".join(lines))
@@ -530,12 +530,13 @@ def section_from_dict(cls: Any, raw: dict, *, source: str, prefix: str) -> Any:
     return obj
 
 
-def _origin(key: str, source: str, overrides: tuple[str, ...]) -> str:
+def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...]) -> str:
     for o in reversed(overrides):  # the last --set of a key wins
         k = o.split("=", 1)[0].strip()
-        if (key == k or key.startswith((k + ".", k + "["))
-                or k.startswith(key + ".")):  # the override created an unknown section
+        if key == k or key.startswith((k + ".", k + "[")):
             return f"--set {o}"
+        if k.startswith(key + ".") and msg.startswith("unknown key"):
+            return f"--set {o}"  # the override created an unknown section
     return source
 
 

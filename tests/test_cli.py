@@ -37,7 +37,24 @@ def test_usage_errors_are_one_line_with_exit_code_2(args, words):
     assert "--help" in lines[0] and "Traceback" not in out.stderr
 
 
+def test_bare_mtkit_shows_the_help_without_an_error_line():
+    out = _mtkit()
+    assert out.returncode == 2 and "Usage" in out.stdout and "Commands" in out.stdout
+    assert "error" not in out.stderr
+
+
 def test_user_errors_keep_exit_code_2_through_the_entry_point(tmp_path):
     out = _mtkit("prep", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2
     assert out.stderr.strip() == f"mtkit: error: {tmp_path / 'missing.yaml'}: recipe file not found"
+
+
+def test_greedy_on_the_command_line_overrides_a_recipe_nbest():
+    from mtkit.cli import _flag_decode_config
+    from mtkit.config import DecodeConfig
+    from mtkit.errors import ConfigError
+
+    recipe_decode = DecodeConfig(nbest=3)
+    assert _flag_decode_config(recipe_decode, method="greedy", nbest=None).nbest == 1
+    with pytest.raises(ConfigError, match=r"--nbest \(decode\.nbest\): greedy search gives one"):
+        _flag_decode_config(recipe_decode, method="greedy", nbest=2)

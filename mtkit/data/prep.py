@@ -154,7 +154,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
         assert man is not None
         report = _report_from_manifest(man, data_dir(run_dir), skipped=True)
     else:
-        _refuse_orphaning_checkpoints(run_dir, force=force)
+        _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
         report = _build(recipe, run_dir, mirror=mirror, console=console,
                         on_download=on_download)
     with atomic_write(run_dir / "recipe.yaml") as f:
@@ -167,16 +167,22 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     return report
 
 
-def _refuse_orphaning_checkpoints(run_dir: Path, *, force: bool) -> None:
-    """Checkpoints need the vocabulary they were trained with: replacing the prepared data of
-    a run that holds some would leave them unusable, so that takes --force."""
+def _refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool) -> None:
+    """Checkpoints need the vocabulary they were trained with: preparing a run that holds
+    some from a changed data section or changed inputs would leave them unusable, so that
+    takes --force. (Rebuilding damaged or missing files from the same inputs gives the same
+    vocabulary, which the checkpoints' sha256 confirms on load.)"""
     ckpts = sorted(p.name for p in run_dir.glob("*.pt"))
-    if force or not ckpts or _read_manifest(run_dir) is None:
+    man = _read_manifest(run_dir)
+    if force or not ckpts or man is None:
+        return
+    if man.get("data_hash") == data_hash(recipe.data) and _inputs_unchanged(
+            man.get("inputs", {}), _fingerprint(recipe.data)):
         return
     raise DataError(f"{run_dir}: holds trained checkpoints ({', '.join(ckpts[:3])}"
                     f"{', ...' if len(ckpts) > 3 else ''}) that need the data/ prepared now, "
-                    "but the recipe's data section or its inputs changed; prepare into a new "
-                    "--run-dir, or pass --force to replace it (those checkpoints then stop "
+                    "but the recipe's data section or its inputs changed; use a new --run-dir, "
+                    "or `mtkit prep --force` to replace it (those checkpoints then stop "
                     "loading)")
 
 

@@ -6,7 +6,8 @@ A checkpoint is a dict of tensors and plain Python values only, so
 
     format    CHECKPOINT_FORMAT
     recipe    the resolved recipe as YAML text (`dump_recipe`): the model rebuilds from it alone
-    vocab     {"src": int, "tgt": int} vocabulary sizes
+    vocab     {"src": int, "tgt": int, "sha256": str} vocabulary sizes and the sentencepiece
+              model's sha256 (load_model refuses a data/ folder with another one)
     model     the model's state dict (float32 weights)
     ...       training state when written by the trainer: optimizer, schedule, scaler,
               progress (update, epoch, position in the epoch, ...), rng (per rank), validation

@@ -168,7 +168,7 @@ class Trainer:
                                       "with the same recipe, or train into a new --run-dir")
         # These cut and order the batches: with another value the saved position in the
         # epoch would point into a different batch list (sentences skipped or repeated).
-        for name in ("batch_tokens", "seed", "update_freq"):
+        for name in ("batch_tokens", "seed"):
             was, now = getattr(saved.train, name), getattr(self.recipe.train, name)
             if was != now:
                 raise CheckpointError(f"--resume: train.{name} is {now} but {path} was trained "

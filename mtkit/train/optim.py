@@ -64,7 +64,7 @@ class Schedule:
     inverse_sqrt: linear warm-up to `lr` over `warmup` updates, then lr * sqrt(warmup / u)
     (Vaswani et al. 2017 as fairseq writes it: `lr` is the peak). noam: Vaswani et al. 2017,
     eq. 3, lr * d_model^-0.5 * min(u^-0.5, u * warmup^-1.5), with `lr` a factor (as in JoeyNMT
-    and OpenNMT: e.g. 2.0 with d_model 512 and warmup 4000 peaks near 7e-4).
+    and OpenNMT: 1.0 with d_model 512 and warmup 4000 peaks near 7e-4, 2.0 near 1.4e-3).
     constant: `lr` after the linear warm-up.
     plateau: constant, multiplied by `plateau_factor` whenever the validation metric has not
     improved for more than `plateau_patience` validations, never below `min_lr`.
