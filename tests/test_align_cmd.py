@@ -38,8 +38,6 @@ TOY = REPO / "recipes" / "toy.yaml"
 N = 8  # sentence pairs used
 
 
-
-
 def _cli(*args: object):
     # COLUMNS pins rich's width for --print (no terminal under the runner)
     return CliRunner().invoke(app, ["align", *map(str, args)], env={"COLUMNS": "80"})

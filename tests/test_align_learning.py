@@ -49,8 +49,6 @@ ONE_PIECE = [[_ID[f"\u2581w{k}"]] for k in range(12)]
 PERM = random.Random(7).sample(range(7), 7)  # target word j = source word PERM[j]
 
 
-
-
 def _order(task: str, n: int) -> list[int]:
     """Target word j is source word order[j]."""
     return list(range(n - 1, -1, -1)) if task == "reversal" else PERM

@@ -27,8 +27,6 @@ VOCAB = 20
 BATCH = 64
 
 
-
-
 def _reversal(n: int, g: torch.Generator, lo: int = 3, hi: int = 12) -> Batch:
     lens = torch.randint(lo, hi + 1, (n,), generator=g).tolist()
     src = [torch.randint(4, VOCAB, (k,), generator=g).tolist() for k in lens]

@@ -36,8 +36,6 @@ _RNN = ["model.arch=rnn", "model.rnn.emb_dim=32", "model.rnn.hidden_dim=32",
         "train.valid_every=120"]
 
 
-
-
 @pytest.fixture(scope="module")
 def rnn_model(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small Bahdanau GRU trained briefly on the toy task (read-only)."""

@@ -25,8 +25,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 MTKIT = [sys.executable, "-m", "mtkit"]
 
 
-
-
 @pytest.fixture(scope="module")
 def src_file(toy_model: Path) -> Path:
     return text_path(data_dir(toy_model), "test", "src")
