@@ -21,7 +21,7 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
+from synthetic import fit
 
 from mtkit import align_run as ar
 from mtkit.align import (
@@ -34,7 +34,6 @@ from mtkit.align import (
 )
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import collate
-from mtkit.data.vocab import PAD_ID
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
 
@@ -75,21 +74,13 @@ def _train(cfg: ModelConfig, task: str, *, updates: int, lr: float) -> Translato
     between 0.02 and 0.45 from one hundred updates to the next at a constant rate)."""
     torch.manual_seed(1)
     rng = random.Random(1)
-    model = build_model(cfg, len(PIECES), len(PIECES)).train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min((i + 1) / 50, 1.0) * (1 - i / updates))
-    for _ in range(updates):
+    model = build_model(cfg, len(PIECES), len(PIECES))
+
+    def next_batch():
         pairs = _sentences(task, 32, rng)
-        b = collate([s for s, _ in pairs], [t for _, t in pairs], range(len(pairs)))
-        logits = model(b.src, b.src_lens, b.tgt_in).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    return model.eval()
+        return collate([s for s, _ in pairs], [t for _, t in pairs], range(len(pairs)))
+
+    return fit(model, next_batch, updates=updates, lr=lr, betas=(0.9, 0.98))
 
 
 def _aer(model: Translator, task: str, choice: ar.AttentionChoice, n: int = 200) -> float:

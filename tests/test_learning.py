@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from synthetic import fit
 
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import Batch, collate
@@ -38,20 +38,8 @@ def _train(cfg: ModelConfig, *, updates: int, lr: float, seed: int = 0) -> Trans
     constant rate leaves the Transformer a few points short of 95%)."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    model = build_model(cfg, VOCAB, VOCAB).train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min((i + 1) / 50, 1.0) * (1 - i / updates))
-    for _ in range(updates):
-        b = _reversal(BATCH, g)
-        logits = model(b.src, b.src_lens, b.tgt_in).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    return model.eval()
+    model = build_model(cfg, VOCAB, VOCAB)
+    return fit(model, lambda: _reversal(BATCH, g), updates=updates, lr=lr)
 
 
 @torch.no_grad()

@@ -1,0 +1,34 @@
+"""Shared by the learning tests: the short training loop that teaches a tiny model a
+synthetic task (reversal, permutation) in seconds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from mtkit.data.batch import Batch
+from mtkit.data.vocab import PAD_ID
+from mtkit.models.base import Translator
+
+
+def fit(model: Translator, next_batch: Callable[[], Batch], *, updates: int, lr: float,
+        betas: tuple[float, float] = (0.9, 0.999)) -> Translator:
+    """Adam, 50 updates of linear warm-up then linear decay to 0 (the decay matters: with a
+    constant rate the Transformer stays a few points short of 95% and the GRU's attention
+    wanders to neighbouring words), gradient norm clipped at 1. Returns the model in eval."""
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min((i + 1) / 50, 1.0) * (1 - i / updates))
+    for _ in range(updates):
+        b = next_batch()
+        logits = model(b.src, b.src_lens, b.tgt_in).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    return model.eval()
