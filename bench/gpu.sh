@@ -22,12 +22,14 @@
 #            test2016
 #   decode   mtkit translate test2016 end to end (process start, model load, beam 5 / greedy);
 #            bench/translate_speed.py for the search alone (sentences/s)
+#   compile  bench/gpu_bench.py again for COMPILE_ROWS: mtkit's update under torch.compile
 #
 # Settable: PY (default python, else python3), GPU_LOGS (default runs/gpu-logs), GPU_RUN (the
 # run directory, default runs/gpu-en-de; a run there that holds last.pt is not trained again),
 # QUALITY_TIME (170s), QUALITY_SET (extra --set overrides for the quality run), BENCH_ARGS
-# (extra gpu_bench.py arguments, e.g. "--compile tf512" or "--only tf256-4k"), GPU_ONLY (some
-# of: tests speed quality decode; default all), MTKIT_DATA_MIRROR (default gpu_data/multi30k).
+# (extra gpu_bench.py arguments, e.g. "--only tf256-4k"), GPU_ONLY (some
+# of: tests speed quality decode compile; default all), COMPILE_ROWS (gpu_bench.py rows timed
+# under torch.compile in the last stage, default tf512), COMPILE_LIMIT (its seconds, 150), MTKIT_DATA_MIRROR (default gpu_data/multi30k).
 # GPU_DRY=1: a smoke run of every stage on the CPU (small batches, 20 s of training, 50
 # sentences) to check the script itself; its figures mean nothing.
 set -uo pipefail
@@ -51,13 +53,21 @@ if [ "$DRY" = 1 ]; then
   BENCH=(--device cpu --dry --seconds 0 --warmup 1 --min-steps 2 --only tf256-4k gru256-25k)
   QUALITY_TIME=20s
   TRAIN_DEV=(--set train.device=cpu --set train.threads=2 --set train.valid_every=20)
+  CKPT_EVERY=5
   SENTENCES=50
 else
   DEVICE=cuda
   BENCH=()
   TRAIN_DEV=(--set train.valid_every=1000)
+  CKPT_EVERY=300
   SENTENCES=1000
 fi
+
+# The quality run also keeps a checkpoint every CKPT_EVERY updates and averages the last five
+# at the end (Vaswani et al. 2017, §6.1); best.pt and averaged.pt are both scored.
+AVERAGE=(--set "train.checkpoint_every=$CKPT_EVERY" --set train.keep_last=5
+         --set train.average_last=5)
+[ "${GPU_AVERAGE:-1}" = 0 ] && AVERAGE=()
 
 want() { [ -z "${GPU_ONLY:-}" ] || [[ " $GPU_ONLY " == *" $1 "* ]]; }
 say() { echo "gpu.sh [$((SECONDS - T0)) s] $*" >&2; }
@@ -138,7 +148,7 @@ run_quality() {
     # shellcheck disable=SC2086  # QUALITY_SET is a list of --set KEY=VALUE words
     stage quality 330 "$PY" -m mtkit train recipes/en-de.yaml --run-dir "$RUN" \
       --set "train.max_time=$QUALITY_TIME" --set train.max_epochs=0 "${TRAIN_DEV[@]}" \
-      ${QUALITY_SET:-}
+      "${AVERAGE[@]}" ${QUALITY_SET:-}
   fi
   if [ -f "$RUN/metrics.jsonl" ]; then
     "$PY" - "$RUN/metrics.jsonl" "$QUALITY_TIME" >> "$ROWS" <<'EOF'
@@ -164,11 +174,27 @@ EOF
       bleu=$("$PY" -c 'import json, sys
 print("%.1f" % json.load(open(sys.argv[1]))["systems"][0]["scores"]["BLEU"]["score"])' \
         "$LOGS/score.out" 2>/dev/null || echo "?")
-      row "BLEU test2016, beam 5, after $QUALITY_TIME" "$bleu" "JoeyNMT 2.3: 34.8" "-" ">= 38"
+      row "BLEU test2016, beam 5, after $QUALITY_TIME (best.pt)" "$bleu" "JoeyNMT 2.3: 34.8" "-" \
+        ">= 38"
     fi
-  else
-    row "BLEU test2016" "FAIL (no $RUN/best.pt)" "JoeyNMT 2.3: 34.8" "-" ">= 38"
   fi
+  if [ -f "$RUN/averaged.pt" ]; then  # train.average_last's model, scored the same way
+    AVG_DEV=(--device "$DEVICE")
+    [ "$DRY" = 1 ] && AVG_DEV+=(--threads 2)
+    if stage translate-avg 120 "$PY" -m mtkit translate "$RUN/averaged.pt" \
+        -i "$RUN/data/test2016.src.txt" -o "$LOGS/test2016.averaged.de" "${AVG_DEV[@]}" && \
+      stage score-avg 60 "$PY" -m mtkit score -r "$RUN/data/test2016.tgt.txt" \
+        "$LOGS/test2016.averaged.de" --json; then
+      bleu=$("$PY" -c 'import json, sys
+print("%.1f" % json.load(open(sys.argv[1]))["systems"][0]["scores"]["BLEU"]["score"])' \
+        "$LOGS/score-avg.out" 2>/dev/null || echo "?")
+      row "BLEU test2016, beam 5, after $QUALITY_TIME (averaged.pt, last 5)" "$bleu" \
+        "JoeyNMT 2.3: 34.8" "-" ">= 38"
+    fi
+  fi
+  [ -f "$RUN/best.pt" ] || row "BLEU test2016" "FAIL (no $RUN/best.pt)" "JoeyNMT 2.3: 34.8" "-" \
+    ">= 38"
+  cp "$RUN/metrics.jsonl" "$RUN/train.log" "$LOGS/" 2>/dev/null
 }
 
 # ------------------------------------------------------------------ decoding
@@ -211,10 +237,22 @@ run_decode() {
   fi
 }
 
+# ------------------------------------------------------------------ torch.compile, last
+# Its compile time is the least predictable part, so it runs after everything else, under its
+# own limit: mtkit's update under torch.compile against the same process's plain eager loop.
+run_compile() {
+  local rows=${COMPILE_ROWS:-tf512}
+  if [ "$DRY" = 1 ]; then rows=tf256-4k; fi
+  # shellcheck disable=SC2086  # rows is a list of words
+  stage compile "${COMPILE_LIMIT:-150}" "$PY" bench/gpu_bench.py --rows "$ROWS" "${BENCH[@]}" \
+    --only $rows --compile $rows --compiled-only
+}
+
 want tests && run_tests
 want speed && run_speed
 want quality && run_quality
 want decode && run_decode
+want compile && run_compile
 
 # ------------------------------------------------------------------ the table
 {

@@ -166,7 +166,7 @@ def mtkit_update(recipe: Recipe, device: torch.device, *, compile: bool) -> Upda
     cfg = recipe.train
     torch.manual_seed(cfg.seed)
     model = build_model(recipe.model, VOCAB, VOCAB).to(device).train()
-    net = torch.compile(model) if compile else model
+    net = torch.compile(model, dynamic=True) if compile else model
     opt = build_optimizer(model, cfg, device)
     params = [p for p in model.parameters() if p.requires_grad]
     amp = Amp.for_device(device, cfg.precision)
@@ -235,6 +235,34 @@ def measure(update: Update, batches: list[Batch], device: torch.device, *, warmu
     return tokens / elapsed, 1000 * elapsed / steps, steps
 
 
+def profile(update: Update, batches: list[Batch], device: torch.device, label: str,
+            ms_per_update: float, steps: int = 3, top: int = 12) -> None:
+    """Print where `steps` updates spend device time (torch.profiler): device time per update
+    against the unprofiled wall time per update (a low share means the host, not the GPU,
+    sets the pace) and the `top` operators by their own device time."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    update(batches[0])
+    torch.cuda.synchronize(device)
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for k in range(steps):
+            update(batches[(k + 1) % len(batches)])
+        torch.cuda.synchronize(device)
+    events = prof.key_averages()
+    # Kernels and copies are the events of device type CUDA (the operators that launched
+    # them carry the same time again), as the profiler's own table sums them.
+    device_us = sum(e.self_device_time_total for e in events
+                    if e.device_type == DeviceType.CUDA
+                    and not getattr(e, "is_user_annotation", False)) / steps
+    print(f"gpu_bench: profile {label}: {device_us / 1e3:.1f} ms of device time per update, "
+          f"{ms_per_update:.1f} ms wall ({100 * device_us / 1e3 / ms_per_update:.0f}% busy)",
+          flush=True)
+    print(events.table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=60),
+          flush=True)
+
+
 # --------------------------------------------------------------------------- rows
 
 
@@ -247,20 +275,23 @@ def _recipe(name: str, device: torch.device, dry: bool) -> tuple[Recipe, int]:
     return load_recipe(REPO / "recipes" / recipe_file, sets), batch_tokens
 
 
-def run_row(name: str, device: torch.device, args: argparse.Namespace) -> list[str]:
-    """Markdown table rows for one model/batch: mtkit, plain, and mtkit compiled if asked."""
+def run_row(name: str, kinds: list[str], device: torch.device, args: argparse.Namespace,
+            baselines: dict[str, tuple[float, float, int] | None]) -> list[str]:
+    """Markdown table rows for one model/batch and the variants `kinds` (the plain baseline
+    measured for this row is kept in `baselines` for a later compiled variant's ratio)."""
     recipe, batch_tokens = _recipe(name, device, args.dry)
     setup_backend(device, recipe.train)
     batches = random_batches(batch_tokens)
     *_, issue_plain, target = ROWS[name]
     timing = dict(warmup=args.warmup, seconds=args.seconds, min_steps=args.min_steps)
     results = {}
-    kinds = ["mtkit", "plain"] + (["mtkit compiled"] if name in args.compile else [])
     for kind in kinds:
         try:
             update = (plain_update(recipe, device) if kind == "plain" else
                       mtkit_update(recipe, device, compile=kind == "mtkit compiled"))
             results[kind] = measure(update, batches, device, **timing)
+            if args.profile and device.type == "cuda":
+                profile(update, batches, device, f"{name} {kind}", results[kind][1])
         except Exception as e:  # one failing variant must not lose the others
             print(f"gpu_bench: {name} {kind}: FAIL {type(e).__name__}: {e}", file=sys.stderr)
             results[kind] = None
@@ -268,6 +299,10 @@ def run_row(name: str, device: torch.device, args: argparse.Namespace) -> list[s
             update = None
             _free(device)
         _log(name, kind, results[kind])
+    if "plain" in results:
+        baselines[name] = results["plain"]
+    else:
+        results["plain"] = baselines.get(name)
     return _rows(name, results, batch_tokens, issue_plain, target)
 
 
@@ -312,9 +347,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                     help="rows to run (default all)")
     ap.add_argument("--compile", nargs="*", default=[], choices=list(ROWS),
                     help="rows that also time mtkit under torch.compile")
+    ap.add_argument("--compiled-only", action="store_true",
+                    help="time only the --compile rows (with their plain baseline)")
     ap.add_argument("--seconds", type=float, default=6.0, help="timed seconds per variant")
     ap.add_argument("--warmup", type=int, default=5, help="untimed updates first")
     ap.add_argument("--min-steps", type=int, default=10, help="timed updates at least")
+    ap.add_argument("--profile", action="store_true",
+                    help="after timing, print each variant's device-time profile (CUDA only)")
     ap.add_argument("--dry", action="store_true",
                     help="batches 20x smaller (smoke test of the script on a CPU)")
     ap.add_argument("--rows", type=Path, default=None, help="append the table rows here")
@@ -326,14 +365,19 @@ def main(argv: list[str] | None = None) -> None:
     device = resolve_device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
-    rows = []
-    for name in args.only:
-        rows += run_row(name, device, args)
-    for line in rows:
-        print(line)
-    if args.rows is not None:
-        with open(args.rows, "a") as f:
-            f.write("".join(line + "\n" for line in rows))
+    # Eager rows first, compiled variants last (their compile time is the least predictable),
+    # and each row appended as soon as it is measured, so that a stage killed by its time
+    # limit keeps what it measured.
+    plan = [] if args.compiled_only else [(name, ["mtkit", "plain"]) for name in args.only]
+    compiled = ["plain", "mtkit compiled"] if args.compiled_only else ["mtkit compiled"]
+    plan += [(name, compiled) for name in args.only if name in args.compile]
+    baselines: dict[str, tuple[float, float, int] | None] = {}
+    for name, kinds in plan:
+        for line in run_row(name, kinds, device, args, baselines):
+            print(line, flush=True)
+            if args.rows is not None:
+                with open(args.rows, "a") as f:
+                    f.write(line + "\n")
 
 
 if __name__ == "__main__":

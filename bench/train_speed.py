@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     groups, make, (sv, tv), what = batches_for(recipe, run_dir, cfg.batch_tokens, cfg.seed)
     torch.manual_seed(cfg.seed)
     model = build_model(recipe.model, sv, tv).to(device).train()
-    net = torch.compile(model) if cfg.compile else model
+    net = torch.compile(model, dynamic=True) if cfg.compile else model
     optimizer = build_optimizer(model, cfg, device)
     params = [p for p in model.parameters() if p.requires_grad]
     amp = Amp.for_device(device, cfg.precision)

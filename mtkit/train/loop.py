@@ -216,7 +216,9 @@ class Trainer:
         if self.dist.enabled:
             net = DistributedDataParallel(
                 net, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        self.net = torch.compile(net) if cfg.compile else net
+        # Batch shapes change with every batch: compile for dynamic shapes at once rather than
+        # specialising on the first batch and recompiling on the second.
+        self.net = torch.compile(net, dynamic=True) if cfg.compile else net
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
