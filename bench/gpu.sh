@@ -202,31 +202,44 @@ run_decode() {
   SRC="$RUN/data/test2016.src.txt"
   if [ -f "$RUN/best.pt" ] && [ -f "$SRC" ]; then
     head -n "$SENTENCES" "$SRC" > "$LOGS/test2016.src.txt"
-    for method in beam greedy; do
+    for method in beam greedy beam-big; do
       flags=(--device "$DEVICE")
-      [ "$method" = greedy ] && flags+=(--greedy)
+      label="beam 5"
+      case $method in
+        greedy) flags+=(--greedy); label="greedy" ;;
+        beam-big) flags+=(--batch-tokens 32000); label="beam 5, --batch-tokens 32000" ;;
+      esac
       [ "$DRY" = 1 ] && flags+=(--threads 2)
       t=$(now)
       if stage "translate-$method" 120 "$PY" -m mtkit translate "$RUN" \
           -i "$LOGS/test2016.src.txt" -o "$LOGS/test2016.$method.de" "${flags[@]}"; then
         secs=$(elapsed "$t" "$(now)")
-        if [ "$method" = beam ]; then
-          row "translate test2016 ($SENTENCES), beam 5, end to end" "$secs s" \
-            "JoeyNMT 2.3: 13.6 s" "-" "<= 4 s"
+        if [ "$method" = greedy ]; then
+          row "translate test2016 ($SENTENCES), $label, end to end" "$secs s" "-" "-" "-"
         else
-          row "translate test2016 ($SENTENCES), greedy, end to end" "$secs s" "-" "-" "-"
+          row "translate test2016 ($SENTENCES), $label, end to end" "$secs s" \
+            "JoeyNMT 2.3: 13.6 s" "-" "<= 4 s"
         fi
       fi
     done
+    # What no translation command can avoid: starting Python, importing torch, CUDA init.
+    t=$(now)
+    if "$PY" -c "import torch; torch.zeros(1, device='$DEVICE')"; then
+      row "floor: python + import torch + first $DEVICE tensor" "$(elapsed "$t" "$(now)") s" \
+        "-" "-" "-"
+    fi
     if [ -f bench/translate_speed.py ]; then
-      TS=(--device "$DEVICE" --skip-memory --sentences "$SENTENCES")
+      TS=(--device "$DEVICE" --skip-memory --sentences "$SENTENCES" --batch-tokens
+          ${DECODE_BATCH_TOKENS:-8000 32000})
       [ "$DRY" = 1 ] && TS+=(--threads 2)
       if stage decode 180 "$PY" bench/translate_speed.py "$RUN" "${TS[@]}"; then
         for m in "beam 5:2000" "greedy:5000"; do
           name=${m%%:*} target=${m##*:}
-          rate=$(field "$LOGS/decode.out" "^$name +([0-9.]+) sentences/s")
-          row "decode only, $name (translate_speed.py)" "${rate:-?} sentences/s" "-" "-" \
-            ">= $target sentences/s"
+          for size in ${DECODE_BATCH_TOKENS:-8000 32000}; do
+            rate=$(field "$LOGS/decode.out" "^$name @$size +([0-9.]+) sentences/s")
+            row "decode only, $name, batch_tokens $size (translate_speed.py)" \
+              "${rate:-?} sentences/s" "-" "-" ">= $target sentences/s"
+          done
         done
       fi
     else

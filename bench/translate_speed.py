@@ -54,6 +54,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                     help="where the untrained model and its data go (default runs/...)")
     ap.add_argument("--memory-lines", type=int, default=100_000,
                     help="lines of the large memory run (default 100000; the small one: 1000)")
+    ap.add_argument("--batch-tokens", type=int, nargs="*", default=None,
+                    help="time each search at each of these decode.batch_tokens (default: "
+                    "the recipe's); label 'beam 5 @N'")
     ap.add_argument("--skip-memory", action="store_true", help="only time the searches")
     return ap.parse_args(argv)
 
@@ -166,12 +169,16 @@ def main(argv: list[str] | None = None) -> None:
     lines = _read(mirror / TEST_SRC, args.sentences)
     for line in _header(run, untrained, device, lines):
         print(line, flush=True)
-    for name, decode in (("beam 5", {"method": "beam", "beam_size": 5, "nbest": 1}),
-                         ("greedy", {"method": "greedy"})):
-        r = time_search(run, lines, device, **decode)
-        print(f"{name:<11} {r['sent/s']:7.1f} sentences/s {r['tok/s']:8.0f} target tokens/s  "
-              f"({r['sentences']} sentences, {r['tokens'] / r['sentences']:.1f} tokens each, "
-              f"{r['seconds']:.1f} s; load now {_load()})", flush=True)
+    for batch_tokens in args.batch_tokens or [None]:
+        size = {} if batch_tokens is None else {"batch_tokens": batch_tokens}
+        for name, decode in (("beam 5", {"method": "beam", "beam_size": 5, "nbest": 1}),
+                             ("greedy", {"method": "greedy"})):
+            r = time_search(run, lines, device, **decode, **size)
+            label = name if batch_tokens is None else f"{name} @{batch_tokens}"
+            print(f"{label:<11} {r['sent/s']:7.1f} sentences/s {r['tok/s']:8.0f} target "
+                  f"tokens/s  ({r['sentences']} sentences, "
+                  f"{r['tokens'] / r['sentences']:.1f} tokens each, {r['seconds']:.2f} s; "
+                  f"load now {_load()})", flush=True)
     if args.skip_memory:
         return
     small, t_small = peak_rss_mb(run, lines, 1, args)

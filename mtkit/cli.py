@@ -723,7 +723,7 @@ def align(
     from mtkit import align_run as ar
     from mtkit.align import DEFAULT_METHOD
     from mtkit.train.checkpoint import load_model
-    from mtkit.train.device import resolve_device
+    from mtkit.translate import inference_device
 
     search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
               "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
@@ -744,7 +744,7 @@ def align(
     ar.check_inputs(src, tgt, gold)
     if threads > 0:
         torch.set_num_threads(threads)
-    dev = resolve_device(device)
+    dev = inference_device(device)
     net, recipe, tok = load_model(model, dev)
     choice = ar.choose_attention(recipe.model, kind=self_attention or "cross", layer=layer,
                                  head=_head(head))

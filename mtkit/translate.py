@@ -52,14 +52,17 @@ def pharaoh_aligner(method: str = "argmax-tgt") -> AlignFn:
 def inference_device(spec: str) -> torch.device:
     """--device auto|cpu|cuda|cuda:N|mps as a torch device; ConfigError naming --device for a
     malformed or unavailable one."""
-    from mtkit.train.device import resolve_device
+    from mtkit.train.device import cuda_defaults, resolve_device
 
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", spec):
         raise ConfigError(f"--device: expected auto, cpu, cuda, cuda:N or mps, got {spec!r}")
     try:
-        return resolve_device(spec)
+        device = resolve_device(spec)
     except ConfigError as e:  # its messages name the recipe key train.device
         raise ConfigError(f"--device{str(e).removeprefix('train.device')}") from None
+    if device.type == "cuda":
+        cuda_defaults()
+    return device
 
 
 @dataclass

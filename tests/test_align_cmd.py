@@ -336,6 +336,8 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "-t", "{tgt}", "--print", "--self-attention", "cross"],
      "--self-attention: invalid choice"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--pharaoh", "-"], "both write to stdout"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--device", "gpu"],
+     "--device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(trained, pairs, tmp_path, args, fragment):
     names = {k: str(v) for k, v in pairs.items()} | {"tmp": str(tmp_path)}

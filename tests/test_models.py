@@ -15,6 +15,7 @@ from mtkit.data.vocab import BOS_ID, PAD_ID
 from mtkit.errors import ConfigError, MtkitError
 from mtkit.models.base import reorder
 from mtkit.models.build import build_model
+from mtkit.models.rnn import rnn_step
 
 torch.set_num_threads(1)
 
@@ -182,6 +183,30 @@ def _rnn(seed=0, **kw) -> ModelConfig:
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("mode", ["GRU", "LSTM", "RNN_TANH", "RNN_RELU"])
+def test_rnn_step_is_one_step_of_the_module(mode):
+    """The cell-function step (used by the attending decoders) computes what a one-step call
+    of the nn module computes, for every cell, in a 2-layer stack; with inter-layer dropout in
+    training mode it drops units of the lower layer's output only."""
+    torch.manual_seed(0)
+    nonlinearity = {"RNN_RELU": "relu"}.get(mode, "tanh")
+    cls = {"GRU": torch.nn.GRU, "LSTM": torch.nn.LSTM}.get(mode, torch.nn.RNN)
+    kwargs = {"nonlinearity": nonlinearity} if cls is torch.nn.RNN else {}
+    rnn = cls(5, 7, num_layers=2, batch_first=True, dropout=0.5, **kwargs).eval()
+    x, h = torch.randn(3, 1, 5), torch.randn(2, 3, 7)
+    hidden = (h, torch.randn(2, 3, 7)) if mode == "LSTM" else h
+    want_out, want_hidden = rnn(x, hidden)
+    out, got_hidden = rnn_step(rnn, x, hidden)
+    torch.testing.assert_close(out, want_out, atol=1e-6, rtol=1e-5)
+    for got, want in zip(got_hidden if mode == "LSTM" else [got_hidden],
+                         want_hidden if mode == "LSTM" else [want_hidden], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    rnn.train()
+    first, _ = rnn_step(rnn, x, hidden)
+    second, _ = rnn_step(rnn, x, hidden)
+    assert not torch.equal(first, second)  # dropout between the layers is live
+
+
 def test_bahdanau_scores_from_previous_state_luong_from_current():
     """Bahdanau's first attention is scored from s_0, before the first input is read; Luong's
     from s_1, after it. So only Luong's first weights depend on the first target token."""

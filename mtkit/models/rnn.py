@@ -23,6 +23,7 @@ The RNN modules take (L, B, Hd); we transpose only at that call.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -36,6 +37,39 @@ Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, 
 def _top(hidden: Hidden) -> torch.Tensor:
     """The top layer's hidden state: (B, Hd)."""
     return (hidden[0] if isinstance(hidden, tuple) else hidden)[-1]
+
+
+_CELLS = {"GRU": torch.gru_cell, "LSTM": torch.lstm_cell, "RNN_TANH": torch.rnn_tanh_cell,
+          "RNN_RELU": torch.rnn_relu_cell}
+
+
+def rnn_step(rnn: nn.RNNBase, x: torch.Tensor, hidden: Hidden) -> tuple[torch.Tensor, Hidden]:
+    """One time step of the unidirectional stack `rnn`: x (B, 1, In), hidden (L, B, Hd) (or
+    (h, c)) -> out (B, 1, Hd), new hidden; the same function as ``rnn(x, hidden)``.
+
+    Decoders that attend step by step call the recurrence once per target token. Through
+    the cell functions on the module's own weights (so checkpoints are unchanged) one step is
+    a few fused kernels; a one-step ``nn.GRU`` call goes through cuDNN, whose per-call
+    set-up cost the host ~0.4 ms per step in the backward pass alone (bench/RESULTS.md)."""
+    cell = _CELLS[rnn.mode]
+    lstm = isinstance(hidden, tuple)
+    inp = x.squeeze(1)
+    hs, cs = [], []
+    for k in range(rnn.num_layers):
+        weights = [getattr(rnn, f"{name}_l{k}") for name in ("weight_ih", "weight_hh")]
+        if rnn.bias:
+            weights += [getattr(rnn, f"{name}_l{k}") for name in ("bias_ih", "bias_hh")]
+        if lstm:
+            h, c = cell(inp, (hidden[0][k], hidden[1][k]), *weights)
+            cs.append(c)
+        else:
+            h = cell(inp, hidden[k], *weights)
+        hs.append(h)
+        last = k == rnn.num_layers - 1
+        # nn.RNNBase's dropout: on every layer's output but the last, in training.
+        inp = h if last or rnn.dropout == 0 else F.dropout(h, rnn.dropout, rnn.training)
+    new_h = torch.stack(hs)
+    return inp.unsqueeze(1), ((new_h, torch.stack(cs)) if lstm else new_h)
 
 
 class RNNEncoder(nn.Module):
@@ -182,7 +216,7 @@ class BahdanauDecoder(RNNDecoder):
               positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """One step: emb (B, 1, E) -> out (B, 1, Hd), context (B, 1, Hm), weights, hidden."""
         ctx, weights = self._attend(_top(hidden).unsqueeze(1), enc, positions)
-        out, hidden = self.rnn(torch.cat([emb, ctx], dim=-1), hidden)
+        out, hidden = rnn_step(self.rnn, torch.cat([emb, ctx], dim=-1), hidden)
         return out, ctx, weights, hidden
 
     def _readout(self, out: torch.Tensor, ctx: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
@@ -246,7 +280,7 @@ class LuongDecoder(RNNDecoder):
         x = self.dropout(self.embed(prev.unsqueeze(1)))
         if self.input_feeding:
             x = torch.cat([x, state["feed"].unsqueeze(1)], dim=-1)
-        out, hidden = self.rnn(x, self._hidden(state))
+        out, hidden = rnn_step(self.rnn, x, self._hidden(state))
         h_att, weights = self._attentional(out, enc, self._positions(state, 1))
         new = self._state(hidden, state)
         if self.input_feeding:
@@ -267,7 +301,7 @@ class LuongDecoder(RNNDecoder):
         feed = state["feed"].unsqueeze(1)
         h_atts, attns = [], []
         for t, emb_t in enumerate(emb.split(1, dim=1)):  # see BahdanauDecoder.teacher
-            out, hidden = self.rnn(torch.cat([emb_t, feed], dim=-1), hidden)
+            out, hidden = rnn_step(self.rnn, torch.cat([emb_t, feed], dim=-1), hidden)
             pos = None if positions is None else positions[:, t : t + 1]
             feed, weights = self._attentional(out, enc, pos)
             h_atts.append(feed)

@@ -84,14 +84,18 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """Read a checkpoint on the CPU with ``weights_only=True``; CheckpointError when the file
-    is missing, unreadable or not an mtkit checkpoint."""
+    is missing, unreadable or not an mtkit checkpoint.
+
+    mmap: map the file instead of reading it, so that only the tensors used are read (a
+    model for inference needs the weights, not the optimizer's two moments, which make up
+    two thirds of a training checkpoint)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception:  # torch raises many types, with long messages, for foreign files
         raise CheckpointError(f"{path}: not a readable checkpoint (expected a .pt file written "
                               "by mtkit train or mtkit average)") from None
@@ -156,10 +160,10 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     Weights tied in the first checkpoint (one storage, several names) stay tied."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
-    first = load_checkpoint(paths[0])["model"]
+    first = load_checkpoint(paths[0], mmap=True)["model"]
     sums = {k: v.double() if v.is_floating_point() else v for k, v in first.items()}
     for p in paths[1:]:
-        sd = load_checkpoint(p)["model"]
+        sd = load_checkpoint(p, mmap=True)["model"]
         if sd.keys() != first.keys():
             diff = sorted(set(sd) ^ set(first))[:3]
             raise CheckpointError(f"{p}: other weights than {paths[0]} (e.g. {diff}); "
@@ -211,7 +215,7 @@ def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
 def save_average(paths: list[Path], out: Path) -> Path:
     """Average `paths` and write a model-only checkpoint (recipe and vocabulary from the
     newest) that `load_model`, `translate` and `score` accept."""
-    newest = load_checkpoint(paths[-1])
+    newest = load_checkpoint(paths[-1], mmap=True)
     weights = average_checkpoints(paths)
     return save_checkpoint(out, {"recipe": newest["recipe"], "vocab": newest["vocab"],
                                  "model": weights,
@@ -245,7 +249,7 @@ def load_model(run_dir_or_ckpt: str | Path, device: str | torch.device = "cpu"):
     from mtkit.models.build import build_model
 
     path = resolve_checkpoint(run_dir_or_ckpt)
-    state = load_checkpoint(path)
+    state = load_checkpoint(path, mmap=True)
     recipe = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
     ddir = data_dir(path.parent)
     try:
