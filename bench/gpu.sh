@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/gpu.sh OUT: issue 8's GPU run on one card in under 8 minutes; prints one table at the
-# end and writes it to OUT (markdown).
+# bench/gpu.sh OUT: issue 8's GPU run on one card in about 5 minutes (plus up to COMPILE_LIMIT
+# seconds for the compile stage); prints one table at the end and writes it to OUT (markdown).
+# Figures of two runs on an H200 are in bench/RESULTS.md.
 #
 # The GPU machine has no network. Before sending the checkout there, fill the git-ignored
 # gpu_data/ (then pass gpu_data as a carried path): the Multi30k files, and pytest's wheels in
@@ -11,25 +12,31 @@
 #     --platform any -d gpu_data/wheels
 # On the GPU machine, from the repository root (the image has torch, sentencepiece, sacrebleu,
 # typer, rich, pyyaml and matplotlib):
-#   GPU_LOGS=$OUT/logs bash bench/gpu.sh $OUT/results.md
+#   GPU_LOGS=/tmp/gl bash bench/gpu.sh $OUT/results.md; tar czf $OUT/logs.tgz -C /tmp gl
 #
 # Stages, each under `timeout`; a failing stage prints FAIL and the others still run:
 #   install  pip install --no-deps --no-build-isolation -e .  (else PYTHONPATH=.)
 #   tests    pytest -m gpu
 #   speed    bench/gpu_bench.py: tokens/s of mtkit's update vs a plain-PyTorch loop, 4 rows
+#            (BENCH_ARGS=--profile adds each variant's device-time profile to the log)
 #   prep     mtkit prep recipes/en-de.yaml (sentencepiece, binarised data)
-#   quality  mtkit train recipes/en-de.yaml for 170 s, then mtkit score --run (beam 5) on
-#            test2016
-#   decode   mtkit translate test2016 end to end (process start, model load, beam 5 / greedy);
-#            bench/translate_speed.py for the search alone (sentences/s)
+#   quality  mtkit train recipes/en-de.yaml for 170 s (a checkpoint every 300 updates, the
+#            last 5 averaged), then BLEU on test2016 at beam 5 of best.pt (mtkit score --run)
+#            and of averaged.pt
+#   decode   mtkit translate test2016 end to end (process start, model load, beam 5 / greedy /
+#            beam 5 in one batch); the floor (python, import torch, first CUDA tensor);
+#            bench/translate_speed.py for the search alone (sentences/s) at each of
+#            DECODE_BATCH_TOKENS
 #   compile  bench/gpu_bench.py again for COMPILE_ROWS: mtkit's update under torch.compile
 #
 # Settable: PY (default python, else python3), GPU_LOGS (default runs/gpu-logs), GPU_RUN (the
 # run directory, default runs/gpu-en-de; a run there that holds last.pt is not trained again),
-# QUALITY_TIME (170s), QUALITY_SET (extra --set overrides for the quality run), BENCH_ARGS
-# (extra gpu_bench.py arguments, e.g. "--only tf256-4k"), GPU_ONLY (some
-# of: tests speed quality decode compile; default all), COMPILE_ROWS (gpu_bench.py rows timed
-# under torch.compile in the last stage, default tf512), COMPILE_LIMIT (its seconds, 150), MTKIT_DATA_MIRROR (default gpu_data/multi30k).
+# QUALITY_TIME (170s), QUALITY_SET (extra --set overrides for the quality run), GPU_AVERAGE
+# (0: no checkpoint averaging), BENCH_ARGS (extra gpu_bench.py arguments, e.g. "--only
+# tf256-4k" or "--seconds 3"), GPU_ONLY (some of: tests speed quality decode compile; default
+# all), COMPILE_ROWS (gpu_bench.py rows timed under torch.compile in the last stage, default
+# tf512), COMPILE_LIMIT (its seconds, 150), DECODE_BATCH_TOKENS (default "8000 32000"),
+# MTKIT_DATA_MIRROR (default gpu_data/multi30k).
 # GPU_DRY=1: a smoke run of every stage on the CPU (small batches, 20 s of training, 50
 # sentences) to check the script itself; its figures mean nothing.
 set -uo pipefail

@@ -27,10 +27,11 @@ from mtkit.decode import decode_batch
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
 from mtkit.models.transformer import CrossAttention, SelfAttention
-from mtkit.train.device import Amp
+from mtkit.train.device import Amp, cuda_defaults, setup_backend
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward
+from mtkit.translate import inference_device
 
 HAS_CUDA = torch.cuda.is_available()
 NO_CUDA = (f"no CUDA device visible to torch {torch.__version__} "
@@ -257,3 +258,28 @@ def test_beam_search_on_cuda_gives_the_cpu_output(arch: str, exact_fp32) -> None
             assert gpu_h[0].tokens == cpu_h[0].tokens, cfg.method
             assert abs(gpu_h[0].score - cpu_h[0].score) < 1e-4
             torch.testing.assert_close(gpu_h[0].attn, cpu_h[0].attn, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture
+def cudnn_sdp_restored() -> Iterator[None]:
+    saved = torch.backends.cuda.cudnn_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(saved)
+
+
+def test_cuda_defaults_turn_cudnn_attention_off(cudnn_sdp_restored) -> None:
+    """cuDNN's SDPA backend builds a plan per new shape (hundreds of ms of host time; every
+    token batch has a new shape): CUDA runs must not use it (bench/RESULTS.md, issue 8)."""
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    cuda_defaults()
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
+def test_training_and_inference_on_cuda_apply_the_defaults(cudnn_sdp_restored) -> None:
+    for start in (lambda: setup_backend(torch.device("cuda"), TrainConfig()),
+                  lambda: inference_device("cuda")):
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        start()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
