@@ -24,7 +24,8 @@
 #            last 5 averaged), then BLEU on test2016 at beam 5 of best.pt (mtkit score --run)
 #            and of averaged.pt
 #   decode   mtkit translate test2016 end to end (process start, model load, beam 5 / greedy /
-#            beam 5 in one batch); the floor (python, import torch, first CUDA tensor);
+#            beam 5 with --batch-tokens 32000); the floor (python, import torch, first CUDA
+#            tensor);
 #            bench/translate_speed.py for the search alone (sentences/s) at each of
 #            DECODE_BATCH_TOKENS
 #   compile  bench/gpu_bench.py again for COMPILE_ROWS: mtkit's update under torch.compile
@@ -142,7 +143,8 @@ run_tests() {
 # ------------------------------------------------------------------ training speed
 run_speed() {
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-  stage speed 330 "$PY" bench/gpu_bench.py --rows "$ROWS" "${BENCH[@]}" ${BENCH_ARGS:-}
+  stage speed 330 "$PY" bench/gpu_bench.py --rows "$ROWS" ${BENCH[@]+"${BENCH[@]}"} \
+    ${BENCH_ARGS:-}
 }
 
 # ------------------------------------------------------------------ quality per GPU-minute
@@ -155,7 +157,7 @@ run_quality() {
     # shellcheck disable=SC2086  # QUALITY_SET is a list of --set KEY=VALUE words
     stage quality 330 "$PY" -m mtkit train recipes/en-de.yaml --run-dir "$RUN" \
       --set "train.max_time=$QUALITY_TIME" --set train.max_epochs=0 "${TRAIN_DEV[@]}" \
-      "${AVERAGE[@]}" ${QUALITY_SET:-}
+      ${AVERAGE[@]+"${AVERAGE[@]}"} ${QUALITY_SET:-}
   fi
   if [ -f "$RUN/metrics.jsonl" ]; then
     "$PY" - "$RUN/metrics.jsonl" "$QUALITY_TIME" >> "$ROWS" <<'EOF'
@@ -176,7 +178,8 @@ EOF
   if [ -f "$RUN/best.pt" ]; then
     SCORE_DEV=()
     [ "$DRY" = 1 ] && SCORE_DEV=(--device cpu --threads 2)
-    if stage score 180 "$PY" -m mtkit score --run "$RUN" --split test2016 --json "${SCORE_DEV[@]}"
+    if stage score 180 "$PY" -m mtkit score --run "$RUN" --split test2016 --json \
+        ${SCORE_DEV[@]+"${SCORE_DEV[@]}"}
     then
       bleu=$("$PY" -c 'import json, sys
 print("%.1f" % json.load(open(sys.argv[1]))["systems"][0]["scores"]["BLEU"]["score"])' \
@@ -264,8 +267,8 @@ run_compile() {
   local rows=${COMPILE_ROWS:-tf512}
   if [ "$DRY" = 1 ]; then rows=tf256-4k; fi
   # shellcheck disable=SC2086  # rows is a list of words
-  stage compile "${COMPILE_LIMIT:-150}" "$PY" bench/gpu_bench.py --rows "$ROWS" "${BENCH[@]}" \
-    --only $rows --compile $rows --compiled-only
+  stage compile "${COMPILE_LIMIT:-150}" "$PY" bench/gpu_bench.py --rows "$ROWS" \
+    ${BENCH[@]+"${BENCH[@]}"} --only $rows --compile $rows --compiled-only
 }
 
 want tests && run_tests

@@ -290,8 +290,6 @@ def run_row(name: str, kinds: list[str], device: torch.device, args: argparse.Na
             update = (plain_update(recipe, device) if kind == "plain" else
                       mtkit_update(recipe, device, compile=kind == "mtkit compiled"))
             results[kind] = measure(update, batches, device, **timing)
-            if args.profile and device.type == "cuda":
-                profile(update, batches, device, f"{name} {kind}", results[kind][1])
         except Exception as e:  # one failing variant must not lose the others
             print(f"gpu_bench: {name} {kind}: FAIL {type(e).__name__}: {e}", file=sys.stderr)
             results[kind] = None
@@ -353,7 +351,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=5, help="untimed updates first")
     ap.add_argument("--min-steps", type=int, default=10, help="timed updates at least")
     ap.add_argument("--profile", action="store_true",
-                    help="after timing, print each variant's device-time profile (CUDA only)")
+                    help="after all timings, print each variant's device-time profile (CUDA only)")
     ap.add_argument("--dry", action="store_true",
                     help="batches 20x smaller (smoke test of the script on a CPU)")
     ap.add_argument("--rows", type=Path, default=None, help="append the table rows here")
@@ -362,6 +360,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
+    if args.compiled_only and not args.compile:
+        sys.exit("gpu_bench: --compiled-only needs --compile ROW ...")
     device = resolve_device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
@@ -378,6 +378,32 @@ def main(argv: list[str] | None = None) -> None:
             if args.rows is not None:
                 with open(args.rows, "a") as f:
                     f.write(line + "\n")
+    if args.profile and device.type == "cuda":
+        # After every timing: CUDA's profiling library stays loaded once used and slows
+        # whatever is timed after it.
+        for name, kinds in plan:
+            profile_row(name, kinds, device, args)
+
+
+def profile_row(name: str, kinds: list[str], device: torch.device,
+                args: argparse.Namespace) -> None:
+    """Device-time profiles of the variants `kinds` of one row (untimed warm-up first)."""
+    recipe, batch_tokens = _recipe(name, device, args.dry)
+    setup_backend(device, recipe.train)
+    batches = random_batches(batch_tokens)
+    for kind in kinds:
+        try:
+            update = (plain_update(recipe, device) if kind == "plain" else
+                      mtkit_update(recipe, device, compile=kind == "mtkit compiled"))
+            ms = measure(update, batches, device, warmup=args.warmup, seconds=0,
+                         min_steps=args.min_steps)[1]
+            profile(update, batches, device, f"{name} {kind}", ms)
+        except Exception as e:
+            print(f"gpu_bench: profile {name} {kind}: FAIL {type(e).__name__}: {e}",
+                  file=sys.stderr)
+        finally:
+            update = None
+            _free(device)
 
 
 if __name__ == "__main__":

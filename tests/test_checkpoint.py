@@ -74,6 +74,20 @@ def test_loading_refuses_pickled_code_and_garbage(tmp_path: Path) -> None:
         ckpt.load_checkpoint(tmp_path / "foreign.pt")
 
 
+def test_memory_mapped_loading_reads_legacy_files_too(tmp_path: Path) -> None:
+    """Inference maps checkpoints (mmap=True); a file in torch's pre-1.6 format cannot be
+    mapped and is read whole instead of being called unreadable."""
+    state = {"format": ckpt.CHECKPOINT_FORMAT, **_state(3.0)}
+    torch.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    ckpt.save_checkpoint(tmp_path / "zip.pt", _state(3.0))
+    for name in ("legacy.pt", "zip.pt"):
+        loaded = ckpt.load_checkpoint(tmp_path / name, mmap=True)
+        torch.testing.assert_close(loaded["model"]["w"], torch.full((2,), 3.0))
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="junk.pt: not a readable checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "junk.pt", mmap=True)
+
+
 def _state(value: float) -> dict:
     return {"recipe": "", "vocab": {"src": 1, "tgt": 1}, "model": {"w": torch.full((2,), value)}}
 

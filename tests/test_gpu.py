@@ -262,9 +262,13 @@ def test_beam_search_on_cuda_gives_the_cpu_output(arch: str, exact_fp32) -> None
 
 @pytest.fixture
 def cudnn_sdp_restored() -> Iterator[None]:
-    saved = torch.backends.cuda.cudnn_sdp_enabled()
+    """The global settings the set-up functions change, restored after the test."""
+    saved = (torch.backends.cuda.cudnn_sdp_enabled(), torch.get_float32_matmul_precision(),
+             torch.backends.cudnn.allow_tf32)
     yield
-    torch.backends.cuda.enable_cudnn_sdp(saved)
+    torch.backends.cuda.enable_cudnn_sdp(saved[0])
+    torch.set_float32_matmul_precision(saved[1])
+    torch.backends.cudnn.allow_tf32 = saved[2]
 
 
 def test_cuda_defaults_turn_cudnn_attention_off(cudnn_sdp_restored) -> None:
@@ -278,7 +282,7 @@ def test_cuda_defaults_turn_cudnn_attention_off(cudnn_sdp_restored) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 def test_training_and_inference_on_cuda_apply_the_defaults(cudnn_sdp_restored) -> None:
-    for start in (lambda: setup_backend(torch.device("cuda"), TrainConfig()),
+    for start in (lambda: setup_backend(torch.device("cuda", 0), TrainConfig()),
                   lambda: inference_device("cuda")):
         torch.backends.cuda.enable_cudnn_sdp(True)
         start()

@@ -201,12 +201,18 @@ def test_rnn_step_is_one_step_of_the_module(mode):
     for got, want in zip(got_hidden if mode == "LSTM" else [got_hidden],
                          want_hidden if mode == "LSTM" else [want_hidden], strict=True):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-    rnn.train()
-    first, _ = rnn_step(rnn, x, hidden)
-    second, _ = rnn_step(rnn, x, hidden)
-    assert not torch.equal(first, second)  # dropout between the layers is live
+    rnn.train()  # the same dropout masks from the same seed: the same function in training
+    torch.manual_seed(1)
+    want_out, want_hidden = rnn(x, hidden)
+    torch.manual_seed(1)
+    out, got_hidden = rnn_step(rnn, x, hidden)
+    torch.testing.assert_close(out, want_out, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got_hidden, want_hidden, atol=1e-6, rtol=1e-5)
+    torch.manual_seed(2)
+    assert not torch.equal(rnn_step(rnn, x, hidden)[0], out)  # dropout is live
 
 
+@torch.no_grad()
 def test_bahdanau_scores_from_previous_state_luong_from_current():
     """Bahdanau's first attention is scored from s_0, before the first input is read; Luong's
     from s_1, after it. So only Luong's first weights depend on the first target token."""

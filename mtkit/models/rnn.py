@@ -50,7 +50,11 @@ def rnn_step(rnn: nn.RNNBase, x: torch.Tensor, hidden: Hidden) -> tuple[torch.Te
     Decoders that attend step by step call the recurrence once per target token. Through
     the cell functions on the module's own weights (so checkpoints are unchanged) one step is
     a few fused kernels; a one-step ``nn.GRU`` call goes through cuDNN, whose per-call
-    set-up cost the host ~0.4 ms per step in the backward pass alone (bench/RESULTS.md)."""
+    set-up cost the host ~0.4 ms per step in the backward pass alone (bench/RESULTS.md).
+    Under autocast the cells run in autocast's dtype (bf16 with `precision: bf16`), as
+    PyTorch's autocast policy lists them; cuDNN's RNN ran in fp16 whatever that dtype was."""
+    assert rnn.batch_first and not rnn.bidirectional and not getattr(rnn, "proj_size", 0), (
+        "rnn_step steps a batch-first, unidirectional stack without projections")
     cell = _CELLS[rnn.mode]
     lstm = isinstance(hidden, tuple)
     inp = x.squeeze(1)

@@ -95,7 +95,14 @@ def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError:
+            if not mmap:
+                raise
+            # Files in torch's legacy (non-zip) format, or on file systems that cannot be
+            # mapped: read them whole.
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # torch raises many types, with long messages, for foreign files
         raise CheckpointError(f"{path}: not a readable checkpoint (expected a .pt file written "
                               "by mtkit train or mtkit average)") from None
@@ -271,4 +278,8 @@ def load_model(run_dir_or_ckpt: str | Path, device: str | torch.device = "cpu"):
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not fit the model its recipe describes "
                               f"({str(e).splitlines()[0]})") from None
+    if torch.device(device).type == "cuda":
+        from mtkit.train.device import cuda_defaults
+
+        cuda_defaults()
     return model.to(device).eval(), recipe, tokenizer
