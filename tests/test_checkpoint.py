@@ -120,6 +120,18 @@ def test_average_is_the_mean_and_keeps_tied_weights_tied(tmp_path: Path) -> None
         ckpt.average_checkpoints(paths[:1] + [bad])
 
 
+def test_average_keeps_two_views_of_one_storage_apart(tmp_path: Path) -> None:
+    """Rows 0 and 1 of one tensor share a storage but are different weights."""
+    paths = []
+    for i, v in enumerate((1.0, 3.0)):
+        both = torch.tensor([[v, v], [10 * v, 10 * v]])
+        paths.append(ckpt.save_checkpoint(tmp_path / f"v{i}.pt", {
+            "recipe": "", "vocab": {}, "model": {"a": both[0], "b": both[1]}}))
+    avg = ckpt.average_checkpoints(paths)
+    torch.testing.assert_close(avg["a"], torch.full((2,), 2.0))
+    torch.testing.assert_close(avg["b"], torch.full((2,), 20.0))
+
+
 def test_load_model_takes_best_then_last_and_rebuilds_the_trained_model(
         toy_trained: Path, tmp_path: Path) -> None:
     model, recipe, tok = ckpt.load_model(toy_trained, "cpu")

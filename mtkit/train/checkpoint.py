@@ -184,14 +184,17 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
             elif not torch.equal(v, first[k]):
                 raise CheckpointError(f"{p}: integer buffer `{k}` differs from {paths[0]}")
     out: dict[str, torch.Tensor] = {}
-    by_storage: dict[int, torch.Tensor] = {}
+    # Tied weights are one view of one storage saved under several names; two different views
+    # of one storage (other offset or strides) are different weights.
+    by_view: dict[tuple, torch.Tensor] = {}
     for k, v in first.items():
-        ptr = v.untyped_storage().data_ptr() if v.numel() else id(v)
-        if ptr in by_storage and by_storage[ptr].shape == v.shape:
-            out[k] = by_storage[ptr]
+        view = ((v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.stride()),
+                 tuple(v.shape)) if v.numel() else (id(v),))
+        if view in by_view:
+            out[k] = by_view[view]
             continue
         out[k] = (sums[k] / len(paths)).to(v.dtype) if v.is_floating_point() else v
-        by_storage[ptr] = out[k]
+        by_view[view] = out[k]
     return out
 
 
