@@ -131,9 +131,6 @@ class DataConfig:
 
 # --------------------------------------------------------------------------- model
 
-ATTENTIONS = ("none", "dot", "general", "concat", "additive", "scaled_dot", "cosine",
-              "location", "local-m", "local-p")
-
 
 @dataclass(frozen=True)
 class RNNConfig:

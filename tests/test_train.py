@@ -153,7 +153,8 @@ def test_gradient_accumulation_equals_one_larger_batch() -> None:
     for batches in ([b1, b2], [both]):
         model = _tiny_model()
         cpu = torch.device("cpu")
-        norm = step.token_normalizer(batches, dist=Dist(), device=cpu)
+        norm = step.token_normalizer(sum(b.num_tgt_tokens for b in batches), dist=Dist(),
+                                    device=cpu)
         step.forward_backward(model, batches, device=cpu, amp=Amp("cpu", None, None),
                               smoothing=0.1, normalizer=norm)
         grads.append([p.grad.clone() for p in model.parameters()])

@@ -152,7 +152,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     if not force and is_prepared(recipe, run_dir):
         man = _read_manifest(run_dir)
         assert man is not None
-        report = _report_from_manifest(man, data_dir(run_dir), skipped=True)
+        report = _report_from_manifest(man, data_dir(run_dir))
     else:
         _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
         report = _build(recipe, run_dir, mirror=mirror, console=console,
@@ -301,9 +301,10 @@ def _report_fields(report: PrepReport) -> dict:
             "tgt_vocab_size": report.tgt_vocab_size, "files": report.files}
 
 
-def _report_from_manifest(man: dict, ddir: Path, *, skipped: bool) -> PrepReport:
+def _report_from_manifest(man: dict, ddir: Path) -> PrepReport:
+    """The report of an earlier, complete preparation (this call skipped the work)."""
     return PrepReport(
-        data_dir=ddir, skipped=skipped, seconds=man["seconds"],
+        data_dir=ddir, skipped=True, seconds=man["seconds"],
         splits={n: SplitInfo(**s) for n, s in man["splits"].items()},
         clean=clean.CleanStats(read=man["clean"]["read"], dropped=man["clean"]["dropped"]),
         invalid_utf8=man["invalid_utf8"], src_vocab_size=man["src_vocab_size"],

@@ -96,13 +96,13 @@ class TokenBatchSampler:
 def _cut(src_tokens: np.ndarray, tgt_tokens: np.ndarray, batch_tokens: int) -> np.ndarray:
     """Greedy batch boundaries along sorted lengths: start positions of batches 2..n."""
     bounds = []
-    n = max_s = max_t = 0
+    n = width = 0  # sentences in the batch so far, and its padded width (either side)
     for i, (s, t) in enumerate(zip(src_tokens.tolist(), tgt_tokens.tolist(), strict=True)):
-        ms, mt = max(max_s, s), max(max_t, t)
-        if n and (n + 1) * max(ms, mt) > batch_tokens:
+        w = max(width, s, t)
+        if n and (n + 1) * w > batch_tokens:
             bounds.append(i)
-            n, ms, mt = 0, s, t
-        n, max_s, max_t = n + 1, ms, mt
+            n, w = 0, max(s, t)
+        n, width = n + 1, w
     return np.asarray(bounds, dtype=np.int64)
 
 
@@ -110,7 +110,5 @@ def iterate_batches(data: ParallelData, sampler: Iterable[Sequence[int]],
                     max_len: int | None) -> Iterator[Batch]:
     """Padded `Batch`es for the index batches of `sampler` (a `TokenBatchSampler` or any
     iterable of index lists), in its order; sentences are truncated to `max_len` ids."""
-    for idx in sampler:
-        src = [data.src(i).tolist() for i in idx]
-        tgt = [data.tgt(i).tolist() for i in idx]
-        yield collate(src, tgt, idx, max_len)
+    for idx in sampler:  # numpy slices: collate concatenates them without a token loop
+        yield collate([data.src(i) for i in idx], [data.tgt(i) for i in idx], idx, max_len)

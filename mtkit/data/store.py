@@ -114,7 +114,3 @@ class ParallelData:
 
     def tgt(self, i: int) -> np.ndarray:
         return self._get(1, i)
-
-    def count_over(self, max_len: int) -> tuple[int, int]:
-        """How many source and target sentences are longer than `max_len` (to be truncated)."""
-        return int((self.src_lens > max_len).sum()), int((self.tgt_lens > max_len).sum())

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_packed_sequence
 
 from mtkit.errors import MtkitError
 from mtkit.models.attention import Attention
@@ -59,10 +59,7 @@ def rnn_step(rnn: nn.RNNBase, x: torch.Tensor, hidden: Hidden) -> tuple[torch.Te
     lstm = isinstance(hidden, tuple)
     inp = x.squeeze(1)
     hs, cs = [], []
-    for k in range(rnn.num_layers):
-        weights = [getattr(rnn, f"{name}_l{k}") for name in ("weight_ih", "weight_hh")]
-        if rnn.bias:
-            weights += [getattr(rnn, f"{name}_l{k}") for name in ("bias_ih", "bias_hh")]
+    for k, weights in enumerate(rnn.all_weights):  # per layer: w_ih, w_hh[, b_ih, b_hh]
         if lstm:
             h, c = cell(inp, (hidden[0][k], hidden[1][k]), *weights)
             cs.append(c)
@@ -97,7 +94,7 @@ class RNNEncoder(nn.Module):
         # pad_packed_sequence would each copy an index between host and device and wait for
         # the GPU. Lengths already on the host (`Batch.to` keeps them there) cost nothing.
         lens, order = src_lens.cpu().sort(descending=True)
-        unorder = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel()))
+        unorder = invert_permutation(order)
         order, unorder = host_to_device(order, src.device), host_to_device(unorder, src.device)
         packed = pack_padded_sequence(x.index_select(0, order), lens, batch_first=True)
         out, hidden = self.rnn(packed)
@@ -204,9 +201,10 @@ class RNNDecoder(nn.Module):
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, need_attn: bool) -> Step:
         raise NotImplementedError
 
-    def teacher(self, tgt_in: torch.Tensor, state: State, enc: Encoded
+    def teacher(self, tgt_in: torch.Tensor, state: State, enc: Encoded, need_attn: bool
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """tgt_in (B, T) from `state` -> logits (B, T, V), attention (B, T, S) or None."""
+        """tgt_in (B, T) from `state` -> logits (B, T, V), attention (B, T, S) or None (also
+        when not `need_attn`: training does not collect the T steps' weights)."""
         raise NotImplementedError
 
 
@@ -234,7 +232,7 @@ class BahdanauDecoder(RNNDecoder):
         attn = weights.squeeze(1) if need_attn and weights is not None else None
         return Step(logits, attn, self._state(hidden, state))
 
-    def teacher(self, tgt_in, state, enc):
+    def teacher(self, tgt_in, state, enc, need_attn):
         emb = self.dropout(self.embed(tgt_in))  # (B, T, E)
         hidden = self._hidden(state)
         steps = tgt_in.size(1)
@@ -252,9 +250,11 @@ class BahdanauDecoder(RNNDecoder):
             out, ctx, weights, hidden = self._cell(emb_t, hidden, enc, pos)
             outs.append(out)
             ctxs.append(ctx)
-            attns.append(weights)
+            if need_attn:
+                attns.append(weights)
         out, ctx = torch.cat(outs, dim=1), torch.cat(ctxs, dim=1)
-        return self._logits(self._readout(out, ctx, emb)), torch.cat(attns, dim=1)
+        attn = torch.cat(attns, dim=1) if need_attn else None
+        return self._logits(self._readout(out, ctx, emb)), attn
 
 
 class LuongDecoder(RNNDecoder):
@@ -292,7 +292,7 @@ class LuongDecoder(RNNDecoder):
         attn = weights.squeeze(1) if need_attn and weights is not None else None
         return Step(self._logits(h_att).squeeze(1), attn, new)
 
-    def teacher(self, tgt_in, state, enc):
+    def teacher(self, tgt_in, state, enc, need_attn):
         emb = self.dropout(self.embed(tgt_in))
         hidden = self._hidden(state)
         positions = self._positions(state, tgt_in.size(1))
@@ -301,7 +301,7 @@ class LuongDecoder(RNNDecoder):
             # at once, then attend for all steps in one batched op.
             out, _ = self.rnn(emb, hidden)
             h_att, attn = self._attentional(out, enc, positions)
-            return self._logits(h_att), attn
+            return self._logits(h_att), attn if need_attn else None
         feed = state["feed"].unsqueeze(1)
         h_atts, attns = [], []
         for t, emb_t in enumerate(emb.split(1, dim=1)):  # see BahdanauDecoder.teacher
@@ -309,8 +309,9 @@ class LuongDecoder(RNNDecoder):
             pos = None if positions is None else positions[:, t : t + 1]
             feed, weights = self._attentional(out, enc, pos)
             h_atts.append(feed)
-            attns.append(weights)
-        attn = None if self.attention is None else torch.cat(attns, dim=1)
+            if need_attn:
+                attns.append(weights)
+        attn = torch.cat(attns, dim=1) if need_attn and self.attention is not None else None
         return self._logits(torch.cat(h_atts, dim=1)), attn
 
 
@@ -354,8 +355,8 @@ class RNNTranslator(Translator):
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                 return_attn: bool = False) -> Output:
         enc = self.encode(src, src_lens)
-        logits, attn = self.decoder.teacher(tgt_in, self.init_state(enc), enc)
-        return Output(logits, attn if return_attn else None)
+        logits, attn = self.decoder.teacher(tgt_in, self.init_state(enc), enc, return_attn)
+        return Output(logits, attn)
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                        *, kind: str = "cross", layer: int | None = None,

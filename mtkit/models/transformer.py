@@ -81,15 +81,14 @@ class SelfAttention(_Attention):
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
         return self._attend(q, k, v, mask, causal=causal, need_weights=need_weights)
 
-    def step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
-             need_weights: bool = False
-             ) -> tuple[torch.Tensor, Weights, torch.Tensor, torch.Tensor]:
-        """x (B, 1, d), caches (B, h, t, dh) -> (B, 1, d), weights, caches (B, h, t+1, dh).
+    def step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, 1, d), caches (B, h, t, dh) -> (B, 1, d), caches (B, h, t+1, dh).
         The one new query may see every cached position, so no mask is needed."""
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
         k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
-        out, weights = self._attend(q, k, v, None, causal=False, need_weights=need_weights)
-        return out, weights, k, v
+        out, _ = self._attend(q, k, v, None, causal=False, need_weights=False)
+        return out, k, v
 
 
 class CrossAttention(_Attention):
@@ -186,7 +185,7 @@ class DecoderLayer(_Sublayers):
              k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, cross_weights: bool
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Weights]:
         """One position: x (B, 1, d) -> (B, 1, d), new caches (B, h, t+1, dh), cross weights."""
-        y, _, k_cache, v_cache = self.self_attn.step(self.inp(0, x), k_cache, v_cache)
+        y, k_cache, v_cache = self.self_attn.step(self.inp(0, x), k_cache, v_cache)
         x = self.res(0, x, y)
         y, cw = self.cross_attn(self.inp(1, x), k, v, mask, need_weights=cross_weights)
         x = self.res(1, x, y)

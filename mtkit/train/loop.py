@@ -257,7 +257,7 @@ class Trainer:
             self.sampler.set_epoch(self.p.epoch)
             todo = self.sampler.batches()[self.p.position:]
             for i in range(0, len(todo), uf):
-                self._update([b.tolist() for b in todo[i:i + uf]])
+                self._update(todo[i:i + uf])
                 if reason := self._after_update():
                     return reason
             self.p.epoch, self.p.position = self.p.epoch + 1, 0
@@ -270,11 +270,11 @@ class Trainer:
             return "max_epochs"
         return None
 
-    def _update(self, group: list[list[int]]) -> None:
-        """One update on the batches `group` (sentence indices)."""
+    def _update(self, group: list[np.ndarray]) -> None:
+        """One update on the batches `group` (arrays of sentence indices)."""
         batches = list(iterate_batches(self.train_data, group, self.recipe.data.max_len))
         ntok = sum(b.num_tgt_tokens for b in batches)
-        normalizer = token_normalizer(batches, dist=self.dist, device=self.device)
+        normalizer = token_normalizer(ntok, dist=self.dist, device=self.device)
         lr = self.schedule.apply(self.optimizer, self.p.update + 1)
         try:
             loss, nll = forward_backward(

@@ -47,13 +47,12 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     return batch.to(device)
 
 
-def token_normalizer(batches: Sequence[Batch], *, dist: Dist,
-                     device: torch.device) -> float | torch.Tensor:
-    """1 / (target tokens of the update): of all its batches, on every rank.
+def token_normalizer(ntok: int, *, dist: Dist, device: torch.device) -> float | torch.Tensor:
+    """1 / (target tokens of the update): `ntok`, this rank's target tokens of all the
+    update's batches, summed over every rank.
 
     Under DDP the gradients are averaged over the ranks afterwards, so each rank scales by
     world_size / (tokens of all ranks); the token count is all-reduced on the device."""
-    ntok = sum(b.num_tgt_tokens for b in batches)
     if not dist.enabled:
         return 1.0 / ntok
     # torch.full launches a fill kernel; torch.tensor(..., device=cuda) would copy and wait.

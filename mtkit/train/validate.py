@@ -41,9 +41,6 @@ class ValidResult:
     sentences: int
     seconds: float
 
-    def metric(self, name: str) -> float:
-        return float(getattr(self, name))
-
     def as_dict(self) -> dict[str, float | int]:
         return dataclasses.asdict(self)
 
