@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import IO
 
 
+def umask() -> int:
+    """The process's file-creation mask (reading it means setting it, so it is set back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Write to a temporary file beside `path` and rename it into place only on success,
@@ -24,9 +31,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             f.flush()
             os.fsync(f.fileno())
         # mkstemp creates 0600; give the file the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -34,11 +39,16 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         raise
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # a gzip stream's first two bytes, whatever the file is called
+
+
+def is_gzip(path: str | Path) -> bool:
+    with open(path, "rb") as probe:
+        return probe.read(2) == GZIP_MAGIC
+
+
 def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
     """Open a UTF-8 text file for reading, transparently decompressing `.gz`."""
-    path = Path(path)
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic == b"\x1f\x8b":
+    if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors=errors, newline="\n")
     return open(path, encoding="utf-8", errors=errors, newline="\n")

@@ -31,7 +31,7 @@ from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
 
 from mtkit.errors import DataError, MtkitError
-from mtkit.fileio import atomic_write
+from mtkit.fileio import GZIP_MAGIC, atomic_write
 
 METRICS = ("bleu", "chrf", "ter")
 TESTS = ("bs", "ar")
@@ -165,7 +165,7 @@ def _read_bytes(path: Path, name: str) -> bytes:
         raise DataError(f"{name}: is a directory; expected a text file") from None
     except OSError as e:
         raise DataError(f"{name}: cannot read ({e.strerror})") from None
-    if raw[:2] != b"\x1f\x8b":
+    if raw[:2] != GZIP_MAGIC:
         return raw
     try:
         return gzip.decompress(raw)

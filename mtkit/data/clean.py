@@ -24,6 +24,7 @@ from rich.table import Table
 
 from mtkit.config import CleanConfig
 from mtkit.errors import DataError
+from mtkit.fileio import is_gzip
 
 # The rules in the order they are applied; each pair is dropped by the first rule it breaks.
 RULES = ("empty", "duplicate", "too_short", "too_long", "ratio")
@@ -41,9 +42,7 @@ class TextFile:
 def read_lines(path: str | Path) -> TextFile:
     """Read a plain or gzip UTF-8 file; invalid bytes become U+FFFD and are counted."""
     path = Path(path)
-    with open(path, "rb") as probe:
-        gz = probe.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gz else open
+    opener = gzip.open if is_gzip(path) else open
     lines: list[str] = []
     bad = 0
     try:

@@ -36,7 +36,7 @@ from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.sources import DownloadProgress
 from mtkit.data.spm import Tokenizer, train_spm
 from mtkit.errors import DataError
-from mtkit.fileio import atomic_write
+from mtkit.fileio import atomic_write, umask
 
 log = logging.getLogger(__name__)
 
@@ -273,16 +273,10 @@ def _write_all(tmp: Path, tok: Tokenizer, texts: dict[str, tuple],
         if name != "train":
             paths.append(store.write_text(tmp, name, "src", texts[name][0].lines))
             paths.append(store.write_text(tmp, name, "tgt", texts[name][1].lines))
-    mode = 0o666 & ~_umask()
+    mode = 0o666 & ~umask()
     for p in paths:
         os.chmod(p, mode)  # temporary files are created private; data is not
     return {p.name: p.stat().st_size for p in paths}
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _write_manifest(tmp: Path, report: PrepReport, recipe: Recipe,
@@ -318,7 +312,7 @@ def _staging(final: Path):
     for stale in final.parent.glob(f".{final.name}.*"):  # left by an interrupted run
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    os.chmod(tmp, 0o777 & ~_umask())
+    os.chmod(tmp, 0o777 & ~umask())
     try:
         yield tmp
         old = None

@@ -10,10 +10,8 @@ holds a file that a later run would trust wrongly.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -21,6 +19,7 @@ from pathlib import Path
 
 from mtkit.config import FileSource
 from mtkit.errors import DataError
+from mtkit.fileio import atomic_write
 
 # Called as on_download(file_name, bytes_so_far, total_bytes_or_None) while a file downloads.
 # The command line turns it into a rich progress bar; the library owns no bar itself.
@@ -100,28 +99,20 @@ def resolve(source: FileSource, *, mirror: str | Path | None = None,
 
 
 def _download(url: str, dest: Path, sha256: str, on_download: DownloadProgress | None) -> None:
-    """Stream `url` to a temporary file beside `dest`; rename it only if the checksum matches."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
-            length = resp.headers.get("Content-Length") if resp.headers else None
-            total = int(length) if length and length.isdigit() else None
-            done = 0
-            for chunk in iter(lambda: resp.read(_CHUNK), b""):
-                out.write(chunk)
-                h.update(chunk)
-                done += len(chunk)
-                if on_download is not None:
-                    on_download(dest.name, done, total)
+    """Stream `url` to a temporary file beside `dest`; rename it only if the checksum matches
+    (`atomic_write` drops the temporary file when the check raises)."""
+    h = hashlib.sha256()
+    with atomic_write(dest, "wb") as out, \
+            urllib.request.urlopen(url, timeout=_TIMEOUT_S) as resp:
+        length = resp.headers.get("Content-Length") if resp.headers else None
+        total = int(length) if length and length.isdigit() else None
+        done = 0
+        for chunk in iter(lambda: resp.read(_CHUNK), b""):
+            out.write(chunk)
+            h.update(chunk)
+            done += len(chunk)
+            if on_download is not None:
+                on_download(dest.name, done, total)
         if h.hexdigest() != sha256:
             raise DataError(f"{dest.name}: checksum mismatch for {url}: expected sha256 "
                             f"{sha256}, got {h.hexdigest()}")
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it private; a cache is shareable
-        os.replace(tmp, dest)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)

@@ -41,7 +41,7 @@ from mtkit.train.optim import Schedule, build_optimizer
 from mtkit.train.report import Reporter
 from mtkit.train.signals import GracefulStop
 from mtkit.train.step import finish_update, forward_backward, token_normalizer
-from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
+from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, valid_batches, validate
 
 log = logging.getLogger(__name__)
 
@@ -179,18 +179,24 @@ class Trainer:
     def _build(self, state: dict | None) -> None:
         cfg, ddir = self.cfg, data_dir(self.run_dir)
         self.tokenizer = Tokenizer.load(ddir)
-        vocab = (self.tokenizer.src_vocab_size, self.tokenizer.tgt_vocab_size)
+        # What every checkpoint records of the run's vocabulary (fixed for the run; the
+        # fingerprint hashes both sentencepiece models, so it is computed once).
+        self.vocab_info = {"src": self.tokenizer.src_vocab_size,
+                           "tgt": self.tokenizer.tgt_vocab_size,
+                           "sha256": self.tokenizer.fingerprint()}
+        self.recipe_text = dump_recipe(self.recipe)
+        vocab = (self.vocab_info["src"], self.vocab_info["tgt"])
         if state is not None and vocab != (state["vocab"]["src"], state["vocab"]["tgt"]):
             raise CheckpointError(f"--resume: {ddir} now holds vocabularies of {vocab[0]}/"
                                   f"{vocab[1]} pieces but the checkpoint was trained with "
                                   f"{state['vocab']['src']}/{state['vocab']['tgt']}")
         if state is not None and state["vocab"].get("sha256") not in (
-                None, self.tokenizer.fingerprint()):
+                None, self.vocab_info["sha256"]):
             raise CheckpointError(f"--resume: the sentencepiece model in {ddir} is not the one "
                                   "the checkpoint was trained with (the data was prepared "
                                   "again); train into a new --run-dir")
         self.train_data = ParallelData.load(ddir, "train")
-        self.valid_data = ParallelData.load(ddir, "valid")
+        self.valid_batches = valid_batches(ParallelData.load(ddir, "valid"), self.recipe)
         with open_text(text_path(ddir, "valid", "tgt")) as f:
             self.valid_refs = [line.rstrip("\n") for line in f]
         self.sampler = TokenBatchSampler(
@@ -419,7 +425,7 @@ class Trainer:
 
     def _validate(self) -> bool:
         """Validate on rank 0 and share the result; True when patience has run out."""
-        res = validate(self.model, self.valid_data, self.valid_refs, self.tokenizer,
+        res = validate(self.model, self.valid_batches, self.valid_refs, self.tokenizer,
                        recipe=self.recipe, device=self.device,
                        amp=self.amp).as_dict() if self.dist.is_main else None
         res = self.dist.broadcast(res)
@@ -447,10 +453,8 @@ class Trainer:
             progress = {**dataclasses.asdict(p), "seconds": self._elapsed(),
                         "saved_update": p.update, "world_size": self.dist.world_size}
             state = {
-                "recipe": dump_recipe(self.recipe),
-                "vocab": {"src": self.tokenizer.src_vocab_size,
-                          "tgt": self.tokenizer.tgt_vocab_size,
-                          "sha256": self.tokenizer.fingerprint()},
+                "recipe": self.recipe_text,
+                "vocab": self.vocab_info,
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "schedule": self.schedule.state_dict(),
@@ -498,7 +502,7 @@ class Trainer:
         out = ckpt.save_average(paths, self.run_dir / ckpt.AVERAGED)
         model = copy.deepcopy(self.model)
         model.load_state_dict(ckpt.load_checkpoint(out)["model"])
-        res: ValidResult = validate(model, self.valid_data, self.valid_refs, self.tokenizer,
+        res: ValidResult = validate(model, self.valid_batches, self.valid_refs, self.tokenizer,
                                     recipe=self.recipe, device=self.device, amp=self.amp)
         self.rep.record("average", update=self.p.update, checkpoints=[q.name for q in paths],
                         **res.as_dict())

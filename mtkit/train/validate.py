@@ -45,18 +45,23 @@ class ValidResult:
         return dataclasses.asdict(self)
 
 
-def _batches(data: ParallelData, batch_tokens: int, max_len: int) -> list[Batch]:
-    sampler = TokenBatchSampler(data.src_lens, data.tgt_lens, batch_tokens=batch_tokens,
-                                seed=0, shuffle=False, max_len=max_len)
+def valid_batches(data: ParallelData, recipe: Recipe) -> list[Batch]:
+    """The validation split as host batches of `decode.batch_tokens`, in a fixed order (made
+    once per run: the split never changes)."""
+    max_len = recipe.data.max_len
+    sampler = TokenBatchSampler(data.src_lens, data.tgt_lens,
+                                batch_tokens=recipe.decode.batch_tokens, seed=0, shuffle=False,
+                                max_len=max_len)
     return list(iterate_batches(data, sampler, max_len))
 
 
 @torch.no_grad()
-def validate(model: Translator, data: ParallelData, refs: list[str], tokenizer: Tokenizer, *,
+def validate(model: Translator, batches: list[Batch], refs: list[str], tokenizer: Tokenizer, *,
              recipe: Recipe, device: torch.device, amp: Amp) -> ValidResult:
-    """Score `model` (switched to eval mode and back) on the validation split `data`, whose
-    target-side text is `refs`. Decoding is greedy for ``train.valid_beam == 1``, else beam
-    search of that size, with the recipe's other decode settings."""
+    """Score `model` (switched to eval mode and back) on the validation split's `batches`
+    (`valid_batches`), whose target-side text is `refs`. Decoding is greedy for
+    ``train.valid_beam == 1``, else beam search of that size, with the recipe's other decode
+    settings."""
     start, was_training = time.monotonic(), model.training
     model.eval()
     cfg = recipe.train
@@ -67,7 +72,7 @@ def validate(model: Translator, data: ParallelData, refs: list[str], tokenizer: 
     tokens = 0
     hyps: dict[int, str] = {}
     try:
-        for host in _batches(data, recipe.decode.batch_tokens, recipe.data.max_len):
+        for host in batches:
             b = to_device(host, device)
             tokens += host.num_tgt_tokens
             with amp.autocast():
