@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from mtkit.align import (
     write_json,
 )
 from mtkit.config import DecodeConfig, ModelConfig
-from mtkit.data.batch import collate
+from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, DataError, MtkitError
@@ -186,20 +185,6 @@ def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None) -> list[Pair]:
     return [Pair(i, s, t) for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))]
 
 
-def token_batches(sizes: Sequence[int], budget: int) -> Iterator[list[int]]:
-    """Positions into `sizes` grouped into batches, longest first, so that each batch's
-    padded size (its longest item times its count) stays within `budget` (an item bigger than
-    the budget goes alone)."""
-    batch: list[int] = []
-    for i in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
-        if batch and sizes[batch[0]] * (len(batch) + 1) > budget:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
-
-
 @torch.inference_mode()
 def translate_pairs(model: Translator, pairs: list[Pair], cfg: DecodeConfig, *,
                     device: torch.device) -> None:
@@ -289,14 +274,11 @@ class AlignOutputs:
 
 @dataclass
 class AlignReport:
-    """What a run did: pairs aligned, seconds, files written, and with gold the corpus scores
-    and each pair's."""
+    """What a run did: pairs aligned, seconds, and with gold the corpus scores."""
 
     pairs: int = 0
     seconds: float = 0.0
-    written: list[Path] = field(default_factory=list)
     scores: AlignScores | None = None
-    sentence_scores: list[AlignScores] = field(default_factory=list)
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -316,7 +298,6 @@ class _Sinks:
         self.what = what
         self.records: list[dict] = []
         self.links: list[set[Link]] = []
-        self.images: list[Path] = []
 
     def add(self, index: int, matrix: AlignMatrix) -> None:
         o = self.o
@@ -326,8 +307,7 @@ class _Sinks:
         if o.heatmap_dir is not None:
             with warnings.catch_warnings():  # an empty sentence draws an empty frame
                 warnings.simplefilter("ignore", UserWarning)
-                self.images.append(write_heatmap(matrix, o.heatmap_dir, index,
-                                                 fmt=o.heatmap_format))
+                write_heatmap(matrix, o.heatmap_dir, index, fmt=o.heatmap_format)
         if not o.needs_links:
             return
         links = extract_links(matrix.weights, o.method, threshold=o.threshold)
@@ -356,15 +336,13 @@ def _read_golds(outputs: AlignOutputs, pairs: int) -> list[Gold] | None:
 def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, *,
                 attention: AttentionChoice, outputs: AlignOutputs, decode: DecodeConfig,
                 device: torch.device, console: Console | None = None,
-                stdout: IO[str] | None = None,
-                on_pairs: Callable[[int], None] | None = None) -> AlignReport:
+                stdout: IO[str] | None = None) -> AlignReport:
     """Align every line of `src` with the same line of `tgt` (forced decoding) or, without
     `tgt`, with its translation by `decode`'s search; write the requested outputs.
 
     The model must be in eval mode on `device`; `console` receives --print tables; `stdout`
-    receives the Pharaoh lines when outputs.pharaoh is '-'; `on_pairs(n)` is called after each
-    chunk of n pairs. Inputs and gold links are checked before any model work; output files
-    are written atomically (none on an error)."""
+    receives the Pharaoh lines when outputs.pharaoh is '-'. Inputs and gold links are checked
+    before any model work; output files are written atomically (none on an error)."""
     outputs.check()
     check_inputs(src, tgt, outputs.gold)
     start = time.perf_counter()
@@ -387,16 +365,10 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
                                   batch_tokens=decode.batch_tokens)
             for pair, weights in zip(chunk, maps, strict=True):
                 sinks.add(pair.index, label(tok, pair, weights, attention.kind, outputs.level))
-            if on_pairs is not None:
-                on_pairs(len(chunk))
-    if outputs.pharaoh is not None and str(outputs.pharaoh) != "-":
-        report.written.append(outputs.pharaoh)
-    report.written += sinks.images
     if golds is not None:
-        report.scores, report.sentence_scores = score_corpus(sinks.links, golds)
+        report.scores, _ = score_corpus(sinks.links, golds)
     if outputs.json is not None:
         write_json(outputs.json, sinks.records, scores=report.scores)
-        report.written.append(outputs.json)
     report.seconds = time.perf_counter() - start
     return report
 

@@ -24,7 +24,7 @@ import torch
 
 from mtkit.align import extract_links, format_pharaoh, from_attention
 from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
-from mtkit.data.batch import collate
+from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import Hypothesis, decode_batch
 from mtkit.errors import CheckpointError, ConfigError, DataError
@@ -104,20 +104,6 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _token_batches(items: list[_Item], batch_tokens: int) -> Iterator[list[_Item]]:
-    """Longest first (a bad batch size shows at once), each batch's padded size (with EOS)
-    within the budget; a sentence longer than the budget goes alone."""
-    batch: list[_Item] = []
-    for it in sorted(items, key=lambda x: -len(x.ids)):
-        width = len(batch[0].ids) + 1 if batch else len(it.ids) + 1
-        if batch and width * (len(batch) + 1) > batch_tokens:
-            yield batch
-            batch = []
-        batch.append(it)
-    if batch:
-        yield batch
-
-
 class StreamTranslator:
     """Translates lines with one model (or ensemble) and one decoding configuration.
 
@@ -148,7 +134,9 @@ class StreamTranslator:
         for chunk in _chunks(lines, self.chunk_lines):
             items = self._prepare(chunk, offset, stats)
             work = [it for it in items if it.ids]
-            for batch in _token_batches(work, self.cfg.batch_tokens):
+            # Longest first: a batch size too big for the device shows at once.
+            for idx in token_batches([len(it.ids) + 1 for it in work], self.cfg.batch_tokens):
+                batch = [work[i] for i in idx]
                 self._decode(batch, stats)
                 if on_batch is not None:
                     on_batch(len(batch))
@@ -281,7 +269,7 @@ def decode_tag(cfg: DecodeConfig) -> str:
 
 def translate_split(run_dir: Path, split: str, *, device: torch.device,
                     decode: Callable[[DecodeConfig], DecodeConfig] = lambda d: d,
-                    on_batch: Callable[[int], None] | None = None) -> SplitTranslation:
+                    ) -> SplitTranslation:
     """Translate a run's split with its best checkpoint (else last) and its recipe's decode
     section as changed by `decode` (1-best), into RUN_DIR/translations/SPLIT.TAG.txt, written
     atomically. A file already there and newer than the checkpoint and the source is reused."""
@@ -297,5 +285,5 @@ def translate_split(run_dir: Path, split: str, *, device: torch.device,
         return SplitTranslation(out, src, ref, ckpt, cfg, None)
     worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len)
     with open_text(src) as lines, atomic_write(out) as f:
-        stats = worker.run(lines, f, on_batch=on_batch)
+        stats = worker.run(lines, f)
     return SplitTranslation(out, src, ref, ckpt, cfg, stats)

@@ -36,9 +36,9 @@ _CHAR_IN = 0.075  # inches per label character at 9 points (DejaVu Sans averages
 _MAX_LABEL = 24  # characters of a tick label; longer tokens are cut with "…"
 
 
-def heatmap_name(index: int, fmt: str = "png", *, prefix: str = "align") -> str:
+def heatmap_name(index: int, fmt: str = "png") -> str:
     """File name of sentence `index` (0-based, as in the input file): 'align-0007.png'."""
-    return f"{prefix}-{index:04d}.{fmt}"
+    return f"align-{index:04d}.{fmt}"
 
 
 def figure_size(matrix: AlignMatrix) -> tuple[float, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -95,3 +95,17 @@ def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]] | None,
         tin, tout = torch.from_numpy(tin_np), torch.from_numpy(tout_np)
     return Batch(torch.from_numpy(src_np), torch.from_numpy(lens + 1), tin, tout,
                  torch.from_numpy(np.array(list(ids), dtype=np.int64)))
+
+
+def token_batches(sizes: Sequence[int], budget: int) -> Iterator[list[int]]:
+    """Positions into `sizes` grouped into batches, longest first, so that each batch's
+    padded size (its longest item times its count) stays within `budget` (an item bigger than
+    the budget goes alone). For inference, where every sentence is decoded once."""
+    batch: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
+        if batch and sizes[batch[0]] * (len(batch) + 1) > budget:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
