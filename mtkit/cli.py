@@ -218,9 +218,12 @@ def _score_flag_problems(*, metrics: list[str], paired: bool, paired_ar: bool,
                          paired_bs_n: int | None, paired_ar_n: int | None, seed: int | None,
                          src: Path | None, by_length: bool, buckets: str | None,
                          chrf_plus: bool, chrf_word_order: int | None, tokenize: str | None,
-                         lowercase: bool, ter_case_sensitive: bool) -> list[str]:
+                         lowercase: bool, ter_case_sensitive: bool, width: int | None,
+                         json_out: bool) -> list[str]:
     """Flags that `mtkit score` would otherwise accept and ignore."""
     checks = [
+        (width is not None and json_out, "--width sets the decimals of the tables; --json "
+         "prints full precision"),
         (paired_bs_n is not None and not paired, "--paired-bs-n needs --paired-bs or --paired-ar"),
         (paired_ar_n is not None and not paired_ar, "--paired-ar-n needs --paired-ar"),
         (seed is not None and not paired, "--seed needs --paired-bs or --paired-ar"),
@@ -285,7 +288,9 @@ def score(
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Also plot BLEU by length to this .png/.svg/.pdf (implies --by-length)."
         )] = None,
-    width: Annotated[int, typer.Option("--width", "-w", help="Decimals printed.")] = 1,
+    width: Annotated[int | None, typer.Option(
+        "--width", "-w", help="Decimals printed in the tables (default 1; --json prints full "
+        "precision).", show_default=False)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     run: Annotated[Path | None, typer.Option(
         "--run", help="Score a run: translate --split with its best checkpoint (reusing "
@@ -334,13 +339,14 @@ def score(
         metrics=names, paired=paired_bs or paired_ar, paired_ar=paired_ar, paired_bs_n=paired_bs_n,
         paired_ar_n=paired_ar_n, seed=seed, src=src, by_length=by_length, buckets=buckets,
         chrf_plus=chrf_plus, chrf_word_order=chrf_word_order, tokenize=tokenize,
-        lowercase=lowercase, ter_case_sensitive=ter_case_sensitive)
+        lowercase=lowercase, ter_case_sensitive=ter_case_sensitive, width=width,
+        json_out=json_out)
     if problems:
         raise MtkitError("; ".join(problems))
     metric_opts = sc.MetricOptions(
         metrics=tuple(names), tokenize=tokenize, lowercase=lowercase,
         chrf_word_order=2 if chrf_plus else (chrf_word_order or 0),
-        ter_case_sensitive=ter_case_sensitive, width=width)
+        ter_case_sensitive=ter_case_sensitive, width=1 if width is None else width)
     significance = None
     if paired_bs or paired_ar:
         d = sc.SignificanceOptions()

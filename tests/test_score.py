@@ -335,6 +335,7 @@ def test_missing_empty_non_utf8_and_directory_inputs(files, tmp_path):
     (["--src", "{src}", "--plot", "out.jpg"], ["out.jpg", ".png, .svg or .pdf"]),
     (["--src", "{src}", "--by-length", "--buckets", "30,20"], ["increasing"]),
     (["-", "-"], ["only once"]),
+    (["--json", "--width", "3"], ["--width sets the decimals of the tables"]),
 ])
 def test_bad_flags_are_one_line_errors(files, args, words):
     args = [a.format(src=files["src"]) for a in args]
