@@ -31,7 +31,7 @@ from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
 
 from mtkit.errors import DataError, MtkitError
-from mtkit.fileio import GZIP_MAGIC, atomic_write
+from mtkit.fileio import GZIP_MAGIC
 
 METRICS = ("bleu", "chrf", "ter")
 TESTS = ("bs", "ar")
@@ -464,12 +464,12 @@ def plot_by_length(report: ScoreReport, path: Path) -> None:
     if report.by_length is None:
         raise MtkitError("no BLEU by length to plot: score with a source file")
     fmt = plot_format(path)
-    # Agg canvas on a bare Figure: no pyplot, so no global backend state and no display needed
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    # A bare Figure: no pyplot, so no global backend state and no display needed
     from matplotlib.figure import Figure
 
+    from mtkit.viz import save_figure
+
     fig = Figure(figsize=(7.0, 4.2), layout="constrained")
-    FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     x = list(range(len(report.by_length)))
     for j, name in enumerate(report.systems):
@@ -481,10 +481,7 @@ def plot_by_length(report: ScoreReport, path: Path) -> None:
     ax.set_title("BLEU by source sentence length")
     ax.grid(alpha=0.3)
     ax.legend()
-    # no creation date in SVG/PDF, so the same scores give the same file
-    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt)
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format=fmt, metadata=metadata)
+    save_figure(fig, path, fmt)
 
 
 # --------------------------------------------------------------------------- tables

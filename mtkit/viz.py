@@ -88,14 +88,23 @@ def save_heatmap(matrix: AlignMatrix, path: str | Path, *, fmt: str = "png",
     searchable."""
     if fmt not in FORMATS:
         raise MtkitError(f"unknown heatmap format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    fig = _draw(matrix, title=title, dpi=dpi)
-    # Metadata dates off: the same matrix gives the same bytes, so reruns do not churn files.
-    metadata = {"Date": None} if fmt in ("svg", "pdf") else {"Software": None}
+    save_figure(_draw(matrix, title=title, dpi=dpi), path, fmt, dpi=dpi)
+    return Path(path)
+
+
+# Metadata that changes from one save to the next (dates, the library version): dropped, so
+# the same figure gives the same bytes and reruns do not churn files. Each backend names its
+# date key differently.
+_NO_DATES = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+
+
+def save_figure(fig: Figure, path: str | Path, fmt: str, *, dpi: int | None = None) -> None:
+    """Write `fig` to `path` atomically as PNG, SVG or PDF, reproducibly: SVG keeps text as
+    <text> with fixed ids, PDF embeds TrueType, and no save date is stored."""
     with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42,
                                 "svg.hashsalt": "mtkit"}):
         with atomic_write(path, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=dpi, metadata=metadata)
-    return Path(path)
+            fig.savefig(f, format=fmt, dpi=dpi, metadata=_NO_DATES[fmt])
 
 
 def write_heatmap(matrix: AlignMatrix, out_dir: str | Path, index: int, *, fmt: str = "png",

@@ -2,6 +2,7 @@
 
 import io
 import re
+import time
 import xml.etree.ElementTree as ET
 
 import matplotlib
@@ -87,6 +88,14 @@ def test_pdf_heatmap_is_valid_with_page_size(tmp_path):
     w, h = figure_size(SMALL)
     box = re.search(rb"/MediaBox \[ *0 0 ([\d.]+) ([\d.]+) *\]", data)
     assert box and (float(box[1]), float(box[2])) == (w * 72, h * 72)
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
+def test_the_same_matrix_gives_the_same_bytes(tmp_path, fmt):
+    """No save date in the file: rerunning `align --heatmap` does not churn outputs."""
+    first = write_heatmap(SMALL, tmp_path / "a", 0, fmt=fmt).read_bytes()
+    time.sleep(1.1)  # a date stored to the second would differ now
+    assert write_heatmap(SMALL, tmp_path / "b", 0, fmt=fmt).read_bytes() == first
 
 
 def test_heatmap_rejects_unknown_format(tmp_path):
