@@ -56,10 +56,7 @@ def inference_device(spec: str) -> torch.device:
 
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", spec):
         raise ConfigError(f"--device: expected auto, cpu, cuda, cuda:N or mps, got {spec!r}")
-    try:
-        device = resolve_device(spec)
-    except ConfigError as e:  # its messages name the recipe key train.device
-        raise ConfigError(f"--device{str(e).removeprefix('train.device')}") from None
+    device = resolve_device(spec, option="--device")
     if device.type == "cuda":
         cuda_defaults()
     return device

@@ -12,8 +12,10 @@ from mtkit.config import TrainConfig
 from mtkit.errors import ConfigError
 
 
-def resolve_device(spec: str, *, local_rank: int | None = None) -> torch.device:
-    """'auto' picks CUDA, then MPS, then the CPU; a named device must exist.
+def resolve_device(spec: str, *, local_rank: int | None = None,
+                   option: str = "train.device") -> torch.device:
+    """'auto' picks CUDA, then MPS, then the CPU; a named device must exist (else a
+    ConfigError naming `option`, the recipe key or command-line flag that asked for it).
 
     Under torchrun (`local_rank` given) a CUDA run uses ``cuda:<local_rank>``, one GPU per
     process, whatever index the recipe names."""
@@ -26,16 +28,16 @@ def resolve_device(spec: str, *, local_rank: int | None = None) -> torch.device:
             spec = "cpu"
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"train.device: {spec!r} requested but this torch build sees no "
+            raise ConfigError(f"{option}: {spec!r} requested but this torch build sees no "
                               "CUDA device; use auto or cpu")
         index = local_rank if local_rank is not None else (
             int(spec.split(":")[1]) if ":" in spec else torch.cuda.current_device())
         if index >= torch.cuda.device_count():
-            raise ConfigError(f"train.device: cuda:{index} requested but only "
+            raise ConfigError(f"{option}: cuda:{index} requested but only "
                               f"{torch.cuda.device_count()} CUDA device(s) exist")
         return torch.device("cuda", index)
     if spec == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("train.device: 'mps' requested but MPS is not available here")
+        raise ConfigError(f"{option}: 'mps' requested but MPS is not available here")
     return torch.device(spec)
 
 
