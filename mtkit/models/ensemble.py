@@ -70,21 +70,20 @@ class Ensemble(Translator):
         self.max_target_len = min(limits) if limits else None
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
-        """Each member's Encoded: member 0's memory and mask as the ensemble's own, the
-        others' under ``"{i}:memory"`` / ``"{i}:src_mask"``, every extra as ``"{i}.{key}"``."""
+        """Each member's Encoded: member 0's memory as the ensemble's own, the others' under
+        ``"{i}:memory"``, every extra as ``"{i}.{key}"``. The source mask is one for all: every
+        model derives it from the same `src` and `src_lens`."""
         encs = [m.encode(src, src_lens) for m in self.members]
         extras: State = {}
         for i, e in enumerate(encs):
             if i:
-                extras[f"{i}:memory"], extras[f"{i}:src_mask"] = e.memory, e.src_mask
+                extras[f"{i}:memory"] = e.memory
             extras.update(_prefixed(e.extras, i))
         return Encoded(encs[0].memory, encs[0].src_mask, extras)
 
     def _member_enc(self, enc: Encoded, i: int) -> Encoded:
-        if i == 0:
-            return Encoded(enc.memory, enc.src_mask, _unprefixed(enc.extras, 0))
-        return Encoded(enc.extras[f"{i}:memory"], enc.extras[f"{i}:src_mask"],
-                       _unprefixed(enc.extras, i))
+        memory = enc.memory if i == 0 else enc.extras[f"{i}:memory"]
+        return Encoded(memory, enc.src_mask, _unprefixed(enc.extras, i))
 
     def init_state(self, enc: Encoded) -> State:
         state: State = {}
