@@ -98,11 +98,12 @@ def _read(path: Path, n: int) -> list[str]:
         return [line.rstrip("\n") for _, line in zip(range(n), f, strict=False)]
 
 
-def time_search(run: Path, lines: list[str], device: torch.device, **decode) -> dict:
-    """Translate `lines` with the run's model and decode section changed by `decode`."""
-    from mtkit.translate import StreamTranslator, load_translator
+def time_search(loaded: tuple, lines: list[str], device: torch.device, **decode) -> dict:
+    """Translate `lines` with the loaded (model, recipe, tokenizer), the recipe's decode
+    section changed by `decode`."""
+    from mtkit.translate import StreamTranslator
 
-    model, recipe, tok = load_translator([run], device)
+    model, recipe, tok = loaded
     cfg = dataclasses.replace(recipe.decode, **decode)
     worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len)
     worker.run(lines[:32], io.StringIO())  # warm-up: allocator, kernels
@@ -134,10 +135,9 @@ def peak_rss_mb(run: Path, lines: list[str], repeat: int, args: argparse.Namespa
     return int(res.stdout.split()[-1]) / 1024, time.perf_counter() - start
 
 
-def _header(run: Path, untrained: bool, device: torch.device, lines: list[str]) -> list[str]:
-    from mtkit.translate import load_translator
-
-    model, recipe, tok = load_translator([run], torch.device("cpu"))
+def _header(run: Path, untrained: bool, device: torch.device, lines: list[str],
+            loaded: tuple) -> list[str]:
+    model, recipe, tok = loaded
     tf = recipe.model.transformer
     size = (f"transformer {tf.d_model} wide, {tf.enc_layers}+{tf.dec_layers} layers"
             if recipe.model.arch == "transformer" else f"rnn {recipe.model.rnn.cell}")
@@ -167,13 +167,16 @@ def main(argv: list[str] | None = None) -> None:
     untrained = args.run is None
     run = untrained_run(args.work, mirror) if untrained else args.run
     lines = _read(mirror / TEST_SRC, args.sentences)
-    for line in _header(run, untrained, device, lines):
+    from mtkit.translate import load_translator
+
+    loaded = load_translator([run], device)  # once: loading is not what is timed
+    for line in _header(run, untrained, device, lines, loaded):
         print(line, flush=True)
     for batch_tokens in args.batch_tokens or [None]:
         size = {} if batch_tokens is None else {"batch_tokens": batch_tokens}
         for name, decode in (("beam 5", {"method": "beam", "beam_size": 5, "nbest": 1}),
                              ("greedy", {"method": "greedy"})):
-            r = time_search(run, lines, device, **decode, **size)
+            r = time_search(loaded, lines, device, **decode, **size)
             label = name if batch_tokens is None else f"{name} @{batch_tokens}"
             print(f"{label:<11} {r['sent/s']:7.1f} sentences/s {r['tok/s']:8.0f} target "
                   f"tokens/s  ({r['sentences']} sentences, "
