@@ -42,8 +42,8 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig,
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
-    """Step unless `found_inf` (0-d bool tensor) is true, leaving weights and moments as they
-    were when it is.
+    """Step unless `found_inf` (0-d tensor, bool or float 0/1) is nonzero, leaving weights
+    and moments as they were when it is.
 
     A fused optimiser takes the flag itself (the protocol `torch.amp.GradScaler` uses), so the
     decision stays on the device; others need the flag on the host (free on a CPU).

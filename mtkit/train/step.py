@@ -27,7 +27,8 @@ from mtkit.train.optim import optimizer_step
 @dataclass(frozen=True)
 class UpdateSums:
     """Device-side results of one update: summed label-smoothed loss and NLL over its target
-    tokens, the gradient norm before clipping, and whether the step was skipped."""
+    tokens, the gradient norm before clipping, and whether the step was skipped (float 0 or
+    1, the form the optimizer and the bulk copy take)."""
 
     loss: torch.Tensor
     nll: torch.Tensor
@@ -37,7 +38,7 @@ class UpdateSums:
     def packed(self) -> torch.Tensor:
         """(4,) float32: loss, nll, gnorm, skipped (for one bulk copy to the host)."""
         return torch.stack([self.loss.float(), self.nll.float(), self.gnorm.float(),
-                            self.skipped.float()])
+                            self.skipped])
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -103,7 +104,7 @@ def finish_update(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, 
     if clip_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, clip_norm, gnorm)
     bad = (~torch.isfinite(gnorm) | ~torch.isfinite(loss_sum)).float()
-    skipped = dist.all_reduce(bad, "max") > 0
+    skipped = dist.all_reduce(bad, "max")  # float 1.0 if any rank saw a non-finite value
     optimizer_step(optimizer, skipped)
     if amp.scaler is not None:
         amp.scaler.update()
