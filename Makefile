@@ -10,6 +10,7 @@ MIRROR ?= $(abspath ../shared/data/multi30k)
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# The ctranslate2 extra is installed so that the export tests run rather than skip.
 # Without a GPU, take the CPU build of torch (a plain `torch` requirement pulls a
 # several-GB CUDA build). On this workplace's machines `pip install torch==2.13.0` finds a CPU
 # wheel on local disk; elsewhere the PyTorch CPU index serves it.
@@ -19,7 +20,7 @@ install: $(BIN)/python
 	  else $(BIN)/pip install -q torch==2.13.0 2>/dev/null \
 	    || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; fi; \
 	fi
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,ctranslate2]"
 
 test: install
 	MTKIT_DATA_MIRROR=$${MTKIT_DATA_MIRROR:-$(MIRROR)} $(BIN)/python -m pytest -q tests

@@ -483,7 +483,8 @@ def _decode_flag_problems(cfg: Any, *, sampling: dict[str, Any],
 @user_errors
 def translate(
     models: Annotated[list[Path], typer.Argument(
-        help="Run directory (uses best.pt) or checkpoint file; several = an ensemble.",
+        help="Run directory (uses best.pt), checkpoint file, or a directory from `mtkit "
+        "export` (decoded with CTranslate2); several checkpoints = an ensemble.",
         metavar="RUN_OR_CHECKPOINT", show_default=False)],
     input: Annotated[Path | None, typer.Option("-i", "--input",
                                                help="Input file (default: stdin).")] = None,
@@ -548,10 +549,15 @@ def translate(
         raise ConfigError("; ".join(problems))
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
-    if threads > 0:
-        torch.set_num_threads(threads)
-    dev = tr.inference_device(device)
-    model, recipe, tok = tr.load_translator(list(models), dev, mode=ensemble_mode or "logprob")
+    exported = _exported(models)
+    if exported is not None:
+        model, recipe = None, exported.recipe
+    else:
+        if threads > 0:
+            torch.set_num_threads(threads)
+        dev = tr.inference_device(device)
+        model, recipe, tok = tr.load_translator(list(models), dev,
+                                                mode=ensemble_mode or "logprob")
     method = "greedy" if greedy else "sample" if sample else ("beam" if beam else None)
     sampling = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
     cfg = _flag_decode_config(recipe.decode, method=method, beam_size=beam, nbest=nbest,
@@ -559,18 +565,70 @@ def translate(
                               max_len_b=max_len_b, min_len=min_len, temperature=temperature,
                               top_k=top_k, top_p=top_p, seed=seed, batch_tokens=batch_tokens)
     problems = _decode_flag_problems(cfg, sampling=sampling, alpha=alpha)
-    if align and not model.has_attention:
+    if align and model is not None and not model.has_attention:
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")
     if problems:
         raise ConfigError("; ".join(problems))
     interactive = input is None and sys.stdin.isatty()  # translate each line as it is typed
-    worker = tr.StreamTranslator(
-        model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
-        fmt=fmt,  # type: ignore[arg-type]
-        align_fn=tr.pharaoh_aligner(align_method or DEFAULT_METHOD) if align else None,
-        chunk_lines=1 if interactive else tr.CHUNK_LINES)
+    align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD) if align else None
+    chunk_lines = 1 if interactive else tr.CHUNK_LINES
+    if exported is not None:
+        from mtkit.export.ct2_translate import CT2Translator
+
+        worker = CT2Translator(exported, cfg, device=device, threads=threads,
+                               fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
+                               chunk_lines=chunk_lines)
+    else:
+        worker = tr.StreamTranslator(
+            model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
+            fmt=fmt,  # type: ignore[arg-type]
+            align_fn=align_fn, chunk_lines=chunk_lines)
     _report_translation(_run_translation(worker, input, output))
+
+
+def _exported(models: list[Path]) -> Any:
+    """The export among `models` (read back), or None; an export translates alone."""
+    from mtkit.errors import ConfigError
+    from mtkit.export.ct2_dir import is_export
+
+    found = [m for m in models if is_export(m)]
+    if found and len(models) > 1:
+        raise ConfigError(f"{found[0]}: an exported model translates alone, not in an ensemble")
+    if not found:
+        return None
+    from mtkit.export.ct2_translate import open_export
+
+    return open_export(found[0])
+
+
+@app.command()
+@user_errors
+def export(
+    source: Annotated[Path, typer.Argument(
+        help="Run directory (uses best.pt) or checkpoint file.", metavar="RUN_OR_CHECKPOINT",
+        show_default=False)],
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", help="Directory to write: new, empty, or a previous export.",
+        show_default=False)],
+    fmt: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
+    quantize: Annotated[str, typer.Option(
+        "--quantize", help="Weights: float32 (exact), int8, int8_float32, int16, float16, "
+        "bfloat16.")] = "float32",
+) -> None:
+    """Export a trained Transformer for CTranslate2, with its sentencepiece model(s) and a
+    README; `mtkit translate DIR` then decodes with it (pip install 'mtkit[ctranslate2]').
+
+    Example: mtkit export runs/en-de-multi30k -o exports/en-de --quantize int8
+    """
+    from mtkit.export.run import check_request, export_ctranslate2
+
+    check_request(fmt, quantize)
+    report = export_ctranslate2(source, output, quantization=quantize)
+    if report.note:
+        typer.echo(f"mtkit: note: {report.note}", err=True)
+    typer.echo(f"mtkit: exported {report.checkpoint} to {report.out} (CTranslate2, "
+               f"{report.quantization})", err=True)
 
 
 def _run_translation(worker: Any, input: Path | None, output: Path | None) -> Any:

@@ -101,8 +101,9 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-class StreamTranslator:
-    """Translates lines with one model (or ensemble) and one decoding configuration.
+class LineTranslator:
+    """Translates lines with one decoding configuration; subclasses bring the search
+    (`_search`): mtkit's own (`StreamTranslator`) or an exported model's engine.
 
     Every input line gives one record: a text line (with ``--nbest`` one Moses n-best line per
     hypothesis) or one JSON object. An empty (or blank) line gives an empty translation; a
@@ -110,14 +111,12 @@ class StreamTranslator:
     `TranslateStats.truncated`.
     """
 
-    def __init__(self, model: Translator, tokenizer: Tokenizer, cfg: DecodeConfig, *,
-                 device: torch.device, max_src_len: int, fmt: OutputFormat = "text",
-                 align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES) -> None:
+    def __init__(self, tokenizer: Tokenizer, cfg: DecodeConfig, *, max_src_len: int,
+                 fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
+                 chunk_lines: int = CHUNK_LINES) -> None:
         assert fmt in FORMATS and chunk_lines >= 1, (fmt, chunk_lines)
-        self.model = model.eval()
         self.tok = tokenizer
         self.cfg = cfg
-        self.device = device
         self.max_src_len = max_src_len
         self.fmt = fmt
         self.align_fn = align_fn
@@ -155,11 +154,12 @@ class StreamTranslator:
             items.append(_Item(offset + i, line, ids))
         return items
 
-    @torch.inference_mode()
+    def _search(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
+        """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first."""
+        raise NotImplementedError
+
     def _decode(self, batch: list[_Item], stats: TranslateStats) -> None:
-        b = collate([it.ids for it in batch], None, [it.index for it in batch])
-        b = b.to(self.device, non_blocking=True)
-        results = decode_batch(self.model, b, self.cfg, need_attn=self.align_fn is not None)
+        results = self._search([it.ids for it in batch])
         for it, nbest in zip(batch, results, strict=True):
             it.nbest = nbest
             stats.tokens += len(nbest[0].tokens)
@@ -196,6 +196,23 @@ class StreamTranslator:
         if self.align_fn is not None:
             rec["alignment"] = self._align(it, hyps[0])
         return json.dumps(rec, ensure_ascii=False) + "\n"
+
+
+class StreamTranslator(LineTranslator):
+    """`LineTranslator` with mtkit's own search over one model (or ensemble) on `device`."""
+
+    def __init__(self, model: Translator, tokenizer: Tokenizer, cfg: DecodeConfig, *,
+                 device: torch.device, max_src_len: int, fmt: OutputFormat = "text",
+                 align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES) -> None:
+        super().__init__(tokenizer, cfg, max_src_len=max_src_len, fmt=fmt, align_fn=align_fn,
+                         chunk_lines=chunk_lines)
+        self.model = model.eval()
+        self.device = device
+
+    @torch.inference_mode()
+    def _search(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
+        b = collate(ids, None, range(len(ids))).to(self.device, non_blocking=True)
+        return decode_batch(self.model, b, self.cfg, need_attn=self.align_fn is not None)
 
 
 def load_translator(paths: list[Path], device: torch.device, *, mode: str = "logprob"

@@ -1,0 +1,205 @@
+"""The exported CTranslate2 directory: writing it (`export_ctranslate2`) and reading it back
+(`load_export`). Only this module knows its layout:
+
+  model.bin, config.json, *_vocabulary.json   CTranslate2's own files (`ModelSpec.save`)
+  spm.model | spm.src.model + spm.tgt.model   the sentencepiece model(s)
+  recipe.yaml                                 the checkpoint's recipe, decode section as exported
+  mtkit-export.json                           what mtkit wrote here (marks a previous export)
+  README.md                                   how to load it from Python and from the shell
+
+The directory is built beside its destination and renamed into place, so a failed export
+leaves nothing half-written; an existing destination is replaced only when it is empty or a
+previous mtkit export holding nothing but the files that export listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from mtkit import __version__
+from mtkit.config import DecodeConfig, Recipe, dump_recipe, recipe_from_yaml_text
+from mtkit.data.spm import Tokenizer
+from mtkit.errors import CheckpointError, ConfigError, MtkitError
+from mtkit.fileio import umask
+
+Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"]
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
+MARKER = "mtkit-export.json"
+FORMAT = "ctranslate2"
+README = "README.md"
+RECIPE = "recipe.yaml"
+
+
+@dataclass(frozen=True)
+class Export:
+    """An exported directory, read back: its recipe (decode defaults, data.max_len), its
+    tokenizer, and the quantization it was saved with."""
+
+    path: Path
+    recipe: Recipe
+    tokenizer: Tokenizer
+    quantization: str
+
+
+def is_export(path: Path) -> bool:
+    """Whether `path` is a directory that `mtkit export` wrote."""
+    return path.is_dir() and (path / MARKER).is_file()
+
+
+def exported_decode(cfg: DecodeConfig) -> tuple[DecodeConfig, str | None]:
+    """The decode section an export keeps, and a note when it had to change: CTranslate2 has
+    no GNMT penalty; its `length_penalty` p divides by |Y|^p (|Y| counting EOS), so mtkit's
+    `average` is p = 1 and `none` is p = 0 (measured in tests/test_export.py)."""
+    if cfg.length_penalty != "gnmt":
+        return cfg, None
+    note = ("decode.length_penalty gnmt has no CTranslate2 equivalent; the export decodes with "
+            "average (CTranslate2 length_penalty 1.0, the same ranking as mtkit's average)")
+    return dataclasses.replace(cfg, length_penalty="average", alpha=1.0), note
+
+
+def position_rows(recipe: Recipe) -> int:
+    """Sinusoid rows to export: the model's max_positions, or more when the longest output
+    the decode section allows (a * data.max_len + b, plus BOS and EOS) needs more."""
+    d, tf = recipe.decode, recipe.model.transformer
+    longest = math.floor(d.max_len_a * recipe.data.max_len) + d.max_len_b + 2
+    return max(tf.max_positions, longest, recipe.data.max_len + 1)
+
+
+def check_destination(out: Path) -> None:
+    """Refuse to replace a directory that mtkit did not write (or wrote and then got extra
+    files); an empty directory or a clean previous export may be replaced."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"-o {out}: exists and is not a directory")
+    present = {p.name for p in out.iterdir()}
+    if not present:
+        return
+    if MARKER not in present:
+        raise ConfigError(f"-o {out}: directory is not empty and is not an mtkit export "
+                          f"(no {MARKER}); give a new or empty directory")
+    try:
+        listed = set(json.loads((out / MARKER).read_text(encoding="utf-8"))["files"])
+    except (ValueError, KeyError, TypeError, OSError):
+        raise ConfigError(f"-o {out}: {MARKER} is unreadable; not replacing this "
+                          "directory") from None
+    extra = sorted(present - listed)
+    if extra:
+        raise ConfigError(f"-o {out}: holds files a previous export did not write "
+                          f"({', '.join(extra[:3])}); not replacing it")
+
+
+def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None) -> str:
+    spm_files = ", ".join(f"`{n}`" for n in (["spm.model"] if tok.joint
+                                               else ["spm.src.model", "spm.tgt.model"]))
+    src_spm = "spm.model" if tok.joint else "spm.src.model"
+    tgt_spm = "spm.model" if tok.joint else "spm.tgt.model"
+    d, tf = recipe.decode, recipe.model.transformer
+    lp = 1.0 if d.length_penalty == "average" else 0.0
+    heads = "mean over heads" if tf.align_head is None else f"head {tf.align_head}"
+    lines = [
+        f"# {recipe.name}: a CTranslate2 model exported by mtkit {__version__}",
+        "",
+        f"Transformer {recipe.data.src_lang} -> {recipe.data.tgt_lang}, weights {quantization}. "
+        f"Sentencepiece model(s): {spm_files}. Special pieces: `<pad>` 0, `<unk>` 1, `<s>` 2 "
+        "(decoder start), `</s>` 3. Every source must end with `</s>`.",
+        "",
+        "## With mtkit (`pip install 'mtkit[ctranslate2]'`)",
+        "",
+        "    mtkit translate THIS_DIR -i input.txt -o output.txt --beam 5",
+        "",
+        "## From Python (`pip install ctranslate2 sentencepiece`)",
+        "",
+        "```python",
+        "import ctranslate2, sentencepiece as spm",
+        "translator = ctranslate2.Translator(\"THIS_DIR\", device=\"cpu\")",
+        f"src = spm.SentencePieceProcessor(model_file=\"THIS_DIR/{src_spm}\")",
+        f"tgt = spm.SentencePieceProcessor(model_file=\"THIS_DIR/{tgt_spm}\")",
+        "pieces = [src.encode(line, out_type=str) + [\"</s>\"] for line in lines]",
+        f"results = translator.translate_batch(pieces, beam_size={d.beam_size}, "
+        f"length_penalty={lp}, suppress_sequences=[[\"<pad>\"], [\"<s>\"]])",
+        "print([tgt.decode(r.hypotheses[0]) for r in results])",
+        "```",
+        "",
+        "## From the shell, CTranslate2-translator style",
+        "",
+        "Pieces in, pieces out: tokenize with the sentencepiece model, append `</s>` to every",
+        "line, translate, detokenize:",
+        "",
+        f"    spm_encode --model=THIS_DIR/{src_spm} < input.txt | sed 's/$/ <\\/s>/' > input.sp",
+        "    python -c 'import sys, ctranslate2; t = ctranslate2.Translator(\"THIS_DIR\"); "
+        "[print(\" \".join(r.hypotheses[0])) for r in t.translate_batch("
+        "[l.split() for l in open(\"input.sp\")])]' > output.sp",
+        f"    spm_decode --model=THIS_DIR/{tgt_spm} < output.sp > output.txt",
+        "",
+        "## Decoding that matches mtkit",
+        "",
+        "CTranslate2's `length_penalty` p divides a hypothesis's log-probability by |Y|^p, |Y|",
+        "counting the end token: mtkit's `average` is p = 1, `none` is p = 0; GNMT has no",
+        "equivalent. Suppress `<pad>` and `<s>` as mtkit does. `return_attention=True` gives the",
+        f"cross-attention of decoder layer {tf.align_layer} ({heads}) that "
+        "`mtkit translate --align` uses.",
+    ]
+    if note:
+        lines += ["", f"Note: {note}."]
+    return "\n".join(lines) + "\n"
+
+
+def _write(tmp: Path, spec, recipe: Recipe, tok: Tokenizer, quantization: str,
+           checkpoint: Path, note: str | None) -> None:
+    spec.save(str(tmp))
+    tok.save(tmp)
+    (tmp / RECIPE).write_text(dump_recipe(recipe), encoding="utf-8")
+    (tmp / README).write_text(_readme(recipe, tok, quantization, note), encoding="utf-8")
+    files = sorted(p.name for p in tmp.iterdir()) + [MARKER]
+    meta = {"format": FORMAT, "mtkit_version": __version__, "checkpoint": str(checkpoint),
+            "quantization": quantization, "files": files}
+    (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantization: str,
+                 checkpoint: Path, note: str | None) -> None:
+    """Save `spec` (already quantized) and mtkit's files into `out`, atomically."""
+    check_destination(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    old = None
+    try:
+        _write(tmp, spec, recipe, tok, quantization, checkpoint, note)
+        os.chmod(tmp, 0o777 & ~umask())
+        if out.exists():  # checked above: empty or a previous export
+            old = out.with_name(f"{tmp.name}.old")
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not out.exists():
+            os.replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_export(path: Path) -> Export:
+    """Read back what `write_export` wrote; CheckpointError naming the file when unusable."""
+    try:
+        meta = json.loads((path / MARKER).read_text(encoding="utf-8"))
+        recipe = recipe_from_yaml_text((path / RECIPE).read_text(encoding="utf-8"),
+                                       source=str(path / RECIPE))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable mtkit export ({e})") from None
+    except MtkitError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path / MARKER}: format {meta.get('format')!r}; expected "
+                              f"{FORMAT!r}")
+    return Export(path, recipe, Tokenizer.load(path), str(meta.get("quantization")))
+

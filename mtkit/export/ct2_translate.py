@@ -1,0 +1,144 @@
+"""`mtkit translate DIR` for an exported directory: the same line handling as mtkit's own
+search (`mtkit.translate.LineTranslator`: streaming, input order, empty lines, n-best, jsonl,
+--align), with CTranslate2 doing the search.
+
+How mtkit's decoding options map onto the engine's (`Translator.translate_batch`):
+- beam_size, nbest -> beam_size, num_hypotheses; greedy is beam_size 1;
+- length penalty: the engine divides by |Y|^p with |Y| counting EOS, so mtkit's `average` is
+  p = 1 and `none` p = 0; `gnmt` has no equivalent and is refused (`engine_problems`);
+- min_len -> min_decoding_length (EOS banned at steps t < min_len in both);
+- the output limit floor(a * n + b) is per sentence in mtkit, per call in the engine: the
+  engine runs to the batch's largest limit + 1 and each output is cut to its own limit, which
+  is where mtkit forces EOS (greedy output is then identical; a beam could in principle keep a
+  different hypothesis at the limit);
+- PAD and BOS are never produced (suppress_sequences), as in mtkit. The engine renormalises
+  over the tokens it allows and mtkit does not: a trained model gives those two tokens no mass,
+  so rankings agree;
+- sampling: temperature, top_k (0 = the whole vocabulary in both), top_p, seed; nbest samples
+  come from the source repeated nbest times.
+
+Hypotheses carry the engine's score and, with --align, its attention (T, S) over the source
+EOS included; the engine reports no per-token log-probabilities (token_logprobs is empty).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtkit.config import DecodeConfig
+from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.decode import Hypothesis
+from mtkit.errors import ConfigError
+from mtkit.export.ct2_dir import Export
+from mtkit.export.engine import ctranslate2
+from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat
+
+
+def engine_problems(cfg: DecodeConfig, device: str) -> list[str]:
+    """Decoding choices an exported model cannot honour, named by flag and recipe key."""
+    out = []
+    if cfg.method != "sample" and cfg.length_penalty == "gnmt":
+        out.append("--length-penalty gnmt (decode.length_penalty): CTranslate2 has no GNMT "
+                   "penalty; use average (its length_penalty 1) or none")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        out.append(f"--device: an exported model runs on auto, cpu, cuda or cuda:N, "
+                   f"got {device!r}")
+    return out
+
+
+def _engine_device(spec: str) -> tuple[str, int]:
+    name, _, index = spec.partition(":")
+    return name, int(index or 0)
+
+
+def _penalty(cfg: DecodeConfig) -> float:
+    return 1.0 if cfg.length_penalty == "average" else 0.0
+
+
+class CT2Translator(LineTranslator):
+    """`LineTranslator` over an exported directory, decoding with CTranslate2."""
+
+    def __init__(self, export: Export, cfg: DecodeConfig, *, device: str = "cpu",
+                 threads: int = 0, fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
+                 chunk_lines: int = CHUNK_LINES) -> None:
+        problems = engine_problems(cfg, device)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        super().__init__(export.tokenizer, cfg, max_src_len=export.recipe.data.max_len,
+                         fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines)
+        ct2 = ctranslate2()
+        name, index = _engine_device(device)
+        self.engine = ct2.Translator(str(export.path), device=name, device_index=index,
+                                     intra_threads=threads)
+        if cfg.method == "sample":
+            ct2.set_random_seed(cfg.seed)
+        tok = export.tokenizer
+        self.src_pieces = tok.src_pieces(range(tok.src_vocab_size))
+        self.tgt_pieces = tok.tgt_pieces(range(tok.tgt_vocab_size))
+        self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
+        tf = export.recipe.model.transformer
+        # learned positions end the output by the last one (as Translator.max_target_len)
+        self.max_target = tf.max_positions - 1 if tf.positions == "learned" else None
+
+    def _limits(self, ids: list[list[int]]) -> list[int]:
+        """Per-sentence output limits, as mtkit.decode.max_lengths computes them."""
+        a, b = self.cfg.max_len_a, self.cfg.max_len_b
+        limits = [math.floor(a * len(s)) + b for s in ids]
+        return limits if self.max_target is None else [min(n, self.max_target) for n in limits]
+
+    def _options(self, longest: int) -> dict[str, Any]:
+        cfg = self.cfg
+        opts: dict[str, Any] = dict(
+            max_decoding_length=longest + 1, min_decoding_length=cfg.min_len,
+            length_penalty=_penalty(cfg), return_scores=True, return_end_token=True,
+            return_attention=self.align_fn is not None, max_input_length=0,
+            suppress_sequences=[[self.tgt_pieces[PAD_ID]], [self.tgt_pieces[BOS_ID]]])
+        if cfg.method == "beam":
+            opts.update(beam_size=cfg.beam_size, num_hypotheses=cfg.nbest)
+        elif cfg.method == "greedy":
+            opts.update(beam_size=1)
+        else:
+            opts.update(beam_size=1, sampling_topk=cfg.top_k, sampling_topp=cfg.top_p,
+                        sampling_temperature=cfg.temperature)
+        return opts
+
+    def _search(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
+        limits = self._limits(ids)
+        repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
+        eos = self.src_pieces[EOS_ID]
+        src = [[self.src_pieces[i] for i in s] + [eos] for s in ids for _ in range(repeat)]
+        results = self.engine.translate_batch(src, **self._options(max(limits)))
+        out = []
+        for i, limit in enumerate(limits):
+            hyps = [self._hypothesis(toks, score, attn, limit)
+                    for r in results[i * repeat: (i + 1) * repeat]
+                    for toks, score, attn in zip(r.hypotheses, r.scores,
+                                                 r.attention or [None] * len(r.hypotheses),
+                                                 strict=True)]
+            out.append(sorted(hyps, key=lambda h: -h.score))
+        return out
+
+    def _hypothesis(self, pieces: list[str], score: float, attn: list | None,
+                    limit: int) -> Hypothesis:
+        """One engine output as mtkit's Hypothesis, cut where mtkit would have forced EOS."""
+        ids = [self.tgt_ids[p] for p in pieces]
+        if ids and ids[-1] == EOS_ID:
+            ids.pop()
+        ids = ids[:limit]
+        # Row t of the attention belongs to the step that produced token t; the step after the
+        # last kept token is the EOS step (whether the engine chose EOS there or not).
+        weights = None if attn is None else torch.tensor(attn, dtype=torch.float32)[: len(ids) + 1]
+        logprob = score * (len(ids) + 1) ** _penalty(self.cfg)
+        return Hypothesis(ids, float(score), float(logprob), [], weights)
+
+
+def open_export(path: Path) -> Export:
+    """The exported directory at `path`, read back (its engine is loaded by CT2Translator)."""
+    from mtkit.export.ct2_dir import load_export
+
+    return load_export(path)
