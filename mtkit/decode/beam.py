@@ -31,6 +31,10 @@ from mtkit.decode.hypothesis import (
 )
 from mtkit.models.base import Encoded, Translator, reorder
 
+# Finished sentences leave the batch once they are at least 1/PRUNE_SHARE of it: dropping them
+# copies every encoder and state tensor, which at every finish cost more than their rows.
+PRUNE_SHARE = 4
+
 
 @dataclass
 class _Finished:
@@ -195,8 +199,14 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
         n_done = int(done.sum())
         if n_done == done.numel():
             break
-        beam = _next_beam(beam, out.state, scores, parent, token,
-                          done if n_done else None, hist)
+        if n_done * PRUNE_SHARE < done.numel():
+            # Few finished: they stay in the batch, inert (no active hypothesis scores above
+            # -inf, so none is expanded or finished again), and the encoder's tensors are
+            # not copied for every sentence that finishes.
+            if n_done:
+                scores = scores.masked_fill(done.unsqueeze(1), -math.inf)
+            done = None
+        beam = _next_beam(beam, out.state, scores, parent, token, done, hist)
     return _collect(fin, hist, enc.src_mask, cfg)
 
 
