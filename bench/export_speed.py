@@ -1,0 +1,154 @@
+"""mtkit's own decoding against the same weights exported to CTranslate2 (float32 and int8),
+whole commands from process start to exit, on Multi30k test2016.
+
+    python bench/export_speed.py runs/en-de-multi30k --threads 2 --runs 3
+
+Exports RUN twice (`mtkit export`, float32 and int8) into --work, then times
+`mtkit translate MODEL -i test2016.en -o OUT --threads T` for the three systems, beam 5 and
+greedy, `--runs` times each, interleaved (run 1 of every system and search, then run 2, ...),
+and prints the median seconds, sentences/s, BLEU (sacreBLEU, default settings) and the ratio
+to CTranslate2 float32. Beam search uses the length penalty both engines share (`average`;
+CTranslate2's length_penalty 1); the BLEU of mtkit's own default (gnmt) is printed beside it.
+
+Start-up is timed as the whole command on a one-line input with --greedy (process start, the
+imports, loading, one batch decoded, exit), median of --runs, interleaved.
+
+The load average (os.getloadavg) is printed before and after: compare figures within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_SRC, TEST_REF = "test_2016_flickr.en.gz", "test_2016_flickr.de.gz"
+SEARCHES = {"beam 5": ["--beam", "5", "--length-penalty", "average"], "greedy": ["--greedy"]}
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, help="run directory or checkpoint of a Transformer")
+    ap.add_argument("--threads", type=int, default=2, help="threads for every system (2)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per cell; median (3)")
+    ap.add_argument("--mirror", type=Path, default=None, help="folder with the Multi30k files "
+                    "(default $MTKIT_DATA_MIRROR, else ../shared/data/multi30k)")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where the exports and outputs go (default: a temporary folder)")
+    ap.add_argument("--before", type=Path, default=None, help="an older mtkit source tree "
+                    "(e.g. `git worktree add /tmp/before COMMIT`): adds 'mtkit before', the "
+                    "same model decoded by that code")
+    ap.add_argument("--skip-gnmt", action="store_true", help="no mtkit gnmt BLEU run")
+    return ap.parse_args(argv)
+
+
+def _mirror(arg: Path | None) -> Path:
+    if arg is not None:
+        return arg
+    env = os.environ.get("MTKIT_DATA_MIRROR")
+    return Path(env) if env else REPO.parent / "shared" / "data" / "multi30k"
+
+
+def _mtkit(*args: object, stdin: str | None = None, source: Path | None = None) -> float:
+    """Run `mtkit ARGS` in a fresh process (from the source tree `source` if given); its
+    wall-clock seconds."""
+    cmd = [sys.executable, "-m", "mtkit", *(str(a) for a in args)]
+    env = {**os.environ, "PYTHONPATH": str(source)} if source else None
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    return seconds
+
+
+def _bleu(hyp: Path, ref: list[str]) -> float:
+    import sacrebleu
+
+    return sacrebleu.corpus_bleu(hyp.read_text(encoding="utf-8").splitlines(), [ref]).score
+
+
+# name -> (model, source tree or None for this one)
+Systems = dict[str, tuple[Path, Path | None]]
+
+
+def _time_all(systems: Systems, src: Path, work: Path, runs: int, threads: int
+              ) -> dict[tuple[str, str], list[float]]:
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(runs):
+        for search, flags in SEARCHES.items():
+            for name, (model, tree) in systems.items():
+                out = work / f"{name}.{search.replace(' ', '')}.de"
+                sec = _mtkit("translate", model, "-i", src, "-o", out, "--threads", threads,
+                             *flags, source=tree)
+                times.setdefault((name, search), []).append(sec)
+    return times
+
+
+def _startup(systems: Systems, runs: int, threads: int, line: str) -> dict[str, float]:
+    times: dict[str, list[float]] = {}
+    for _ in range(runs):
+        for name, (model, tree) in systems.items():
+            sec = _mtkit("translate", model, "--greedy", "--threads", threads,
+                         stdin=line + "\n", source=tree)
+            times.setdefault(name, []).append(sec)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _args(argv)
+    mirror = _mirror(args.mirror)
+    work = args.work or Path(tempfile.mkdtemp(prefix="export-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "test2016.en"
+    with gzip.open(mirror / TEST_SRC, "rt", encoding="utf-8") as f:
+        src.write_text(f.read(), encoding="utf-8")
+    with gzip.open(mirror / TEST_REF, "rt", encoding="utf-8") as f:
+        ref = f.read().splitlines()
+    n = len(ref)
+    for q in ("float32", "int8"):
+        _mtkit("export", args.run, "-o", work / f"ct2-{q}", "--quantize", q)
+    systems: Systems = {"mtkit": (args.run, None)}
+    if args.before is not None:
+        systems["mtkit before"] = (args.run, args.before.resolve())
+    systems.update({"ct2 float32": (work / "ct2-float32", None),
+                    "ct2 int8": (work / "ct2-int8", None)})
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
+          f"{os.cpu_count()} CPUs, python {platform.python_version()}; model {args.run}; "
+          f"{n} sentences; {args.threads} threads; median of {args.runs} interleaved runs")
+    print(f"# load average before: {os.getloadavg()}")
+    times = _time_all(systems, src, work, args.runs, args.threads)
+    first = src.read_text(encoding="utf-8").splitlines()[0]
+    start = _startup(systems, args.runs, args.threads, first)
+    print(f"# load average after: {os.getloadavg()}")
+    print("| system | search | seconds | sentences/s | BLEU | × ct2 float32 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for search in SEARCHES:
+        base = statistics.median(times[("ct2 float32", search)])
+        for name in systems:
+            sec = statistics.median(times[(name, search)])
+            bleu = _bleu(work / f"{name}.{search.replace(' ', '')}.de", ref)
+            print(f"| {name} | {search} | {sec:.2f} | {n / sec:.1f} | {bleu:.1f} | "
+                  f"{sec / base:.2f} |")
+    print("\n| system | start-up: one line, greedy, whole command (s) |")
+    print("| --- | --- |")
+    for name, sec in start.items():
+        print(f"| {name} | {sec:.2f} |")
+    if not args.skip_gnmt:
+        out = work / "mtkit.beam5-gnmt.de"
+        _mtkit("translate", args.run, "-i", src, "-o", out, "--threads", args.threads,
+               "--beam", "5", "--length-penalty", "gnmt", "--alpha", "1.0")
+        print(f"\nmtkit beam 5 with gnmt (alpha 1): BLEU {_bleu(out, ref):.1f} (average: "
+              f"{_bleu(work / 'mtkit.beam5.de', ref):.1f})")
+
+
+if __name__ == "__main__":
+    main()
