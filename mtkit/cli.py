@@ -60,6 +60,13 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             raise typer.Exit(0) from None
+        except OSError as e:
+            # A file the user named that the system refuses (permissions, a folder in the
+            # way); writes are reported by fileio.WriteError, this is the last resort.
+            if _DEBUG["on"] or e.filename is None:
+                raise
+            typer.echo(f"mtkit: error: {e.filename}: {e.strerror or e}", err=True)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.echo("mtkit: interrupted", err=True)
             raise typer.Exit(130) from None
@@ -95,7 +102,7 @@ class _DownloadBars:
                              TransferSpeedColumn(), console=console)
         self._console = console
         self._tasks: dict[str, Any] = {}
-        self._sizes: dict[str, int] = {}
+        self._verified: dict[str, int] = {}
 
     def __call__(self, name: str, done: int, total: int | None) -> None:
         if not self._tasks:
@@ -103,13 +110,15 @@ class _DownloadBars:
         if name not in self._tasks:
             self._tasks[name] = self._bar.add_task(f"download {name}", total=total)
         self._bar.update(self._tasks[name], completed=done, total=total)
-        self._sizes[name] = done
+
+    def verified(self, name: str, size: int) -> None:
+        self._verified[name] = size
 
     def close(self) -> None:
         if self._tasks:
             self._bar.stop()
             if not self._console.is_terminal:  # no bar was drawn: say what was fetched
-                for name, size in self._sizes.items():
+                for name, size in self._verified.items():
                     self._console.print(f"downloaded {name} ({size} bytes)")
 
 
@@ -294,8 +303,9 @@ def score(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     run: Annotated[Path | None, typer.Option(
         "--run", help="Score a run: translate --split with its best checkpoint (reusing "
-        "RUN/translations/SPLIT.*.txt when newer than it) against the split's reference; "
-        "HYP files given too are compared with it.", show_default=False)] = None,
+        "RUN/translations/SPLIT.*.txt made by the same checkpoint, source and decoding) "
+        "against the split's reference; HYP files given too are compared with it.",
+        show_default=False)] = None,
     split: Annotated[str | None, typer.Option(
         "--split", help="With --run: a validation or test split of the run, e.g. test2016.",
         show_default=False)] = None,
@@ -363,6 +373,8 @@ def score(
                                      threads=threads).path, *hyps]
     report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
                             src=src, buckets=edges)
+    for warning in report.warnings:
+        typer.echo(f"mtkit: warning: {warning}", err=True)
     if plot is not None:
         sc.plot_by_length(report, plot)
         typer.echo(f"mtkit: wrote {plot}", err=True)
@@ -405,7 +417,8 @@ def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: boo
         run, split, device=tr.inference_device(device or "auto"),
         decode=lambda base: _flag_decode_config(base, method=method, beam_size=beam))
     if done.stats is None:
-        typer.echo(f"mtkit: reusing {done.path} (newer than {done.checkpoint})", err=True)
+        typer.echo(f"mtkit: reusing {done.path} (same {done.checkpoint}, source and decoding)",
+                   err=True)
     else:
         typer.echo(f"mtkit: translated {split} with {done.checkpoint} into {done.path}",
                    err=True)
@@ -548,6 +561,10 @@ def translate(
         raise ConfigError("; ".join(problems))
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
+    if input is not None and output is not None and output.exists() and (
+            os.path.samefile(input, output)):
+        raise ConfigError(f"-o {output}: is the input file {input}; writing the translation "
+                          "there would replace the source; give another output file")
     if threads > 0:
         torch.set_num_threads(threads)
     dev = tr.inference_device(device)
@@ -580,19 +597,21 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
 
     from rich.console import Console
 
-    from mtkit.fileio import atomic_write, open_text
+    from mtkit.fileio import InvalidUtf8, atomic_write, decode_lines, open_binary
 
     err = Console(stderr=True)
+    invalid = InvalidUtf8("<stdin>" if input is None else str(input))
     with ExitStack() as stack:
-        if input is None:  # UTF-8 whatever the locale; only \n ends a line, as in open_text
-            sys.stdin.reconfigure(encoding="utf-8", errors="replace", newline="\n")
         if output is None:
             sys.stdout.reconfigure(encoding="utf-8")
-        src = stack.enter_context(open_text(input, errors="replace")) if input else sys.stdin
+        raw = stack.enter_context(open_binary(input)) if input else sys.stdin.buffer
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         shared = sys.stdout.isatty() and output is None or sys.stdin.isatty() and input is None
         on_batch = _progress(stack, err) if err.is_terminal and not shared else None
-        return worker.run(src, out, on_batch=on_batch)
+        stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
+    if invalid.lines:
+        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
+    return stats
 
 
 def _progress(stack: Any, console: Any) -> Any:
@@ -761,6 +780,8 @@ def align(
                          batch_tokens=batch_tokens)
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
                             device=dev, console=Console(highlight=False), stdout=sys.stdout)
+    for invalid in report.invalid_utf8:
+        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     if report.scores is not None:  # on stderr when stdout carries the links
         typer.echo(ar.format_scores(report.scores), err=str(pharaoh) == "-")
     typer.echo(f"mtkit: {report.summary()}", err=True)

@@ -321,7 +321,7 @@ def test_nonfinite_losses_in_a_row_abort_naming_update_and_checkpoint(
     monkeypatch.setattr(step, "label_smoothed_nll", nan_from_fifth)
     run = tmp_path / "run"
     with pytest.raises(MtkitError, match=r"update 7: 3 non-finite losses in a row.*"
-                       r"Last good checkpoint: .*checkpoint_4\.pt"):
+                       r"last good checkpoint: .*checkpoint_4\.pt"):
         _train(run, "train.max_updates=50", "train.checkpoint_every=2",
                "train.valid_every=1000", "train.max_nonfinite=3", "train.keep_last=5")
     # the skipped updates left the weights alone: checkpoint_6 (after 2 skipped) = checkpoint_4
