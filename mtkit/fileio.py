@@ -31,7 +31,7 @@ class WriteError(MtkitError):
     """An output could not be written (disk full, read-only folder, a folder in the way)."""
 
 
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES,
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES,
                  errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENOENT, errno.EEXIST}
 
 
@@ -76,7 +76,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             os.unlink(tmp)
         # A file system error of our file; one naming another file (say, reading an input)
         # or from the network (a download written through us) is the caller's.
-        if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS and e.filename in (None, tmp):
+        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
             raise write_error(path, e) from None
         raise
 

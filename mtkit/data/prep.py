@@ -37,7 +37,7 @@ from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.sources import DownloadProgress
 from mtkit.data.spm import Tokenizer, train_spm
 from mtkit.errors import DataError
-from mtkit.fileio import InvalidUtf8, atomic_write, umask
+from mtkit.fileio import WRITE_ERRNOS, InvalidUtf8, atomic_write, umask, write_error
 from mtkit.run import (
     DATA_DIR,
     MANIFEST,
@@ -336,7 +336,12 @@ def _staging(final: Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     os.chmod(tmp, 0o777 & ~umask())
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as e:  # sentencepiece and numpy write there directly (disk full)
+            if e.errno not in WRITE_ERRNOS:
+                raise
+            raise write_error(final, e) from None
         old = None
         if final.exists():
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
