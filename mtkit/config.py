@@ -249,6 +249,9 @@ class TrainConfig:
     valid_every: int = _rng(1000, ge=1)  # updates between validations
     valid_metric: Literal["bleu", "chrf", "loss", "ppl"] = "bleu"
     valid_beam: int = _rng(1, ge=1)  # 1 = greedy
+    # Validate on a fixed sample of this many sentences of the validation split (0 = all):
+    # on a CPU, decoding the whole split can take as long as many updates.
+    valid_sentences: int = _rng(0, ge=0)
     patience: int = _rng(0, ge=0)  # validations without improvement before stopping; 0 = off
     keep_last: int = _rng(3, ge=1)  # last-k checkpoints kept besides best.pt
     checkpoint_every: int = _rng(0, ge=0)  # updates between checkpoints; 0 = at each validation
