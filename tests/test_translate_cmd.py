@@ -237,7 +237,7 @@ def test_score_run_by_length_takes_the_split_source(run_copy):
     (["--run", "{run}", "--split", "test", "--greedy", "--beam", "2"],
      "--greedy and --beam exclude each other"),
     (["--run", "{run}", "--split", "test", "--beam", "0"], "--beam (decode.beam_size)"),
-    (["hyp.txt"], "missing option --ref/-r REF"),
+    (["hyp.txt"], "missing option --ref/-r FILE"),
     (["--run", "{run}", "--split", "test", "--buckets", "5"], "--buckets needs --by-length"),
 ])
 def test_score_run_errors(toy_model, args, words):
