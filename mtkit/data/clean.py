@@ -1,9 +1,9 @@
 """Reading parallel text and cleaning the training split.
 
-Reading splits lines on ``\\n`` only (so Unicode line separators inside a sentence never shift
-the alignment), replaces invalid UTF-8 with U+FFFD and counts the lines where it did, and
-strips surrounding whitespace. Cleaning happens in two stages, because the length rules count
-sentencepiece tokens and sentencepiece is trained on the text that survives the first stage:
+Reading follows mtkit's text policy (`mtkit.fileio`: only ``\\n`` ends a line, invalid UTF-8
+is replaced and counted) and strips surrounding whitespace. Cleaning happens in two stages,
+because the length rules count sentencepiece tokens and sentencepiece is trained on the text
+that survives the first stage:
 
 1. text rules (`clean_text`): drop pairs with an empty side; optionally drop exact duplicates;
 2. token rules (`clean_tokens`): drop pairs with a side shorter than ``min_len`` or longer than
@@ -15,16 +15,16 @@ Validation and test splits are never cleaned.
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
 
+from mtkit import fileio
 from mtkit.config import CleanConfig
 from mtkit.errors import DataError
-from mtkit.fileio import is_gzip
+from mtkit.fileio import InvalidUtf8
 
 # The rules in the order they are applied; each pair is dropped by the first rule it breaks.
 RULES = ("empty", "duplicate", "too_short", "too_long", "ratio")
@@ -32,35 +32,23 @@ RULES = ("empty", "duplicate", "too_short", "too_long", "ratio")
 
 @dataclass
 class TextFile:
-    """The stripped lines of one file and how many of them held invalid UTF-8."""
+    """The stripped lines of one file and where invalid UTF-8 was replaced in them."""
 
     path: Path
     lines: list[str]
-    invalid_utf8: int
+    invalid: InvalidUtf8
 
 
 def read_lines(path: str | Path) -> TextFile:
-    """Read a plain or gzip UTF-8 file; invalid bytes become U+FFFD and are counted."""
+    """Read a plain or gzip UTF-8 file under mtkit's text policy (`mtkit.fileio`), each line
+    stripped of surrounding whitespace."""
     path = Path(path)
-    opener = gzip.open if is_gzip(path) else open
-    lines: list[str] = []
-    bad = 0
+    invalid = InvalidUtf8(str(path))
     try:
-        with opener(path, "rb") as f:
-            data = f.read()
+        lines = [line.strip() for line in fileio.read_lines(path, invalid)]
     except (OSError, EOFError) as e:
         raise DataError(f"{path}: cannot read ({e})") from None
-    raw = data.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()  # the final newline ends the last line; it does not start an empty one
-    for b in raw:
-        try:
-            s = b.decode("utf-8")
-        except UnicodeDecodeError:
-            s = b.decode("utf-8", errors="replace")
-            bad += 1
-        lines.append(s.strip())
-    return TextFile(path, lines, bad)
+    return TextFile(path, lines, invalid)
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[TextFile, TextFile]:
