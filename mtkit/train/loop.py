@@ -144,10 +144,16 @@ class Trainer:
     def _run(self, *, resume: bool, mirror: str | Path | None) -> TrainResult:
         state = self._resume_state() if resume else self._check_fresh()
         if self.dist.is_main:
-            if state is not None and not is_prepared(self.recipe, self.run_dir):
+            prepared = is_prepared(self.recipe, self.run_dir)
+            if state is not None and not prepared:
                 log.warning("%s is missing or its inputs changed: preparing it again before "
                             "resuming", data_dir(self.run_dir))
-            prepare(self.recipe, self.run_dir, mirror=mirror, console=self.console)
+            # Data prepared already (by `mtkit prep`, which printed its report): one line.
+            prepare(self.recipe, self.run_dir, mirror=mirror,
+                    console=None if prepared else self.console)
+            if prepared:
+                self.console.print(f"prep: {data_dir(self.run_dir)} is up to date",
+                                   highlight=False, soft_wrap=True)
         self.dist.barrier()
         self._build(state)
         rep = Reporter(self.run_dir, self.console, enabled=self.dist.is_main,
