@@ -37,8 +37,8 @@ from mtkit.data.prep import data_dir, is_prepared
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
+from mtkit.device import Amp, resolve_device, setup_backend
 from mtkit.models.build import build_model
-from mtkit.train.device import Amp, resolve_device, setup_backend
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward

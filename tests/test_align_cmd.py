@@ -27,7 +27,7 @@ from mtkit.data.prep import data_dir
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
-from mtkit.train.checkpoint import load_model, save_checkpoint
+from mtkit.run import load_model, save_checkpoint
 from mtkit.viz import DEFAULT_DPI, figure_size
 
 # One torch thread (see the `one_thread` fixture in conftest.py).

@@ -28,11 +28,17 @@ from rich.console import Console
 from mtkit.config import Recipe, parse_duration
 from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.data.sampler import iterate_batches
+from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
-from mtkit.run import check_writable_run_dir, remove_stale_temporaries, run_lock
+from mtkit.run import (
+    AVERAGED,
+    check_writable_run_dir,
+    load_checkpoint,
+    remove_stale_temporaries,
+    run_lock,
+)
 from mtkit.train import checkpoint as ckpt
-from mtkit.train.device import resolve_device, setup_backend
 from mtkit.train.distributed import Dist, destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.report import Reporter
 from mtkit.train.setup import Setup, build_setup, check_fresh, resume_state
@@ -466,9 +472,9 @@ class Trainer:
             log.warning("train.average_last: only %d checkpoint(s) kept; nothing to average",
                         len(paths))
             return None
-        out = ckpt.save_average(paths, self.run_dir / ckpt.AVERAGED)
+        out = ckpt.save_average(paths, self.run_dir / AVERAGED)
         model = copy.deepcopy(self.s.model)
-        model.load_state_dict(ckpt.load_checkpoint(out)["model"])
+        model.load_state_dict(load_checkpoint(out)["model"])
         res: ValidResult = validate(model, self.s.valid_batches, self.s.valid_refs,
                                     self.s.tokenizer, recipe=self.recipe, device=self.device,
                                     amp=self.s.amp)

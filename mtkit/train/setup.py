@@ -23,12 +23,12 @@ from mtkit.data.prep import data_dir
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
+from mtkit.device import Amp
 from mtkit.errors import CheckpointError, DataError
 from mtkit.fileio import read_lines
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
-from mtkit.train import checkpoint as ckpt
-from mtkit.train.device import Amp
+from mtkit.run import LAST, check_vocab, load_checkpoint, vocab_info
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import Schedule, build_optimizer
 from mtkit.train.validate import valid_batches
@@ -59,18 +59,18 @@ class Setup:
 
 def check_fresh(run_dir: Path) -> None:
     """A new run may not start over one that has checkpoints."""
-    if (run_dir / ckpt.LAST).is_file():
-        raise CheckpointError(f"{run_dir} already holds a training run ({ckpt.LAST}); "
+    if (run_dir / LAST).is_file():
+        raise CheckpointError(f"{run_dir} already holds a training run ({LAST}); "
                               "continue it with --resume, or train into a new --run-dir")
 
 
 def resume_state(recipe: Recipe, run_dir: Path) -> dict:
     """The state of `run_dir`'s last.pt, after checking that `recipe` may continue it."""
-    path = run_dir / ckpt.LAST
+    path = run_dir / LAST
     if not path.is_file():
         raise CheckpointError(f"--resume: {path} not found; nothing to resume (drop "
                               "--resume to start a new run)")
-    state = ckpt.load_checkpoint(path)
+    state = load_checkpoint(path)
     saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
     for section in ("data", "model"):
         key = _first_difference(recipe_to_dict(getattr(saved, section)),
@@ -101,18 +101,6 @@ def _first_difference(before: object, now: object, key: str) -> str | None:
     return None if before == now else key
 
 
-def _check_vocab(tok_info: dict[str, Any], state: dict, ddir: Path) -> None:
-    vocab = (tok_info["src"], tok_info["tgt"])
-    if vocab != (state["vocab"]["src"], state["vocab"]["tgt"]):
-        raise CheckpointError(f"--resume: {ddir} now holds vocabularies of {vocab[0]}/"
-                              f"{vocab[1]} pieces but the checkpoint was trained with "
-                              f"{state['vocab']['src']}/{state['vocab']['tgt']}")
-    if state["vocab"].get("sha256") not in (None, tok_info["sha256"]):
-        raise CheckpointError(f"--resume: the sentencepiece model in {ddir} is not the one "
-                              "the checkpoint was trained with (the data was prepared "
-                              "again); train into a new --run-dir")
-
-
 # --------------------------------------------------------------------------- building
 
 
@@ -122,11 +110,9 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     resuming: weights, optimizer moments, schedule and gradient scaler)."""
     cfg, ddir = recipe.train, data_dir(run_dir)
     tokenizer = Tokenizer.load(ddir)
-    # The fingerprint hashes both sentencepiece models: computed once per run.
-    vocab_info = {"src": tokenizer.src_vocab_size, "tgt": tokenizer.tgt_vocab_size,
-                  "sha256": tokenizer.fingerprint()}
+    vocab = vocab_info(tokenizer)
     if state is not None:
-        _check_vocab(vocab_info, state, ddir)
+        check_vocab(state["vocab"], vocab, ddir=ddir, what=f"--resume: {run_dir / LAST}")
     train_data = ParallelData.load(ddir, "train")
     sampler = TokenBatchSampler(
         train_data.src_lens, train_data.tgt_lens, batch_tokens=cfg.batch_tokens,
@@ -156,7 +142,7 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     # specialising on the first batch and recompiling on the second.
     net = torch.compile(net, dynamic=True) if cfg.compile else net
     return Setup(
-        tokenizer=tokenizer, vocab_info=vocab_info, recipe_text=dump_recipe(recipe),
+        tokenizer=tokenizer, vocab_info=vocab, recipe_text=dump_recipe(recipe),
         train_data=train_data, sampler=sampler,
         valid_batches=valid_batches(ParallelData.load(ddir, "valid"), recipe),
         valid_refs=read_lines(text_path(ddir, "valid", "tgt")), model=model, net=net,
