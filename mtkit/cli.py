@@ -758,9 +758,9 @@ def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,
     return [message for bad, message in checks if bad]
 
 
-def _head(value: str | None) -> int | None:
+def _head(value: str | None) -> int | str | None:
     if value is None or value == "mean":
-        return None
+        return value
     if value.isdigit():
         return int(value)
     from mtkit.errors import ConfigError
@@ -887,8 +887,7 @@ def align(
         torch.set_num_threads(threads)
     dev = inference_device(device)
     net, recipe, tok = load_model(model, dev)
-    choice = ar.choose_attention(recipe.model, kind=self_attention or "cross", layer=layer,
-                                 head=_head(head))
+    choice = net.choose_attention(self_attention or "cross", layer, _head(head))
     cfg = _decode_config(recipe.decode, "command line",
                          method="greedy" if greedy else ("beam" if beam else None),
                          beam_size=beam, nbest=1, length_penalty=length_penalty, alpha=alpha,
