@@ -732,7 +732,7 @@ def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,
                          links: bool, stdout_links: bool) -> list[str]:
     """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
     from mtkit.align import METHODS
-    from mtkit.viz import FORMATS
+    from mtkit.align.viz import FORMATS
 
     given = [name for name, value in search.items() if value not in (None, False)]
     checks = [
@@ -861,8 +861,8 @@ def align(
     import torch
     from rich.console import Console
 
-    from mtkit import align_run as ar
     from mtkit.align import DEFAULT_METHOD
+    from mtkit.align import run as ar
     from mtkit.device import inference_device
     from mtkit.run import load_model
 
