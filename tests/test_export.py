@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 from mtkit.cli import app
 from mtkit.config import dump_recipe, load_recipe
 from mtkit.data.batch import collate
-from mtkit.data.prep import data_dir, prepare
+from mtkit.data.prep import prepare
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import text_path
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.build import build_model
-from mtkit.train.checkpoint import save_checkpoint
+from mtkit.run import data_dir, save_checkpoint
 
 ct2 = pytest.importorskip(
     "ctranslate2", reason="CTranslate2 is an optional extra: pip install 'mtkit[ctranslate2]' "
@@ -98,7 +98,7 @@ def test_float32_export_greedy_and_attention_equal_mtkit(i, toy_run, test_src, t
 
 def _teacher_forced(run: Path) -> tuple[torch.Tensor, list[list[str]], list[list[str]]]:
     """mtkit's log-probabilities of the toy test targets, (B, T) with EOS, and the pieces."""
-    from mtkit.train.checkpoint import load_model
+    from mtkit.run import load_model
 
     model, _, tok = load_model(run)
     ddir = data_dir(run)

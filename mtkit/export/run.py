@@ -39,7 +39,7 @@ def export_ctranslate2(source: Path, out: Path, *, quantization: str = "float32"
     from mtkit.export.ct2_dir import check_destination
     from mtkit.export.ct2_spec import Vocabularies, transformer_spec
     from mtkit.export.engine import ctranslate2
-    from mtkit.train.checkpoint import load_model, resolve_checkpoint
+    from mtkit.run import load_model, resolve_checkpoint
 
     check_request("ctranslate2", quantization)
     ctranslate2()  # a missing engine is reported before the model is loaded
