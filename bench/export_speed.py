@@ -59,11 +59,13 @@ def _mirror(arg: Path | None) -> Path:
 
 def _mtkit(*args: object, stdin: str | None = None, source: Path | None = None) -> float:
     """Run `mtkit ARGS` in a fresh process (from the source tree `source` if given); its
-    wall-clock seconds."""
+    wall-clock seconds. It runs in the temporary folder: `python -m` puts the working folder
+    first on the path, where a checkout's own mtkit would win over `source`."""
     cmd = [sys.executable, "-m", "mtkit", *(str(a) for a in args)]
     env = {**os.environ, "PYTHONPATH": str(source)} if source else None
     start = time.perf_counter()
-    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env,
+                          cwd=tempfile.gettempdir())
     seconds = time.perf_counter() - start
     if proc.returncode:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
@@ -106,7 +108,8 @@ def _startup(systems: Systems, runs: int, threads: int, line: str) -> dict[str, 
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
     mirror = _mirror(args.mirror)
-    work = args.work or Path(tempfile.mkdtemp(prefix="export-speed-"))
+    args.run = args.run.resolve()
+    work = (args.work or Path(tempfile.mkdtemp(prefix="export-speed-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     src = work / "test2016.en"
     with gzip.open(mirror / TEST_SRC, "rt", encoding="utf-8") as f:
