@@ -21,7 +21,6 @@ import random
 
 import pytest
 import torch
-from synthetic import fit
 
 from mtkit.align import (
     Gold,
@@ -36,6 +35,7 @@ from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import collate
 from mtkit.models.base import AttentionChoice, Translator
 from mtkit.models.build import build_model
+from tests.system.synthetic import fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

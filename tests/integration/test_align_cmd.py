@@ -29,18 +29,19 @@ from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
 from mtkit.run import load_model, save_checkpoint
+from tests.conftest import REPO
+from tests.helpers import run_cli
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "recipes" / "toy.yaml"
 N = 8  # sentence pairs used
 
 
 def _cli(*args: object):
     # COLUMNS pins rich's width for --print (no terminal under the runner)
-    return CliRunner().invoke(app, ["align", *map(str, args)], env={"COLUMNS": "80"})
+    return run_cli("align", *args, env={"COLUMNS": "80"})
 
 
 @pytest.fixture(scope="module")
