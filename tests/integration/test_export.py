@@ -26,13 +26,13 @@ from mtkit.data.store import text_path
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, save_checkpoint
+from tests.conftest import RECIPES
 
 ct2 = pytest.importorskip(
     "ctranslate2", reason="CTranslate2 is an optional extra: pip install 'mtkit[ctranslate2]' "
     "(make test installs it)")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 # Every architecture option mtkit trains, crossed; alignment layer/head vary along.
 OPTIONS = [dict(norm=n, share_embeddings=s, positions=p, activation=a)
