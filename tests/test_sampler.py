@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mtkit.data.batch import Batch
+from mtkit.data.batch import Batch, iterate_batches
 from mtkit.data.prep import data_dir
-from mtkit.data.sampler import TokenBatchSampler, iterate_batches
+from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.store import ParallelData
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 

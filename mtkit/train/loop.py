@@ -27,8 +27,9 @@ from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
 
 from mtkit.config import Recipe, dump_recipe, parse_duration, recipe_from_yaml_text, recipe_to_dict
+from mtkit.data.batch import iterate_batches
 from mtkit.data.prep import data_dir, is_prepared, prepare
-from mtkit.data.sampler import TokenBatchSampler, iterate_batches
+from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
 from mtkit.errors import CheckpointError, DataError, MtkitError
