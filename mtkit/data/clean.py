@@ -1,30 +1,32 @@
-"""Reading parallel text and cleaning the training split.
+"""Reading a text file whole, and the rules that clean the training split, chunk by chunk.
 
-Reading splits lines on ``\\n`` only (so Unicode line separators inside a sentence never shift
-the alignment), replaces invalid UTF-8 with U+FFFD and counts the lines where it did, and
-strips surrounding whitespace. Cleaning happens in two stages, because the length rules count
-sentencepiece tokens and sentencepiece is trained on the text that survives the first stage:
+`read_lines` reads a file by the rules of `stream.read_blocks` (the one reader prep uses).
+Cleaning happens in two stages, because the length rules count sentencepiece tokens and
+sentencepiece is trained on the text that survives the first stage:
 
-1. text rules (`clean_text`): drop pairs with an empty side; optionally drop exact duplicates;
+1. text rules (`clean_text`): drop pairs with an empty side; optionally drop exact duplicates
+   (remembered by hash, `dedup.SeenPairs`, so that a stream of any length fits in memory);
 2. token rules (`clean_tokens`): drop pairs with a side shorter than ``min_len`` or longer than
    ``max_len`` tokens, or whose longer side has more than ``max_ratio`` times the tokens of the
    shorter side (tokens without BOS/EOS).
 
+Both work on one chunk at a time, count into a `CleanStats`, and return a keep mask.
 Validation and test splits are never cleaned.
 """
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 
+import numpy as np
 from rich.table import Table
 
 from mtkit.config import CleanConfig
-from mtkit.errors import DataError
-from mtkit.fileio import is_gzip
+from mtkit.data.dedup import SeenPairs, pair_hashes
+from mtkit.data.stream import read_blocks
 
 # The rules in the order they are applied; each pair is dropped by the first rule it breaks.
 RULES = ("empty", "duplicate", "too_short", "too_long", "ratio")
@@ -40,36 +42,11 @@ class TextFile:
 
 
 def read_lines(path: str | Path) -> TextFile:
-    """Read a plain or gzip UTF-8 file; invalid bytes become U+FFFD and are counted."""
+    """Read a plain or gzip UTF-8 file whole; invalid bytes become U+FFFD and are counted."""
     path = Path(path)
-    opener = gzip.open if is_gzip(path) else open
-    lines: list[str] = []
-    bad = 0
-    try:
-        with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read ({e})") from None
-    raw = data.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()  # the final newline ends the last line; it does not start an empty one
-    for b in raw:
-        try:
-            s = b.decode("utf-8")
-        except UnicodeDecodeError:
-            s = b.decode("utf-8", errors="replace")
-            bad += 1
-        lines.append(s.strip())
-    return TextFile(path, lines, bad)
-
-
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[TextFile, TextFile]:
-    """Both sides of a split; raises DataError naming both files if line counts differ."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src.lines) != len(tgt.lines):
-        raise DataError(f"line counts differ: {src.path} has {len(src.lines)} lines, "
-                        f"{tgt.path} has {len(tgt.lines)}")
-    return src, tgt
+    invalid: dict[str, int] = {}
+    lines = [line for block in read_blocks(path, invalid) for line in block]
+    return TextFile(path, lines, invalid.get(str(path), 0))
 
 
 @dataclass
@@ -84,40 +61,34 @@ class CleanStats:
         return self.read - sum(self.dropped.values())
 
 
-def clean_text(src: Sequence[str], tgt: Sequence[str], cfg: CleanConfig,
-               stats: CleanStats) -> list[int]:
-    """Indices of the pairs that pass the text rules (empty side, duplicates)."""
-    stats.read = len(src)
-    keep: list[int] = []
-    seen: set[tuple[str, str]] = set()
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        if not s or not t:
-            stats.dropped["empty"] += 1
-            continue
-        if cfg.dedup:
-            if (s, t) in seen:
-                stats.dropped["duplicate"] += 1
-                continue
-            seen.add((s, t))
-        keep.append(i)
+def clean_text(src: Sequence[str], tgt: Sequence[str], cfg: CleanConfig, stats: CleanStats,
+               seen: SeenPairs | None) -> np.ndarray:
+    """(N,) bool: the pairs of a chunk that pass the text rules (empty side, duplicates; a pair
+    seen in an earlier chunk, as remembered by `seen`, is a duplicate too)."""
+    stats.read += len(src)
+    n = len(src)
+    keep = np.fromiter(map(bool, src), bool, count=n) & np.fromiter(map(bool, tgt), bool, count=n)
+    stats.dropped["empty"] += len(src) - int(keep.sum())
+    if cfg.dedup:
+        assert seen is not None, "dedup needs the hashes of the pairs kept so far"
+        idx = np.flatnonzero(keep)
+        first = seen.first_seen(pair_hashes(list(compress(src, keep)), list(compress(tgt, keep))))
+        keep[idx[~first]] = False
+        stats.dropped["duplicate"] += len(idx) - int(first.sum())
     return keep
 
 
-def clean_tokens(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], cfg: CleanConfig,
-                 stats: CleanStats) -> list[int]:
-    """Indices of the encoded pairs that pass the token rules (min/max length, ratio)."""
-    keep: list[int] = []
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        ls, lt = len(s), len(t)
-        if min(ls, lt) < cfg.min_len:
-            stats.dropped["too_short"] += 1
-        elif max(ls, lt) > cfg.max_len:
-            stats.dropped["too_long"] += 1
-        elif max(ls, lt) > cfg.max_ratio * max(min(ls, lt), 1):
-            stats.dropped["ratio"] += 1
-        else:
-            keep.append(i)
-    return keep
+def clean_tokens(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: CleanConfig,
+                 stats: CleanStats) -> np.ndarray:
+    """(N,) bool: the encoded pairs that pass the token rules (min/max length, ratio), given
+    their (N,) token counts; each dropped pair is counted under the first rule it breaks."""
+    short, long_ = np.minimum(src_lens, tgt_lens), np.maximum(src_lens, tgt_lens)
+    too_short = short < cfg.min_len
+    too_long = ~too_short & (long_ > cfg.max_len)
+    ratio = ~too_short & ~too_long & (long_ > cfg.max_ratio * np.maximum(short, 1))
+    for rule, mask in (("too_short", too_short), ("too_long", too_long), ("ratio", ratio)):
+        stats.dropped[rule] += int(mask.sum())
+    return ~(too_short | too_long | ratio)
 
 
 def clean_table(stats: CleanStats, cfg: CleanConfig) -> Table:
