@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from mtkit.errors import DataError, MtkitError
-from mtkit.fileio import atomic_write, open_text
+from mtkit.fileio import atomic_write, read_lines
 
 Link = tuple[int, int]  # (source index i, target index j), both 0-based
 Level = Literal["word", "subword"]
@@ -292,12 +292,12 @@ def parse_links(line: str, *, one_based: bool = False, where: str = "<string>") 
 
 def read_gold(path: str | Path, *, one_based: bool = False) -> list[Gold]:
     """Read a gold alignment file, one line per sentence pair (an empty line: no links)."""
-    try:
-        with open_text(path) as f:
-            return [parse_links(line, one_based=one_based, where=f"{path}:{n}")
-                    for n, line in enumerate(f, start=1)]
-    except (OSError, UnicodeDecodeError) as e:
+    try:  # invalid UTF-8 cannot be a link: parse_links names its line
+        lines = read_lines(path)
+    except (OSError, EOFError) as e:
         raise DataError(f"cannot read gold alignments {path}: {e}") from None
+    return [parse_links(line, one_based=one_based, where=f"{path}:{n}")
+            for n, line in enumerate(lines, start=1)]
 
 
 def check_gold_bounds(gold: Gold, n_src: int, n_tgt: int) -> None:

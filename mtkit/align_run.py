@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from rich.console import Console
 
+from mtkit import fileio
 from mtkit.align import (
     DEFAULT_METHOD,
     AlignMatrix,
@@ -51,7 +52,7 @@ from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, DataError, MtkitError
-from mtkit.fileio import atomic_write, open_text
+from mtkit.fileio import InvalidUtf8, atomic_write
 from mtkit.models.base import Translator
 from mtkit.viz import FORMATS, print_matrix, write_heatmap
 
@@ -153,15 +154,19 @@ class Pair:
     tgt: list[int] = field(default_factory=list)
 
 
-def read_lines(path: Path, what: str) -> list[str]:
-    """Every line of a UTF-8 text file (plain or .gz), without line ends."""
+def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
+    """Every line of a text file (plain or .gz) under mtkit's text policy (`mtkit.fileio`),
+    without line ends; appends to `invalid` when invalid UTF-8 was replaced."""
     if not Path(path).is_file():
         raise DataError(f"{path}: {what} file not found")
+    report = InvalidUtf8(str(path))
     try:
-        with open_text(path) as f:
-            return [line.rstrip("\r\n") for line in f]
-    except (OSError, UnicodeDecodeError) as e:
+        lines = [line.rstrip("\r") for line in fileio.read_lines(path, report)]
+    except (OSError, EOFError) as e:
         raise DataError(f"{path}: cannot read the {what} file ({e})") from None
+    if report.lines:
+        invalid.append(report)
+    return lines
 
 
 def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
@@ -171,13 +176,14 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
             raise DataError(f"{path}: {what} file not found")
 
 
-def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None) -> list[Pair]:
+def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,
+               invalid: list[InvalidUtf8]) -> list[Pair]:
     """Sentence pairs from a source file and an optional target file of as many lines."""
-    src_lines = read_lines(src, "source")
+    src_lines = read_lines(src, "source", invalid)
     src_ids = tok.encode_src_lines(src_lines)
     if tgt is None:
         return [Pair(i, ids) for i, ids in enumerate(src_ids)]
-    tgt_lines = read_lines(tgt, "target")
+    tgt_lines = read_lines(tgt, "target", invalid)
     if len(tgt_lines) != len(src_lines):
         raise DataError(f"{tgt}: {len(tgt_lines)} lines, but the source {src} has "
                         f"{len(src_lines)}; -t needs one target line per source line")
@@ -279,6 +285,7 @@ class AlignReport:
     pairs: int = 0
     seconds: float = 0.0
     scores: AlignScores | None = None
+    invalid_utf8: list[InvalidUtf8] = field(default_factory=list)
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -346,9 +353,10 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     outputs.check()
     check_inputs(src, tgt, outputs.gold)
     start = time.perf_counter()
-    pairs = read_pairs(tok, src, tgt)
+    report = AlignReport()
+    pairs = read_pairs(tok, src, tgt, report.invalid_utf8)
+    report.pairs = len(pairs)
     golds = _read_golds(outputs, len(pairs))
-    report = AlignReport(pairs=len(pairs))
     with ExitStack() as stack:
         pharaoh = None
         if outputs.pharaoh is not None and str(outputs.pharaoh) == "-":

@@ -15,14 +15,18 @@ import typer
 from mtkit import __version__
 from mtkit.errors import MtkitError
 
+# How the help reads. Markdown: a source line break inside a paragraph is a space, in the
+# command list too (typer's "rich" mode keeps it there, and breaks sentences). Every command
+# declares `-h/--help` itself (HelpOpt), because typer's own shows `<bool>` beside it.
 app = typer.Typer(
     name="mtkit",
     help="Neural machine translation: prep data, train RNN or Transformer models, translate, "
     "score and look at attention.",
     no_args_is_help=True,
     add_completion=False,
+    add_help_option=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="markdown",
 )
 
 _DEBUG = {"on": False}
@@ -34,11 +38,44 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _show_help(ctx: typer.Context, value: bool) -> None:
+    if value:
+        typer.echo(ctx.get_help(), color=ctx.color)
+        raise typer.Exit()
+
+
+def _flag(*decls: str, help: str, **kwargs: Any) -> Any:
+    """A switch (a bool option). typer 0.29 shows a type (`<bool>`) beside an option unless it
+    has a metavar, as if the switch took a value; an empty metavar shows nothing."""
+    return typer.Option(*decls, metavar="", help=help, **kwargs)
+
+
+def _at_least(low: int) -> Callable[[Any], int]:
+    """A parser of whole numbers >= `low`, used instead of typer's `min=`, which would show
+    `[x>=N]` beside the metavar."""
+
+    def parse(value: Any) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or number < low:
+            raise typer.BadParameter(f"expected a whole number >= {low}, got {value!r}")
+        return number
+
+    return parse
+
+
+HelpOpt = Annotated[bool, _flag("-h", "--help", help="Show this message and exit.",
+                                callback=_show_help, is_eager=True, expose_value=False)]
+
+
 @app.callback()
 def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    debug: Annotated[bool, _flag("--debug", help="Show full tracebacks on errors.")] = False,
+    version: Annotated[bool, _flag("--version", callback=_version, is_eager=True,
+                                   help="Print the version and exit.")] = False,
+    _help: HelpOpt = False,
 ) -> None:
     _DEBUG["on"] = debug or os.environ.get("MTKIT_DEBUG") == "1"
 
@@ -60,6 +97,13 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             raise typer.Exit(0) from None
+        except OSError as e:
+            # A file the user named that the system refuses (permissions, a folder in the
+            # way); writes are reported by fileio.WriteError, this is the last resort.
+            if _DEBUG["on"] or e.filename is None:
+                raise
+            typer.echo(f"mtkit: error: {e.filename}: {e.strerror or e}", err=True)
+            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.echo("mtkit: interrupted", err=True)
             raise typer.Exit(130) from None
@@ -67,15 +111,18 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file, e.g. recipes/en-de.yaml.",
-                                           show_default=False)]
+# Positional arguments are described in their command's help text: typer 0.29 shows a type
+# (`<path>`, `<list[Path]>`) beside every argument it lists, metavar or not, so none is listed.
+RecipeArg = Annotated[Path, typer.Argument(metavar="RECIPE", hidden=True, show_default=False)]
 SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="Override a recipe field, e.g. --set train.lr=3e-4 (repeatable).")]
+    "--set", metavar="KEY=VALUE", help="Override a recipe field, e.g. --set train.lr=3e-4; "
+    "repeatable.")]
 RunDirOpt = Annotated[Path | None, typer.Option(
-    "--run-dir", help="Run directory (default: runs/<recipe name>/ under the current folder).")]
+    "--run-dir", metavar="DIR", help="Run directory (default: runs/NAME/ in the current "
+    "folder, NAME being the recipe's name).")]
 MirrorOpt = Annotated[Path | None, typer.Option(
-    "--mirror", help="Take data files by file name from this folder instead of the network "
-    "(default: $MTKIT_DATA_MIRROR).")]
+    "--mirror", metavar="DIR", help="Take data files by file name from this folder instead "
+    "of the network (default: $MTKIT_DATA_MIRROR).")]
 
 
 def run_dir_for(recipe_name: str, run_dir: Path | None) -> Path:
@@ -95,7 +142,7 @@ class _DownloadBars:
                              TransferSpeedColumn(), console=console)
         self._console = console
         self._tasks: dict[str, Any] = {}
-        self._sizes: dict[str, int] = {}
+        self._verified: dict[str, int] = {}
 
     def __call__(self, name: str, done: int, total: int | None) -> None:
         if not self._tasks:
@@ -103,29 +150,32 @@ class _DownloadBars:
         if name not in self._tasks:
             self._tasks[name] = self._bar.add_task(f"download {name}", total=total)
         self._bar.update(self._tasks[name], completed=done, total=total)
-        self._sizes[name] = done
+
+    def verified(self, name: str, size: int) -> None:
+        self._verified[name] = size
 
     def close(self) -> None:
         if self._tasks:
             self._bar.stop()
             if not self._console.is_terminal:  # no bar was drawn: say what was fetched
-                for name, size in self._sizes.items():
+                for name, size in self._verified.items():
                     self._console.print(f"downloaded {name} ({size} bytes)")
 
 
-@app.command()
+@app.command(add_help_option=False)
 @user_errors
 def prep(
     recipe: RecipeArg,
     overrides: SetOpt = None,
     run_dir: RunDirOpt = None,
     mirror: MirrorOpt = None,
-    force: Annotated[bool, typer.Option("--force", help="Prepare again even if up to date.")]
-    = False,
+    force: Annotated[bool, _flag("--force", help="Prepare again even if up to date.")] = False,
+    _help: HelpOpt = False,
 ) -> None:
     """Prepare a recipe's data: fetch, clean, train sentencepiece, binarize, report batching.
 
-    Writes RUN_DIR/data/ and RUN_DIR/recipe.yaml; does nothing when already up to date.
+    RECIPE is a recipe YAML file, e.g. recipes/en-de.yaml. Writes data/ and recipe.yaml into
+    the run directory (--run-dir); does nothing when they are up to date.
 
     Example: MTKIT_DATA_MIRROR=../shared/data/multi30k mtkit prep recipes/en-de.yaml
     """
@@ -144,21 +194,28 @@ def prep(
         bars.close()
 
 
-@app.command()
+@app.command(add_help_option=False)
 @user_errors
 def train(
     recipe: RecipeArg,
     overrides: SetOpt = None,
     run_dir: RunDirOpt = None,
     mirror: MirrorOpt = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue the run in RUN_DIR from its last.pt (same recipe).")] = False,
+    resume: Annotated[bool, _flag(
+        "--resume", help="Continue the run in the run directory from its last.pt (same "
+        "recipe).")] = False,
     device: Annotated[str | None, typer.Option(
-        "--device", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps; "
-        "sets train.device.", show_default=False)] = None,
+        "--device", metavar="DEVICE", help="auto (CUDA, then MPS, then CPU), cpu, cuda, "
+        "cuda:N or mps; sets train.device (default: the recipe's).")] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", metavar="N", parser=_at_least(0), help="CPU threads, 0 for torch's "
+        "default; sets train.threads (default: the recipe's).")] = None,
+    _help: HelpOpt = False,
 ) -> None:
-    """Train a model: prepare the data if needed, then train, validate and checkpoint into
-    RUN_DIR (recipe.yaml, data/, checkpoints, metrics.jsonl, train.log).
+    """Train a model: prepare the data if needed, then train, validate and checkpoint.
+
+    RECIPE is a recipe YAML file, e.g. recipes/en-de.yaml. Writes into the run directory
+    (--run-dir): recipe.yaml, data/, the checkpoints, metrics.jsonl and train.log.
 
     Example: mtkit train recipes/en-de.yaml --set train.max_time=10m
 
@@ -171,7 +228,9 @@ def train(
     from mtkit.config import load_recipe
     from mtkit.train.loop import train as run_training
 
-    sets = list(overrides or []) + ([f"train.device={device}"] if device else [])
+    flags = {"--device": device, "--threads": threads}  # the recipe fields they set
+    sets = list(overrides or []) + [f"train.{flag[2:]}={value}"
+                                    for flag, value in flags.items() if value is not None]
     rec = load_recipe(recipe, sets)
     result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
                           console=Console(stderr=True))
@@ -179,27 +238,31 @@ def train(
         again = shlex.join(["mtkit", "train", str(recipe),
                             *(a for s in overrides or [] for a in ("--set", s)),
                             *(["--run-dir", str(run_dir)] if run_dir else []),
-                            *(["--device", device] if device else []), "--resume"])
+                            *(a for flag, value in flags.items() if value is not None
+                              for a in (flag, str(value))), "--resume"])
         typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
                    f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
         raise typer.Exit(130)
 
 
-@app.command()
+@app.command(add_help_option=False)
 @user_errors
 def average(
     inputs: Annotated[list[Path], typer.Argument(
-        help="A run directory (its numbered checkpoints) or two or more checkpoint files.",
-        show_default=False)],
+        metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
     last: Annotated[int | None, typer.Option(
-        "--last", "-n", min=2, help="Average the newest N checkpoint_<update>.pt of the run "
-        "directory (default: every one kept).", show_default=False)] = None,
+        "--last", "-n", metavar="N", parser=_at_least(2), help="Average the newest N "
+        "numbered checkpoints (checkpoint_UPDATE.pt) of the run directory, N >= 2 "
+        "(default: every one kept).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Where to write the average (default: averaged.pt in the run "
-        "directory, or beside the first file).", show_default=False)] = None,
+        "--output", "-o", metavar="FILE", help="Where to write the average (default: "
+        "averaged.pt in the run directory, or beside the first file).")] = None,
+    _help: HelpOpt = False,
 ) -> None:
-    """Average model weights of several checkpoints (Vaswani et al. 2017) into one checkpoint
-    that translate, score and align accept.
+    """Average the weights of several checkpoints (Vaswani et al. 2017) into one checkpoint.
+
+    RUN_OR_CHECKPOINT is a run directory (its numbered checkpoints are averaged) or two or
+    more checkpoint files. The average is a checkpoint that translate, score and align accept.
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
@@ -227,7 +290,7 @@ def _score_flag_problems(*, metrics: list[str], paired: bool, paired_ar: bool,
         (paired_bs_n is not None and not paired, "--paired-bs-n needs --paired-bs or --paired-ar"),
         (paired_ar_n is not None and not paired_ar, "--paired-ar-n needs --paired-ar"),
         (seed is not None and not paired, "--seed needs --paired-bs or --paired-ar"),
-        (by_length and src is None, "--by-length and --plot need --src SRC"),
+        (by_length and src is None, "--by-length and --plot need --src FILE"),
         (src is not None and not by_length, "--src is used only by --by-length or --plot"),
         (buckets is not None and not by_length, "--buckets needs --by-length or --plot"),
         (chrf_plus and chrf_word_order not in (None, 2),
@@ -244,74 +307,85 @@ def _score_flag_problems(*, metrics: list[str], paired: bool, paired_ar: bool,
     return [message for bad, message in checks if bad]
 
 
-@app.command()
+@app.command(add_help_option=False)
 @user_errors
 def score(
     hyps: Annotated[list[Path] | None, typer.Argument(
-        help="Hypothesis files, one sentence per line (plain or .gz); the first is the baseline "
-        "of paired tests; - reads one from stdin.", show_default=False)] = None,
+        metavar="HYP", hidden=True, show_default=False)] = None,
     refs: Annotated[list[Path] | None, typer.Option(
-        "--ref", "-r", help="Reference file; repeat for several references.", show_default=False)]
-    = None,
+        "--ref", "-r", metavar="FILE", help="Reference file; repeat for several references."
+        )] = None,
     metrics: Annotated[str, typer.Option(
-        "--metrics", "-m", help="Comma-separated, among bleu, chrf, ter.")] = "bleu,chrf,ter",
+        "--metrics", "-m", metavar="LIST", show_default=False,
+        help="Comma-separated, among bleu, chrf and ter (default: bleu,chrf,ter).")]
+    = "bleu,chrf,ter",
     tokenize: Annotated[str | None, typer.Option(
-        "--tokenize", help="BLEU tokenizer, one of sacrebleu's: 13a (default), intl, char, zh, "
-        "none, ...")] = None,
-    lowercase: Annotated[bool, typer.Option(
+        "--tokenize", metavar="NAME", help="BLEU tokenizer, one of sacrebleu's: 13a, intl, "
+        "char, zh, none, ... (default: 13a).")] = None,
+    lowercase: Annotated[bool, _flag(
         "--lowercase", help="Lowercase before BLEU and chrF.")] = False,
-    chrf_plus: Annotated[bool, typer.Option(
+    chrf_plus: Annotated[bool, _flag(
         "--chrf-plus", help="chrF++ (word bigrams too): --chrf-word-order 2.")] = False,
     chrf_word_order: Annotated[int | None, typer.Option(
-        "--chrf-word-order", help="Word n-gram order of chrF (default 0).")] = None,
-    ter_case_sensitive: Annotated[bool, typer.Option(
+        "--chrf-word-order", metavar="N", help="Word n-gram order of chrF (default: 0).")]
+    = None,
+    ter_case_sensitive: Annotated[bool, _flag(
         "--ter-case-sensitive", help="Case-sensitive TER (sacrebleu ignores case).")] = False,
-    paired_bs: Annotated[bool, typer.Option(
-        "--paired-bs", help="Paired bootstrap resampling test of each system vs the first."
-        )] = False,
-    paired_ar: Annotated[bool, typer.Option(
-        "--paired-ar", help="Paired approximate randomization test of each system vs the first."
-        )] = False,
+    paired_bs: Annotated[bool, _flag(
+        "--paired-bs", help="Paired bootstrap resampling test of each system against the "
+        "first.")] = False,
+    paired_ar: Annotated[bool, _flag(
+        "--paired-ar", help="Paired approximate randomization test of each system against the "
+        "first.")] = False,
     paired_bs_n: Annotated[int | None, typer.Option(
-        "--paired-bs-n", min=1, help="Bootstrap resamples, also for the CIs of --paired-ar "
-        "(default 1000).")] = None,
+        "--paired-bs-n", metavar="N", parser=_at_least(1), help="Bootstrap resamples, also "
+        "for the confidence intervals of --paired-ar (default: 1000).")] = None,
     paired_ar_n: Annotated[int | None, typer.Option(
-        "--paired-ar-n", min=1, help="Approximate randomization trials (default 10000).")] = None,
+        "--paired-ar-n", metavar="N", parser=_at_least(1), help="Approximate randomization "
+        "trials (default: 10000).")] = None,
     seed: Annotated[int | None, typer.Option(
-        "--seed", min=1, help="Seed of the paired tests (default 12345, sacrebleu's).")] = None,
+        "--seed", metavar="N", parser=_at_least(1), help="Seed of the paired tests (default: "
+        "12345, sacrebleu's).")] = None,
     src: Annotated[Path | None, typer.Option(
-        "--src", help="Source file, for --by-length.")] = None,
-    by_length: Annotated[bool, typer.Option(
-        "--by-length", help="Corpus BLEU per source-length bucket (whitespace tokens).")] = False,
+        "--src", metavar="FILE", help="Source file, for --by-length.")] = None,
+    by_length: Annotated[bool, _flag(
+        "--by-length", help="Corpus BLEU per source-length bucket (whitespace tokens).")]
+    = False,
     buckets: Annotated[str | None, typer.Option(
-        "--buckets", help="Inclusive upper bucket edges (default 10,20,30,40,50).")] = None,
+        "--buckets", metavar="EDGES", help="Inclusive upper bucket edges, comma-separated "
+        "(default: 10,20,30,40,50).")] = None,
     plot: Annotated[Path | None, typer.Option(
-        "--plot", help="Also plot BLEU by length to this .png/.svg/.pdf (implies --by-length)."
-        )] = None,
+        "--plot", metavar="FILE", help="Also plot BLEU by length to this .png, .svg or .pdf "
+        "file (implies --by-length).")] = None,
     width: Annotated[int | None, typer.Option(
-        "--width", "-w", help="Decimals printed in the tables (default 1; --json prints full "
-        "precision).", show_default=False)] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+        "--width", "-w", metavar="N", help="Decimals printed in the tables (default: 1; --json "
+        "prints full precision).")] = None,
+    json_out: Annotated[bool, _flag("--json", help="Print JSON instead of tables.")] = False,
     run: Annotated[Path | None, typer.Option(
-        "--run", help="Score a run: translate --split with its best checkpoint (reusing "
-        "RUN/translations/SPLIT.*.txt when newer than it) against the split's reference; "
-        "HYP files given too are compared with it.", show_default=False)] = None,
+        "--run", metavar="RUN_DIR", help="Score a run: translate the --split with its best "
+        "checkpoint and score it against the split's reference; a translation made earlier "
+        "by the same checkpoint, source and decoding is reused. HYP files given too are "
+        "compared with it.")] = None,
     split: Annotated[str | None, typer.Option(
-        "--split", help="With --run: a validation or test split of the run, e.g. test2016.",
-        show_default=False)] = None,
+        "--split", metavar="NAME", help="With --run: a validation or test split of the run, "
+        "e.g. test2016.")] = None,
     beam: Annotated[int | None, typer.Option(
-        "--beam", "-b", help="With --run: beam size (default: the recipe's decode section).",
-        show_default=False)] = None,
-    greedy: Annotated[bool, typer.Option("--greedy", help="With --run: greedy search.")] = False,
+        "--beam", "-b", metavar="N", help="With --run: beam size (default: the recipe's "
+        "decode.beam_size).")] = None,
+    greedy: Annotated[bool, _flag("--greedy", help="With --run: greedy search.")] = False,
     device: Annotated[str | None, typer.Option(
-        "--device", help="With --run: auto (default), cpu, cuda, cuda:N, mps.",
-        show_default=False)] = None,
+        "--device", metavar="DEVICE", help="With --run: auto, cpu, cuda, cuda:N or mps "
+        "(default: auto).")] = None,
     threads: Annotated[int | None, typer.Option(
-        "--threads", min=0, help="With --run: CPU threads (0: torch's default).",
-        show_default=False)] = None,
+        "--threads", metavar="N", parser=_at_least(0), help="With --run: CPU threads, 0 for "
+        "torch's default (default: 0).")] = None,
+    _help: HelpOpt = False,
 ) -> None:
-    """Score translations with sacreBLEU (BLEU, chrF, TER, with signatures), test systems
-    against the first for significance, and show BLEU by source sentence length.
+    """Score translations with sacreBLEU: BLEU, chrF and TER, significance, BLEU by length.
+
+    HYP is a hypothesis file, one sentence per line (plain or .gz), or - for standard input;
+    with several, the first is the baseline of the paired tests. Scores come with sacreBLEU's
+    signatures.
 
     Example: mtkit score -r test.de base.de attn.de --paired-bs --src test.en --plot len.png
 
@@ -363,6 +437,8 @@ def score(
                                      threads=threads).path, *hyps]
     report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
                             src=src, buckets=edges)
+    for warning in report.warnings:
+        typer.echo(f"mtkit: warning: {warning}", err=True)
     if plot is not None:
         sc.plot_by_length(report, plot)
         typer.echo(f"mtkit: wrote {plot}", err=True)
@@ -385,7 +461,7 @@ def _score_run_problems(*, run: Path | None, split: str | None, refs: list[Path]
         (run is not None and bool(refs), "--ref: with --run the reference is the split's own "
          "(RUN_DIR/data/SPLIT.tgt.txt)"),
         (greedy and beam is not None, "--greedy and --beam exclude each other"),
-        (run is None and not refs, "missing option --ref/-r REF (or --run RUN_DIR --split NAME)"),
+        (run is None and not refs, "missing option --ref/-r FILE (or --run RUN_DIR --split NAME)"),
         (run is None and not hyps, "missing hypothesis file HYP (or --run RUN_DIR --split NAME)"),
     ]
     return [message for bad, message in checks if bad]
@@ -405,7 +481,8 @@ def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: boo
         run, split, device=tr.inference_device(device or "auto"),
         decode=lambda base: _flag_decode_config(base, method=method, beam_size=beam))
     if done.stats is None:
-        typer.echo(f"mtkit: reusing {done.path} (newer than {done.checkpoint})", err=True)
+        typer.echo(f"mtkit: reusing {done.path} (same {done.checkpoint}, source and decoding)",
+                   err=True)
     else:
         typer.echo(f"mtkit: translated {split} with {done.checkpoint} into {done.path}",
                    err=True)
@@ -479,53 +556,79 @@ def _decode_flag_problems(cfg: Any, *, sampling: dict[str, Any],
     return [message for bad, message in checks if bad]
 
 
-@app.command()
+@app.command(add_help_option=False)
 @user_errors
 def translate(
     models: Annotated[list[Path], typer.Argument(
-        help="Run directory (uses best.pt) or checkpoint file; several = an ensemble.",
-        metavar="RUN_OR_CHECKPOINT", show_default=False)],
-    input: Annotated[Path | None, typer.Option("-i", "--input",
-                                               help="Input file (default: stdin).")] = None,
+        metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
+    input: Annotated[Path | None, typer.Option(
+        "-i", "--input", metavar="FILE", help="Input file (default: standard input).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Output file, written whole or not at all (default: stdout)."
-    )] = None,
-    beam: Annotated[int | None, typer.Option("-b", "--beam", help="Beam size.")] = None,
+        "-o", "--output", metavar="FILE", help="Output file, written whole or not at all "
+        "(default: standard output).")] = None,
+    beam: Annotated[int | None, typer.Option(
+        "-b", "--beam", metavar="N", help="Beam size (default: the recipe's "
+        "decode.beam_size).")] = None,
     nbest: Annotated[int | None, typer.Option(
-        "--nbest", help="Hypotheses per sentence (text: Moses n-best lines).")] = None,
-    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search.")] = False,
-    sample: Annotated[bool, typer.Option("--sample", help="Sample instead of searching.")] = False,
+        "--nbest", metavar="N", help="Hypotheses per sentence; text gives Moses n-best lines "
+        "(default: the recipe's decode.nbest).")] = None,
+    greedy: Annotated[bool, _flag("--greedy", help="Greedy search.")] = False,
+    sample: Annotated[bool, _flag("--sample", help="Sample instead of searching.")] = False,
     length_penalty: Annotated[str | None, typer.Option(
-        "--length-penalty", help="gnmt (Wu et al. 2016), average (÷ length) or none.")] = None,
-    alpha: Annotated[float | None, typer.Option("--alpha", help="GNMT exponent.")] = None,
+        "--length-penalty", metavar="PENALTY", help="gnmt (Wu et al. 2016), average "
+        "(÷ length) or none (default: the recipe's decode.length_penalty).")] = None,
+    alpha: Annotated[float | None, typer.Option(
+        "--alpha", metavar="A", help="Exponent of the gnmt length penalty (default: the "
+        "recipe's decode.alpha).")] = None,
     max_len_a: Annotated[float | None, typer.Option(
-        "--max-len-a", help="Output limit a·src_len + b: a.")] = None,
-    max_len_b: Annotated[int | None, typer.Option("--max-len-b", help="... and b.")] = None,
-    min_len: Annotated[int | None, typer.Option("--min-len", help="Tokens before EOS.")] = None,
+        "--max-len-a", metavar="A", help="Output limit A·source length + B: A (default: the "
+        "recipe's decode.max_len_a).")] = None,
+    max_len_b: Annotated[int | None, typer.Option(
+        "--max-len-b", metavar="B", help="Output limit A·source length + B: B (default: the "
+        "recipe's decode.max_len_b).")] = None,
+    min_len: Annotated[int | None, typer.Option(
+        "--min-len", metavar="N", help="Tokens before the end of sentence (default: the "
+        "recipe's decode.min_len).")] = None,
     temperature: Annotated[float | None, typer.Option(
-        "--temperature", help="Sampling temperature.")] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Sample from the k best.")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling mass.")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed.")] = None,
+        "--temperature", metavar="T", help="Sampling temperature (default: the recipe's "
+        "decode.temperature).")] = None,
+    top_k: Annotated[int | None, typer.Option(
+        "--top-k", metavar="K", help="Sample from the K best tokens (default: the recipe's "
+        "decode.top_k).")] = None,
+    top_p: Annotated[float | None, typer.Option(
+        "--top-p", metavar="P", help="Nucleus sampling mass (default: the recipe's "
+        "decode.top_p).")] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", metavar="N", help="Sampling seed (default: the recipe's decode.seed).")]
+    = None,
     batch_tokens: Annotated[int | None, typer.Option(
-        "--batch-tokens", help="Padded source tokens per batch.")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
+        "--batch-tokens", metavar="N", help="Padded source tokens per batch (default: the "
+        "recipe's decode.batch_tokens).")] = None,
+    device: Annotated[str, typer.Option(
+        "--device", metavar="DEVICE", show_default=False,
+        help="auto, cpu, cuda, cuda:N or mps (default: auto).")] = "auto",
     threads: Annotated[int, typer.Option(
-        "--threads", min=0, help="CPU threads (0: torch's default).")] = 0,
+        "--threads", metavar="N", parser=_at_least(0), show_default=False,
+        help="CPU threads, 0 for torch's default (default: 0).")] = 0,
     fmt: Annotated[str, typer.Option(
-        "--format", help="text, or jsonl (source, hypothesis, score, tokens, nbest, alignment)."
-    )] = "text",
-    align: Annotated[bool, typer.Option(
+        "--format", metavar="FORMAT", show_default=False, help="text, or jsonl: one object per "
+        "line with source, hypothesis, score, tokens, nbest and alignment (default: text).")]
+    = "text",
+    align: Annotated[bool, _flag(
         "--align", help="Add Pharaoh word alignments (text: 'hyp ||| links').")] = False,
     align_method: Annotated[str | None, typer.Option(
-        "--align-method", help="argmax-tgt (default), argmax-src, intersection, union, "
-        "grow-diag-final.", show_default=False)] = None,
+        "--align-method", metavar="METHOD", help="Link extraction: argmax-tgt, argmax-src, "
+        "intersection, union or grow-diag-final (default: argmax-tgt).")] = None,
     ensemble_mode: Annotated[str | None, typer.Option(
-        "--ensemble-mode", help="With several models: logprob (default: average the "
-        "log-probabilities, renormalised) or prob (average the probabilities).",
-        show_default=False)] = None,
+        "--ensemble-mode", metavar="MODE", help="With several models: logprob, the average of "
+        "the log-probabilities, renormalised; or prob, the average of the probabilities "
+        "(default: logprob).")] = None,
+    _help: HelpOpt = False,
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
+
+    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file; several
+    make an ensemble.
 
     Example: mtkit translate runs/en-de-multi30k -i test.en -o test.de --beam 5
 
@@ -548,6 +651,10 @@ def translate(
         raise ConfigError("; ".join(problems))
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
+    if input is not None and output is not None and output.exists() and (
+            os.path.samefile(input, output)):
+        raise ConfigError(f"-o {output}: is the input file {input}; writing the translation "
+                          "there would replace the source; give another output file")
     if threads > 0:
         torch.set_num_threads(threads)
     dev = tr.inference_device(device)
@@ -580,19 +687,21 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
 
     from rich.console import Console
 
-    from mtkit.fileio import atomic_write, open_text
+    from mtkit.fileio import InvalidUtf8, atomic_write, decode_lines, open_binary
 
     err = Console(stderr=True)
+    invalid = InvalidUtf8("<stdin>" if input is None else str(input))
     with ExitStack() as stack:
-        if input is None:  # UTF-8 whatever the locale; only \n ends a line, as in open_text
-            sys.stdin.reconfigure(encoding="utf-8", errors="replace", newline="\n")
         if output is None:
             sys.stdout.reconfigure(encoding="utf-8")
-        src = stack.enter_context(open_text(input, errors="replace")) if input else sys.stdin
+        raw = stack.enter_context(open_binary(input)) if input else sys.stdin.buffer
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         shared = sys.stdout.isatty() and output is None or sys.stdin.isatty() and input is None
         on_batch = _progress(stack, err) if err.is_terminal and not shared else None
-        return worker.run(src, out, on_batch=on_batch)
+        stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
+    if invalid.lines:
+        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
+    return stats
 
 
 def _progress(stack: Any, console: Any) -> Any:
@@ -618,7 +727,10 @@ def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,
                          heatmap: Path | None, one_based: bool, gold: Path | None,
                          method: str | None, threshold: float | None, show: bool,
                          links: bool, stdout_links: bool) -> list[str]:
-    """Flags that `mtkit align` would otherwise accept and ignore."""
+    """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
+    from mtkit.align import METHODS
+    from mtkit.viz import FORMATS
+
     given = [name for name, value in search.items() if value not in (None, False)]
     checks = [
         (forced and bool(given), f"{', '.join(given)}: search options apply only without -t "
@@ -626,13 +738,18 @@ def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,
         (greedy and search.get("--beam") is not None, "--greedy and --beam exclude each other"),
         (self_attention not in (None, "encoder", "decoder"),
          f"--self-attention: invalid choice {self_attention!r}; expected encoder or decoder"),
-        (fmt is not None and heatmap is None, "--format applies to --heatmap DIR"),
+        (fmt is not None and heatmap is None, "--heatmap-format applies to --heatmap DIR"),
+        (fmt not in (None, *FORMATS), f"--heatmap-format: invalid choice {fmt!r}; expected "
+         f"one of {', '.join(FORMATS)}"),
+        (method not in (None, *METHODS), f"--align-method: invalid choice {method!r}; "
+         f"expected one of {', '.join(METHODS)}"),
         (one_based and gold is None, "--one-based applies to --gold FILE"),
         (gold is not None and not forced, "--gold needs -t: gold links refer to given target "
          "sentences, not to translations"),
         ((method is not None or threshold is not None) and not links,
-         "--method and --threshold apply to links: add --pharaoh, --json or --gold"),
-        (threshold is not None and method != "threshold", "--threshold needs --method threshold"),
+         "--align-method and --threshold apply to links: add --pharaoh, --json or --gold"),
+        (threshold is not None and method != "threshold",
+         "--threshold needs --align-method threshold"),
         (show and stdout_links, "--print and --pharaoh - both write to stdout; give a file"),
     ]
     return [message for bad, message in checks if bad]
@@ -648,75 +765,90 @@ def _head(value: str | None) -> int | None:
     raise ConfigError(f"--head: expected a head number (0, 1, ...) or mean, got {value!r}")
 
 
-@app.command()
+@app.command(add_help_option=False)
 @user_errors
 def align(
     model: Annotated[Path, typer.Argument(
-        help="Run directory (uses best.pt) or checkpoint file.", show_default=False)],
-    src: Annotated[Path, typer.Option("-s", "--src", help="Source sentences, one per line.",
-                                      show_default=False)],
+        metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
+    src: Annotated[Path, typer.Option(
+        "-s", "--src", metavar="FILE", help="Source sentences, one per line.",
+        show_default=False)],
     tgt: Annotated[Path | None, typer.Option(
-        "-t", "--tgt", help="Target sentences, one per line, aligned by forced decoding; "
-        "without -t the source is translated first and aligned with the translation.")] = None,
-    show: Annotated[bool, typer.Option(
+        "-t", "--tgt", metavar="FILE", help="Target sentences, one per line, aligned by forced "
+        "decoding; without -t the source is translated first and aligned with the "
+        "translation.")] = None,
+    show: Annotated[bool, _flag(
         "--print", help="Print each matrix as a shaded table (target rows, source columns).")]
     = False,
     heatmap: Annotated[Path | None, typer.Option(
-        "--heatmap", help="Write one heatmap per pair into this folder (align-NNNN.png).",
-        show_default=False)] = None,
+        "--heatmap", metavar="DIR", help="Write one heatmap per pair into this folder "
+        "(align-0000.png, ...).")] = None,
     fmt: Annotated[str | None, typer.Option(
-        "--format", help="Heatmap format: png (default), svg or pdf.", show_default=False)]
-    = None,
+        "--heatmap-format", metavar="FORMAT", help="Heatmap image format: png, svg or pdf "
+        "(default: png).")] = None,
     pharaoh: Annotated[Path | None, typer.Option(
-        "--pharaoh", help="Write Pharaoh links 'i-j' (0-based source i, target j), one line per "
-        "pair, to this file (- for stdout).", show_default=False)] = None,
+        "--pharaoh", metavar="FILE", help="Write Pharaoh links 'i-j' (0-based source i, "
+        "target j), one line per pair, to this file (- for standard output).")] = None,
     json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write matrices, tokens, links (and gold scores) as JSON.",
-        show_default=False)] = None,
+        "--json", metavar="FILE", help="Write matrices, tokens, links (and gold scores) as "
+        "JSON.")] = None,
     level: Annotated[str, typer.Option(
-        "--level", help="word (pieces merged, EOS dropped) or subword (pieces); applies to "
-        "every output.")] = "word",
+        "--level", metavar="LEVEL", show_default=False, help="word (pieces merged, EOS "
+        "dropped) or subword (pieces); applies to every output (default: word).")] = "word",
     method: Annotated[str | None, typer.Option(
-        "--method", help="Link extraction: argmax-tgt (default), argmax-src, intersection, "
-        "union, grow-diag-final, threshold.", show_default=False)] = None,
+        "--align-method", metavar="METHOD", help="Link extraction: argmax-tgt, argmax-src, "
+        "intersection, union, grow-diag-final or threshold (default: argmax-tgt).")] = None,
     threshold: Annotated[float | None, typer.Option(
-        "--threshold", help="Weight for --method threshold (default 0.5).", show_default=False)]
-    = None,
+        "--threshold", metavar="W", help="Least attention weight of a link, for "
+        "--align-method threshold (default: 0.5).")] = None,
     layer: Annotated[int | None, typer.Option(
-        "--layer", help="Transformer layer, negative from the top (default -1, the top "
-        "layer: it aligned best on synthetic reversal and permutation tasks).",
-        show_default=False)] = None,
+        "--layer", metavar="N", help="Transformer layer, negative from the top (default: -1, "
+        "the top layer: it aligned best on synthetic reversal and permutation tasks).")]
+    = None,
     head: Annotated[str | None, typer.Option(
-        "--head", help="Transformer head number, or mean (default).", show_default=False)]
+        "--head", metavar="HEAD", help="Transformer head number, or mean (default: mean).")]
     = None,
     self_attention: Annotated[str | None, typer.Option(
-        "--self-attention", help="encoder or decoder: show that self-attention instead of the "
-        "cross-attention.", show_default=False)] = None,
+        "--self-attention", metavar="SIDE", help="encoder or decoder: show that "
+        "self-attention instead of the cross-attention.")] = None,
     gold: Annotated[Path | None, typer.Option(
-        "--gold", help="Gold links of the -t pairs (sure i-j, possible i?j or ipj), one line "
-        "per pair: print AER, precision and recall.", show_default=False)] = None,
-    one_based: Annotated[bool, typer.Option(
-        "--one-based", help="Gold links count from 1.")] = False,
-    beam: Annotated[int | None, typer.Option("-b", "--beam", help="Beam size (no -t).")] = None,
-    greedy: Annotated[bool, typer.Option("--greedy", help="Greedy search (no -t).")] = False,
+        "--gold", metavar="FILE", help="Gold links of the -t pairs (sure i-j, possible i?j "
+        "or ipj), one line per pair: print AER, precision and recall.")] = None,
+    one_based: Annotated[bool, _flag("--one-based", help="Gold links count from 1.")] = False,
+    beam: Annotated[int | None, typer.Option(
+        "-b", "--beam", metavar="N", help="Without -t: beam size (default: the recipe's "
+        "decode.beam_size).")] = None,
+    greedy: Annotated[bool, _flag("--greedy", help="Without -t: greedy search.")] = False,
     length_penalty: Annotated[str | None, typer.Option(
-        "--length-penalty", help="gnmt, average or none (no -t).")] = None,
-    alpha: Annotated[float | None, typer.Option("--alpha", help="GNMT exponent (no -t).")]
-    = None,
+        "--length-penalty", metavar="PENALTY", help="Without -t: gnmt, average or none "
+        "(default: the recipe's decode.length_penalty).")] = None,
+    alpha: Annotated[float | None, typer.Option(
+        "--alpha", metavar="A", help="Without -t: exponent of the gnmt length penalty "
+        "(default: the recipe's decode.alpha).")] = None,
     max_len_a: Annotated[float | None, typer.Option(
-        "--max-len-a", help="Output limit a·src_len + b: a (no -t).")] = None,
-    max_len_b: Annotated[int | None, typer.Option("--max-len-b", help="... and b.")] = None,
-    min_len: Annotated[int | None, typer.Option("--min-len", help="Tokens before EOS (no -t).")]
-    = None,
+        "--max-len-a", metavar="A", help="Without -t: output limit A·source length + B: A "
+        "(default: the recipe's decode.max_len_a).")] = None,
+    max_len_b: Annotated[int | None, typer.Option(
+        "--max-len-b", metavar="B", help="Without -t: output limit A·source length + B: B "
+        "(default: the recipe's decode.max_len_b).")] = None,
+    min_len: Annotated[int | None, typer.Option(
+        "--min-len", metavar="N", help="Without -t: tokens before the end of sentence "
+        "(default: the recipe's decode.min_len).")] = None,
     batch_tokens: Annotated[int | None, typer.Option(
-        "--batch-tokens", help="Padded tokens per batch.")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N, mps.")]
-    = "auto",
-    threads: Annotated[int, typer.Option("--threads", min=0,
-                                         help="CPU threads (0: default).")] = 0,
+        "--batch-tokens", metavar="N", help="Padded tokens per batch (default: the recipe's "
+        "decode.batch_tokens).")] = None,
+    device: Annotated[str, typer.Option(
+        "--device", metavar="DEVICE", show_default=False,
+        help="auto, cpu, cuda, cuda:N or mps (default: auto).")] = "auto",
+    threads: Annotated[int, typer.Option(
+        "--threads", metavar="N", parser=_at_least(0), show_default=False,
+        help="CPU threads, 0 for torch's default (default: 0).")] = 0,
+    _help: HelpOpt = False,
 ) -> None:
-    """Show and extract word alignments from a model's attention: terminal tables, heatmaps,
-    Pharaoh links, JSON, and AER against gold links.
+    """Show and extract word alignments from a model's attention.
+
+    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file. Outputs:
+    terminal tables, heatmaps, Pharaoh links, JSON, and AER against gold links.
 
     Example: mtkit align runs/en-de-multi30k -s test.en -t test.de --pharaoh test.align
     --gold gold.txt
@@ -761,6 +893,8 @@ def align(
                          batch_tokens=batch_tokens)
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
                             device=dev, console=Console(highlight=False), stdout=sys.stdout)
+    for invalid in report.invalid_utf8:
+        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     if report.scores is not None:  # on stderr when stdout carries the links
         typer.echo(ar.format_scores(report.scores), err=str(pharaoh) == "-")
     typer.echo(f"mtkit: {report.summary()}", err=True)

@@ -6,8 +6,10 @@ Everything below this module receives a `Recipe` (or one of its sections), never
 Validation is driven by the dataclass fields themselves: the type annotation gives the
 expected type (``Literal`` lists the valid choices), ``field(metadata=...)`` gives numeric
 ranges (``ge``, ``gt``, ``le``, ``lt``), and a section may add cross-field rules with a
-``_problems()`` method. Every problem found is collected and reported together in one
-`ConfigError`, each with its dotted key and the recipe's path.
+``_problems(valid)`` method. Every problem found is collected and reported together in one
+`ConfigError`, each with its dotted key and the recipe's path: a rule runs whenever the
+fields it reads are valid (``valid(*names)``), whatever else is wrong in the recipe, and a
+missing section is validated as its defaults, so one run shows every problem.
 """
 
 from __future__ import annotations
@@ -55,9 +57,13 @@ class FileSource:
             return {"path": value}
         return value
 
-    def _problems(self) -> list[tuple[str, str]]:
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
-        if (self.path is None) == (self.url is None):
+        if not valid("path", "url", "sha256"):
+            return out
+        if self.path is None and self.url is None:
+            out.append(("", "missing: expected a file path, or {url: ..., sha256: ...}"))
+        elif self.path is not None and self.url is not None:
             out.append(("", "expected exactly one of `path` or `url`"))
         if self.url is not None and self.sha256 is None:
             out.append(("sha256", "a URL source needs its sha256 checksum"))
@@ -130,11 +136,11 @@ class DataConfig:
     # translation time, with a count in the log.
     max_len: int = _rng(256, ge=2)
 
-    def _problems(self) -> list[tuple[str, str]]:
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
-        if self.train is None:
+        if self.train is None and valid("train"):
             out.append(("train", "missing: every recipe needs a `train` split"))
-        if self.valid is None:
+        if self.valid is None and valid("valid"):
             out.append(("valid", "missing: every recipe needs a `valid` split"))
         for name, split in (("train", self.train), ("valid", self.valid),
                             *((f"test.{n}", t) for n, t in self.test.items())):
@@ -175,12 +181,14 @@ class RNNConfig:
     init: Literal["bridge", "zeros"] = "bridge"  # decoder initial state
     tie_embeddings: bool = False  # target embedding shared with the output projection
 
-    def _problems(self) -> list[tuple[str, str]]:
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
+        if not valid("placement"):
+            return out
         if self.placement == "bahdanau" and self.attention in ("location", "local-m", "local-p"):
             out.append(("attention", f"`{self.attention}` is Luong attention; "
                         "use placement: luong"))
-        if self.placement == "bahdanau" and not self.input_feeding:
+        if self.placement == "bahdanau" and not self.input_feeding and valid("input_feeding"):
             out.append(("input_feeding", "Bahdanau placement always feeds the context into "
                         "the recurrence; input_feeding: false needs placement: luong"))
         return out
@@ -206,15 +214,17 @@ class TransformerConfig:
     align_layer: int = -1  # decoder layer whose cross-attention is returned (negative: from top)
     align_head: int | None = None  # None: mean over heads
 
-    def _problems(self) -> list[tuple[str, str]]:
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
-        if self.d_model % self.heads:
+        if valid("d_model", "heads") and self.d_model % self.heads:
             out.append(("heads", f"d_model ({self.d_model}) must be divisible by heads "
                         f"({self.heads})"))
-        if not -self.dec_layers <= self.align_layer < self.dec_layers:
+        if valid("dec_layers", "align_layer") and not (
+                -self.dec_layers <= self.align_layer < self.dec_layers):
             out.append(("align_layer", f"expected a layer in [{-self.dec_layers}, "
                         f"{self.dec_layers - 1}], got {self.align_layer}"))
-        if self.align_head is not None and not 0 <= self.align_head < self.heads:
+        if valid("heads", "align_head") and self.align_head is not None and not (
+                0 <= self.align_head < self.heads):
             out.append(("align_head", f"expected null (mean) or 0..{self.heads - 1}"))
         return out
 
@@ -257,24 +267,27 @@ class TrainConfig:
     valid_every: int = _rng(1000, ge=1)  # updates between validations
     valid_metric: Literal["bleu", "chrf", "loss", "ppl"] = "bleu"
     valid_beam: int = _rng(1, ge=1)  # 1 = greedy
+    # Validate on a fixed sample of this many sentences of the validation split (0 = all):
+    # on a CPU, decoding the whole split can take as long as many updates.
+    valid_sentences: int = _rng(0, ge=0)
     patience: int = _rng(0, ge=0)  # validations without improvement before stopping; 0 = off
     keep_last: int = _rng(3, ge=1)  # last-k checkpoints kept besides best.pt
     checkpoint_every: int = _rng(0, ge=0)  # updates between checkpoints; 0 = at each validation
     average_last: int = _rng(0, ge=0)  # average the last k checkpoints at the end; 0 = off
     max_nonfinite: int = _rng(5, ge=1)  # consecutive non-finite losses before aborting
 
-    def _problems(self) -> list[tuple[str, str]]:
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
-        if self.max_time is not None:
+        if self.max_time is not None and valid("max_time"):
             try:
                 parse_duration(self.max_time)
             except ValueError as e:
                 out.append(("max_time", str(e)))
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+        if valid("device") and not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             out.append(("device", f"expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}"))
-        if not all(0.0 <= b < 1.0 for b in self.betas):
+        if valid("betas") and not all(0.0 <= b < 1.0 for b in self.betas):
             out.append(("betas", "expected two numbers in [0, 1)"))
-        if self.average_last > self.keep_last:
+        if valid("average_last", "keep_last") and self.average_last > self.keep_last:
             out.append(("average_last", f"cannot average more than keep_last "
                         f"({self.keep_last}) checkpoints"))
         return out
@@ -311,12 +324,24 @@ class DecodeConfig:
     seed: int = 1
     batch_tokens: int = _rng(8000, ge=16)  # source tokens per translation batch
 
-    def _problems(self) -> list[tuple[str, str]]:
-        if self.method == "beam" and self.nbest > self.beam_size:
-            return [("nbest", f"cannot exceed beam_size ({self.beam_size})")]
-        if self.method == "greedy" and self.nbest > 1:
-            return [("nbest", "greedy search gives one hypothesis; use method beam or sample")]
-        return []
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
+        out = []
+        if valid("method", "nbest", "beam_size"):
+            if self.method == "beam" and self.nbest > self.beam_size:
+                out.append(("nbest", f"cannot exceed beam_size ({self.beam_size})"))
+            if self.method == "greedy" and self.nbest > 1:
+                out.append(("nbest", "greedy search gives one hypothesis; use method beam or "
+                            "sample"))
+        if valid("min_len", "max_len_a", "max_len_b") and self.min_len > self.shortest_limit:
+            out.append(("min_len", f"{self.min_len} is more than the output limit for a "
+                        f"one-token source, max_len_a * 1 + max_len_b = {self.shortest_limit}; "
+                        "EOS could never be chosen"))
+        return out
+
+    @property
+    def shortest_limit(self) -> int:
+        """The output limit (tokens before EOS) for a one-token source (`decode.limits`)."""
+        return int(self.max_len_a) + self.max_len_b  # floor(a * 1) + b
 
 
 # --------------------------------------------------------------------------- recipe
@@ -330,20 +355,28 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
-    def _problems(self) -> list[tuple[str, str]]:
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
-            out.append(("name", f"expected letters, digits, '_', '-', '.', got {self.name!r}"))
-        if (self.model.arch == "transformer" and self.model.transformer.share_embeddings
+        # The name becomes the folder runs/<name>: "." or ".." would make it another folder.
+        if valid("name") and (not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name)
+                              or not self.name.strip(".")):
+            out.append(("name", "expected a plain folder name of letters, digits, '_', '-', "
+                        f"'.' (not . or ..), got {self.name!r}"))
+        if (valid("model.arch", "model.transformer.share_embeddings", "data.spm.joint")
+                and self.model.arch == "transformer" and self.model.transformer.share_embeddings
                 and not self.data.spm.joint):
             out.append(("model.transformer.share_embeddings",
                         "needs a joint vocabulary (data.spm.joint: true)"))
         rnn, tf = self.model.rnn, self.model.transformer
-        if (self.model.arch == "rnn" and rnn.attention == "location"
+        lengths_ok = valid("model.arch", "data.max_len")
+        if (lengths_ok and valid("model.rnn.attention", "model.rnn.max_positions")
+                and self.model.arch == "rnn" and rnn.attention == "location"
                 and rnn.max_positions < self.data.max_len + 1):
             out.append(("model.rnn.max_positions", f"location attention must score every "
                         f"source position: expected >= data.max_len + 1 ({self.data.max_len + 1})"))
-        if (self.model.arch == "transformer" and tf.positions == "learned"
+        if (lengths_ok and valid("model.transformer.positions",
+                                 "model.transformer.max_positions")
+                and self.model.arch == "transformer" and tf.positions == "learned"
                 and tf.max_positions < self.data.max_len + 1):
             out.append(("model.transformer.max_positions", f"learned positions must cover "
                         f"data.max_len + 1 ({self.data.max_len + 1}) tokens"))
@@ -359,6 +392,19 @@ class _Problems:
 
     def add(self, key: str, msg: str) -> None:
         self.items.append((key, msg))
+
+
+class Valid:
+    """Which fields of the object being validated converted without a problem, for its
+    cross-field rules: ``valid("d_model", "heads")`` is False when either (or anything under
+    it) has a problem, so a rule never reasons from a default that stands in for a bad value."""
+
+    def __init__(self, bad_keys: list[str]) -> None:
+        self._bad = bad_keys
+
+    def __call__(self, *names: str) -> bool:
+        return not any(k == n or k.startswith((n + ".", n + "["))
+                       for k in self._bad for n in names)
 
 
 def _join(prefix: str, key: str) -> str:
@@ -500,9 +546,11 @@ def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | 
     kwargs = {}
     before = len(problems.items)
     for name, f in fields.items():
-        if name not in value:
-            continue
         key = _join(prefix, name)
+        if name not in value:
+            if dataclasses.is_dataclass(hints[name]):  # a missing section: check its defaults
+                _build(hints[name], {}, key, problems, base)
+            continue
         converted = _convert(hints[name], value[name], key, problems, base)
         _check_range(f.metadata, converted, key, problems)
         if converted is not None or value[name] is None:
@@ -515,10 +563,18 @@ def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | 
     except TypeError as e:  # pragma: no cover - a field left None by a reported problem
         problems.add(prefix, str(e))
         return None
-    if len(problems.items) == before and hasattr(obj, "_problems"):
-        for key, msg in obj._problems():
+    if hasattr(obj, "_problems"):
+        bad = [_relative(key, prefix) for key, _ in problems.items[before:]]
+        for key, msg in obj._problems(Valid(bad)):
             problems.add(_join(prefix, key) or "(top level)", msg)
     return obj
+
+
+def _relative(key: str, prefix: str) -> str:
+    """`key` relative to the object at `prefix` ("" for a problem of the object itself)."""
+    if not prefix:
+        return key
+    return key[len(prefix) + 1:] if key.startswith(prefix + ".") else ""
 
 
 def apply_override(raw: dict, assignment: str) -> None:

@@ -1,14 +1,44 @@
-"""Small file helpers shared by every command: atomic writes and reading plain or gzip text."""
+"""Small file helpers shared by every command: atomic writes, and reading plain or gzip text
+under one policy for lines and encodings.
+
+Text policy (every input mtkit reads: corpora, sources, references, hypotheses, alignments):
+only ``\n`` ends a line (a Unicode line separator inside a sentence never shifts the
+alignment of parallel files); a file's last line needs no ``\n``; invalid UTF-8 bytes are
+replaced with U+FFFD, and the command warns once per file with the number of such lines and
+the first of them (`InvalidUtf8.warning`), rather than stopping a long job over a few bytes.
+
+Write policy: every output is written to a temporary file beside its destination and renamed
+into place only when complete; a failure to write is a `WriteError` naming the destination
+and the system's reason (disk full, read-only, a folder in the way), never a traceback.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from mtkit.errors import MtkitError
+
+
+class WriteError(MtkitError):
+    """An output could not be written (disk full, read-only folder, a folder in the way)."""
+
+
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES,
+                 errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENOENT, errno.EEXIST}
+
+
+def write_error(path: str | Path, e: OSError) -> WriteError:
+    """The one-line error for a failed write of `path`, with the OS's reason."""
+    reason = e.strerror or str(e)
+    return WriteError(f"{path}: cannot write ({reason})")
 
 
 def umask() -> int:
@@ -23,8 +53,16 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     """Write to a temporary file beside `path` and rename it into place only on success,
     so an interrupted write never leaves a half-written file that a later run trusts."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise WriteError(f"{path}: is a folder; expected a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except FileExistsError:  # a file where a parent folder should be
+        raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
+                         ) from None
+    except OSError as e:
+        raise write_error(path, e) from None
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
@@ -33,9 +71,13 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         # mkstemp creates 0600; give the file the permissions a plain open() would.
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        # A file system error of our file; one naming another file (say, reading an input)
+        # or from the network (a download written through us) is the caller's.
+        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
+            raise write_error(path, e) from None
         raise
 
 
@@ -52,3 +94,92 @@ def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
     if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors=errors, newline="\n")
     return open(path, encoding="utf-8", errors=errors, newline="\n")
+
+
+# --------------------------------------------------------------------------- reading text
+
+
+@dataclass
+class InvalidUtf8:
+    """Lines of one input where invalid UTF-8 was replaced: how many, and the first (from 1)."""
+
+    name: str
+    lines: int = 0
+    first: int = 0
+
+    def note(self, line_number: int) -> None:
+        self.lines += 1
+        self.first = self.first or line_number
+
+    def warning(self) -> str | None:
+        """The one warning every command gives for this input, or None when it was clean."""
+        if not self.lines:
+            return None
+        s = "s" if self.lines != 1 else ""
+        first = f" (first: line {self.first})" if self.first else ""
+        return f"{self.name}: invalid UTF-8 on {self.lines} line{s}{first}, replaced with U+FFFD"
+
+
+def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
+    """Decode byte lines (each ending in ``\n`` except perhaps the last) under the text policy:
+    lines without their ``\n``, invalid UTF-8 replaced and counted in `report`."""
+    for number, line in enumerate(raw, 1):
+        line = line[:-1] if line.endswith(b"\n") else line
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError:
+            report.note(number)
+            yield line.decode("utf-8", errors="replace")
+
+
+def open_binary(path: str | Path) -> IO[bytes]:
+    """A plain or gzip file as a binary stream (whatever the file is called)."""
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
+_BLOCK = 1 << 22  # bytes read at a time by read_line_blocks
+
+
+def _decode_block(block: bytes, first_line: int, report: InvalidUtf8) -> list[str]:
+    """The lines of `block` (complete lines, without the final ``\n``); line `first_line`
+    (from 1) is its first, for the report."""
+    try:
+        # One decode for the whole block; only a block with a bad byte goes line by line.
+        return block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        pass
+    lines = []
+    for number, line in enumerate(block.split(b"\n"), first_line):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            report.note(number)
+            lines.append(line.decode("utf-8", errors="replace"))
+    return lines
+
+
+def read_line_blocks(path: str | Path, report: InvalidUtf8) -> Iterator[list[str]]:
+    """The lines of a plain or gzip text file under the text policy, a few MB of them at a
+    time (bounded memory whatever the file's size; a line longer than a block is joined)."""
+    with open_binary(path) as f:
+        pending: list[bytes] = []  # the start of a line longer than a block, so far
+        done = 0  # lines handed out
+        while block := f.read(_BLOCK):
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                pending.append(block)
+                continue
+            head = b"".join([*pending, block[:cut]]) if pending else block[:cut]
+            pending = [block[cut + 1:]]
+            lines = _decode_block(head, done + 1, report)
+            done += len(lines)
+            yield lines
+        tail = b"".join(pending)
+        if tail:  # a last line without its \n
+            yield _decode_block(tail, done + 1, report)
+
+
+def read_lines(path: str | Path, report: InvalidUtf8 | None = None) -> list[str]:
+    """Every line of a plain or gzip text file, under the text policy (see the module doc)."""
+    report = report if report is not None else InvalidUtf8(str(path))
+    return [line for block in read_line_blocks(path, report) for line in block]

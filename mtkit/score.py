@@ -31,7 +31,7 @@ from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
 
 from mtkit.errors import DataError, MtkitError
-from mtkit.fileio import GZIP_MAGIC
+from mtkit.fileio import GZIP_MAGIC, InvalidUtf8, decode_lines
 
 METRICS = ("bleu", "chrf", "ter")
 TESTS = ("bs", "ar")
@@ -132,26 +132,23 @@ class Text:
 
     name: str
     lines: tuple[str, ...]
+    invalid: InvalidUtf8 | None = None  # where invalid UTF-8 was replaced, if anywhere
 
 
 def read_text(path: Path) -> Text:
-    """Read a UTF-8 file (plain or .gz; `-` is stdin) as lines, raising DataError for a missing,
-    empty or non-UTF-8 file. Trailing whitespace (a Windows `\\r` too) is stripped from each
-    line, as sacrebleu's command line does; only `\\n` ends a line."""
+    """Read a file (plain or .gz; `-` is stdin) as lines under mtkit's text policy
+    (`mtkit.fileio`), raising DataError for a missing or empty file. Trailing whitespace (a
+    Windows `\\r` too) is stripped from each line, as sacrebleu's command line does."""
     name = "<stdin>" if path == STDIN else str(path)
     data = _read_bytes(path, name)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{name}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); "
-                        "convert it, e.g. with iconv -t UTF-8") from None
-    if not text:
+    if not data:
         raise DataError(f"{name}: file is empty; expected one sentence per line")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return Text(name, tuple(line.rstrip() for line in lines))
+    raw = data.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()  # the final newline ends the last line; it does not start an empty one
+    invalid = InvalidUtf8(name)
+    lines = tuple(line.rstrip() for line in decode_lines(raw, invalid))
+    return Text(name, lines, invalid if invalid.lines else None)
 
 
 def _read_bytes(path: Path, name: str) -> bytes:
@@ -251,6 +248,7 @@ class ScoreReport:
     significance: list[PairedTestResult]
     by_length: list[LengthBucket] | None = None
     length_signature: str | None = None  # signature of the BLEU behind `by_length`
+    warnings: tuple[str, ...] = ()  # about the inputs (invalid UTF-8), for stderr
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -339,10 +337,13 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
     same = {name[k]: [st == stats[k][0] for st in stats[k]] for k in scorers}
     tests = [_paired_test(t, hyps, scorers, significance, same)
              for t in (significance.tests if significance else ())]
+    warnings = tuple(t.invalid.warning() or "" for t in (*refs, *hyps, *([src] if src else []))
+                     if t.invalid is not None)
     report = ScoreReport(
         references=[r.name for r in refs], systems=[h.name for h in hyps],
         sentences=len(refs[0].lines), signatures=signatures, width=metrics.width,
-        scores=[{name[k]: s for k, s in row.items()} for row in scores], significance=tests)
+        scores=[{name[k]: s for k, s in row.items()} for row in scores], significance=tests,
+        warnings=warnings)
     if src is None:
         return report
     bleu = scorers.get("bleu") or _make_metric("bleu", metrics, refs)

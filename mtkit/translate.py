@@ -193,6 +193,9 @@ class StreamTranslator:
         if self.cfg.nbest > 1:
             rec["nbest"] = [{"hypothesis": t, "score": s, "tokens": n}
                             for t, s, n in zip(texts, scores, counts, strict=True)]
+            if self.align_fn is not None:  # each hypothesis has its own attention
+                for entry, h in zip(rec["nbest"], hyps, strict=True):
+                    entry["alignment"] = self._align(it, h)
         if self.align_fn is not None:
             rec["alignment"] = self._align(it, hyps[0])
         return json.dumps(rec, ensure_ascii=False) + "\n"
@@ -269,7 +272,9 @@ def translate_split(run_dir: Path, split: str, *, device: torch.device,
                     ) -> SplitTranslation:
     """Translate a run's split with its best checkpoint (else last) and its recipe's decode
     section as changed by `decode` (1-best), into RUN_DIR/translations/SPLIT.TAG.txt, written
-    atomically. A file already there and newer than the checkpoint and the source is reused."""
+    atomically. A file already there is reused only when its key file (SPLIT.TAG.txt.key)
+    records the same checkpoint contents, source text and decoding: file dates prove nothing
+    (a checkpoint copied in keeps an older date)."""
     from mtkit.fileio import atomic_write, open_text
     from mtkit.train.checkpoint import resolve_checkpoint
 
@@ -278,9 +283,31 @@ def translate_split(run_dir: Path, split: str, *, device: torch.device,
     model, recipe, tok = load_translator([ckpt], device)
     cfg = dataclasses.replace(decode(recipe.decode), nbest=1)
     out = Path(run_dir) / "translations" / f"{split}.{decode_tag(cfg)}.txt"
-    if out.is_file() and out.stat().st_mtime > max(ckpt.stat().st_mtime, src.stat().st_mtime):
+    key_path = out.with_name(out.name + ".key")
+    key = _translation_key(ckpt, src, cfg)
+    if out.is_file() and _read_key(key_path) == key:
         return SplitTranslation(out, src, ref, ckpt, cfg, None)
+    key_path.unlink(missing_ok=True)  # never a key beside a translation it does not describe
     worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len)
     with open_text(src) as lines, atomic_write(out) as f:
         stats = worker.run(lines, f)
+    with atomic_write(key_path) as f:
+        json.dump(key, f, sort_keys=True)
     return SplitTranslation(out, src, ref, ckpt, cfg, stats)
+
+
+def _translation_key(ckpt: Path, src: Path, cfg: DecodeConfig) -> dict[str, Any]:
+    """What a cached translation depends on: the checkpoint's and the source's bytes, and
+    every decoding option that can change the output."""
+    from mtkit.data.sources import sha256_file
+
+    options = {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
+    return {"checkpoint_sha256": sha256_file(ckpt), "source_sha256": sha256_file(src),
+            "decode": options}
+
+
+def _read_key(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

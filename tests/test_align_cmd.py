@@ -172,7 +172,7 @@ def test_print_shows_every_token_within_80_columns(trained, pairs):
 @pytest.mark.parametrize("fmt", ["svg", "pdf"])
 def test_heatmap_formats(trained, pairs, tmp_path, fmt):
     res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--heatmap", tmp_path / "m",
-               "--format", fmt)
+               "--heatmap-format", fmt)
     assert res.exit_code == 0, res.output
     first = (tmp_path / "m" / f"align-0000.{fmt}").read_bytes()
     assert len(list((tmp_path / "m").iterdir())) == N
@@ -201,11 +201,14 @@ def test_methods_and_threshold(trained, pairs):
         assert res.exit_code == 0, res.output
         return [parse_links(line).sure for line in res.stdout.splitlines()]
 
-    tgt, src = links(), links("--method", "argmax-src")
-    inter, union = links("--method", "intersection"), links("--method", "union")
+    def method(name: str, *args: str) -> list[set]:
+        return links("--align-method", name, *args)
+
+    tgt, src = links(), method("argmax-src")
+    inter, union = method("intersection"), method("union")
     assert inter == [a & b for a, b in zip(tgt, src, strict=True)]
     assert union == [a | b for a, b in zip(tgt, src, strict=True)]
-    low, high = (links("--method", "threshold", "--threshold", t) for t in ("0.1", "0.9"))
+    low, high = (method("threshold", "--threshold", t) for t in ("0.1", "0.9"))
     assert all(h <= lo for h, lo in zip(high, low, strict=True))
     assert sum(map(len, low)) > sum(map(len, high))
 
@@ -323,16 +326,19 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "-t", "{tgt}"], "nothing to do"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--beam", "4"], "--beam: search options apply"),
     (["-s", "{src}", "--gold", "{gold}"], "--gold needs -t"),
-    (["-s", "{src}", "-t", "{tgt}", "--print", "--format", "svg"], "--format applies to"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--heatmap-format", "svg"],
+     "--heatmap-format applies to --heatmap DIR"),
+    (["-s", "{src}", "-t", "{tgt}", "--heatmap", "{tmp}/m", "--heatmap-format", "gif"],
+     "--heatmap-format: invalid choice 'gif'; expected one of png, svg, pdf"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--layer", "2"], "--layer 2: the model has 2"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--head", "4"], "--head 4: the model has 4"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--head", "all"], "--head: expected a head"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--level", "char"], "--level: invalid choice"),
-    (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--method", "best"],
-     "unknown alignment method 'best'"),
+    (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--align-method", "best"],
+     "--align-method: invalid choice 'best'; expected one of argmax-tgt,"),
     (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--threshold", "0.3"],
-     "--threshold needs --method threshold"),
-    (["-s", "{src}", "-t", "{tgt}", "--print", "--method", "union"], "apply to links"),
+     "--threshold needs --align-method threshold"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--align-method", "union"], "apply to links"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--self-attention", "cross"],
      "--self-attention: invalid choice"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--pharaoh", "-"], "both write to stdout"),

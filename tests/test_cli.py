@@ -3,8 +3,10 @@ every other user error — one line on stderr, exit code 2, no traceback."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +60,153 @@ def test_greedy_on_the_command_line_overrides_a_recipe_nbest():
     assert _flag_decode_config(recipe_decode, method="greedy", nbest=None).nbest == 1
     with pytest.raises(ConfigError, match=r"--nbest \(decode\.nbest\): greedy search gives one"):
         _flag_decode_config(recipe_decode, method="greedy", nbest=2)
+
+
+# --------------------------------------------------------------------------- help screens
+
+COMMANDS = ["prep", "train", "average", "score", "translate", "align"]
+
+
+def _help(*args: str, columns: int) -> str:
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    result = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _command(name: str):
+    import typer.main
+
+    from mtkit.cli import app
+
+    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize("command", [[], *([c] for c in COMMANDS)])
+def test_help_shows_no_python_types_and_no_cut_text(command, columns):
+    text = _help(*command, columns=columns)
+    for bad in ("<bool>", "<int", "<float", "<str>", "<path>", "<list", "list[", "[x>=",
+                "…", "runs//"):
+        assert bad not in text, (bad, text)
+    usage, rest = text.split("\n", 2)[1], text.split("\n", 2)[2]
+    # typer 0.29 marks a required argument {LIKE_THIS} on the usage line; nowhere else.
+    assert "{" not in rest and all(w.isupper() for w in re.findall(r"\{(\w+)\}", usage)), usage
+    assert len(max(text.splitlines(), key=len)) <= columns
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_option_has_a_capital_metavar_and_every_switch_none(name):
+    for param in _command(name).params:
+        if param.param_type_name == "argument":
+            assert re.fullmatch(r"[A-Z_]+", param.metavar), (name, param.name)
+        elif param.is_flag:
+            assert param.metavar == "", (name, param.opts)
+        else:
+            assert re.fullmatch(r"[A-Z_]+(=[A-Z_]+)?", param.metavar), (name, param.opts)
+
+
+def test_the_command_list_shows_each_summary_whole():
+    text = _help(columns=200)
+    for name in COMMANDS:
+        summary = " ".join(_command(name).help.split("\n\n")[0].split())
+        rows = [line for line in text.splitlines() if line.startswith(f"│ {name} ")]
+        assert len(rows) == 1 and summary in rows[0], (summary, rows)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_line_break_in_the_source_of_a_help_text_is_a_space(name):
+    lines = _help(name, columns=300).splitlines()
+    for paragraph in _command(name).help.split("\n\n"):
+        whole = " ".join(paragraph.split())
+        assert any(whole in line for line in lines), (whole, lines)
+
+
+@pytest.mark.parametrize("name", ["translate", "align", "score"])
+def test_value_options_state_their_default(name):
+    # inputs, and outputs that are off unless named
+    no_default = {"--src", "--tgt", "--ref", "--split", "--run", "--self-attention", "--heatmap",
+                  "--pharaoh", "--json", "--gold", "--plot"}
+    for param in _command(name).params:
+        if param.param_type_name == "option" and not param.is_flag and not (
+                no_default & set(param.opts)):
+            assert "(default: " in param.help, (name, param.opts)
+
+
+def test_one_name_per_idea_across_commands():
+    align, translate = _help("align", columns=120), _help("translate", columns=120)
+    assert "--align-method" in align and "--align-method" in translate
+    assert "--heatmap-format" in align and "--format " not in align
+    assert "--method " not in align and "--format" in translate
+    for old in (["--method", "union"], ["--format", "svg"]):
+        out = _mtkit("align", "run", "-s", "src.txt", *old)
+        assert out.returncode == 2 and f"No such option: {old[0]}" in out.stderr
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_short_help_flag_works_everywhere(name):
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    result = CliRunner().invoke(app, [name, "-h"])
+    assert result.exit_code == 0 and "Usage: mtkit " + name in result.stdout
+
+
+def test_a_count_below_its_least_value_is_a_usage_error():
+    out = _mtkit("translate", "run", "--threads", "-1")
+    assert out.returncode == 2 and "'--threads'" in out.stderr
+    assert "expected a whole number >= 0, got '-1'" in out.stderr
+
+
+# --------------------------------------------------------------------------- train --threads
+
+
+def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    import mtkit.train.loop
+    from mtkit.cli import app
+
+    seen = {}
+
+    def fake_train(recipe, run_dir, **kwargs):
+        seen["recipe"] = recipe
+        return SimpleNamespace(reason="interrupted", update=3, checkpoint=run_dir / "last.pt")
+
+    monkeypatch.setattr(mtkit.train.loop, "train", fake_train)
+    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    result = CliRunner().invoke(app, ["train", str(toy), "--run-dir", str(tmp_path),
+                                      "--device", "cpu", "--threads", "3"])
+    assert result.exit_code == 130, result.output
+    assert seen["recipe"].train.threads == 3 and seen["recipe"].train.device == "cpu"
+    assert result.stderr.strip().endswith(
+        f"mtkit train {toy} --run-dir {tmp_path} --device cpu --threads 3 --resume")
+
+
+def test_train_threads_refuses_a_negative_count(tmp_path):
+    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    out = _mtkit("train", str(toy), "--run-dir", str(tmp_path), "--threads", "-2")
+    assert out.returncode == 2 and "'--threads'" in out.stderr
+
+
+# --------------------------------------------------------------------------- prep inside train
+
+
+def test_train_prints_the_prep_report_once(tmp_path):
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    result = CliRunner().invoke(app, ["train", str(toy), "--run-dir", str(tmp_path / "run"),
+                                      "--set", "train.max_updates=1"])
+    assert result.exit_code == 0, result.output
+    for title in ("cleaning the training split", "prepared splits", "batching:",
+                  "prep: wrote"):
+        assert result.stderr.count(title) == 1, (title, result.stderr)

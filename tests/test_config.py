@@ -90,7 +90,12 @@ def _error(raw: dict) -> str:
      "r.yaml: train.device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
     ({"train.betas": [0.9, 1.5]}, "r.yaml: train.betas: expected two numbers in [0, 1)"),
     ({"train.betas": [0.9]}, "r.yaml: train.betas: expected a list of"),
-    ({"name": "a b"}, "r.yaml: name: expected letters, digits, '_', '-', '.', got 'a b'"),
+    ({"name": "a b"}, "r.yaml: name: expected a plain folder name of letters, digits, "
+     "'_', '-', '.' (not . or ..), got 'a b'"),
+    ({"name": ".."}, "r.yaml: name: expected a plain folder name"),
+    ({"name": "."}, "r.yaml: name: expected a plain folder name"),
+    ({"decode.min_len": 30, "decode.max_len_b": 5, "decode.max_len_a": 1.5},
+     "r.yaml: decode.min_len: 30 is more than the output limit for a one-token source"),
     ({"train": [1, 2]}, "r.yaml: train: expected a mapping, got [1, 2]"),
 ])
 def test_each_error_names_key_and_expectation(dotted: dict, message: str) -> None:

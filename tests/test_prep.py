@@ -131,7 +131,7 @@ def test_multi30k_splits_storage_and_recipe(multi30k_run, mirror: Path) -> None:
     ddir = data_dir(run_dir)
     assert {n: s.pairs for n, s in report.splits.items()} == {
         "train": 28997, "valid": 1014, "test2016": 1000}
-    assert report.clean.dropped["ratio"] == 3 and report.invalid_utf8 == {}
+    assert report.clean.dropped["ratio"] == 3 and report.invalid_utf8 == []
     tok = Tokenizer.load(ddir)
     valid_en = _mirror_lines(mirror, "val.en.gz")
     valid = ParallelData.load(ddir, "valid")  # never cleaned: line i is sentence i
@@ -215,7 +215,8 @@ def test_interrupted_prep_leaves_no_trusted_directory(tmp_path: Path,
         with pytest.raises(KeyboardInterrupt):
             prepare(recipe, run)
     assert not data_dir(run).exists() and not is_prepared(recipe, run)
-    assert [p.name for p in run.iterdir()] == []  # no half-written temporary folder either
+    # No half-written temporary folder either; only the run lock (free again) remains.
+    assert [p.name for p in run.iterdir()] == [".mtkit.lock"]
     first = prepare(recipe, run)
     changed = _recipe(tmp_path, "train.src", "train.tgt", "data.clean.max_len=3")
     with monkeypatch.context() as m:
@@ -225,7 +226,7 @@ def test_interrupted_prep_leaves_no_trusted_directory(tmp_path: Path,
     # The old, complete directory is still there and still trusted for the old recipe only.
     assert is_prepared(recipe, run) and not is_prepared(changed, run)
     assert len(ParallelData.load(data_dir(run), "train")) == first.splits["train"].pairs
-    assert sorted(p.name for p in run.iterdir()) == ["data", "recipe.yaml"]
+    assert sorted(p.name for p in run.iterdir()) == [".mtkit.lock", "data", "recipe.yaml"]
 
 
 # --------------------------------------------------------------------------- reading
@@ -257,12 +258,13 @@ def test_invalid_utf8_is_replaced_counted_and_reported(tmp_path: Path) -> None:
     lines[3] = b"ba \xff ko"
     lines[7] = b"\xc3\x28 tu"
     src.write_bytes(b"\n".join(lines))
-    assert read_lines(src).lines[3] == "ba \ufffd ko" and read_lines(src).invalid_utf8 == 2
+    assert read_lines(src).lines[3] == "ba \ufffd ko" and read_lines(src).invalid.lines == 2
     out = io.StringIO()
     report = prepare(_recipe(tmp_path, "train.src", "train.tgt"), tmp_path / "run",
                      console=Console(file=out, width=300))
-    assert report.invalid_utf8 == {str(src): 2}
-    assert f"{src}: invalid UTF-8 replaced with U+FFFD on 2 lines" in out.getvalue()
+    assert [(f.name, f.lines, f.first) for f in report.invalid_utf8] == [(str(src), 2, 4)]
+    assert (f"warning: {src}: invalid UTF-8 on 2 lines (first: line 4), replaced with U+FFFD"
+            in out.getvalue())
 
 
 def test_reading_splits_on_newline_only_and_strips(tmp_path: Path) -> None:
@@ -347,12 +349,21 @@ def test_download_into_cache_with_progress(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MTKIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MTKIT_DATA_MIRROR", raising=False)
     remote = _write(tmp_path / "remote.gz", ["hello world"] * 1000, gz=True)
-    calls = []
+    calls, verified = [], []
+
+    class Progress:
+        def __call__(self, *a):
+            calls.append(a)
+
+        def verified(self, name, size):
+            verified.append((name, size))
+
     src = _url_source(remote)
-    got = sources.resolve(src, on_download=lambda *a: calls.append(a))
+    got = sources.resolve(src, on_download=Progress())
     assert got.parent.parent == tmp_path / "cache" and got.name == "remote.gz"
     assert got.read_bytes() == remote.read_bytes()
     assert calls and calls[-1][0] == "remote.gz" and calls[-1][1] == remote.stat().st_size
+    assert verified == [("remote.gz", remote.stat().st_size)]
     assert [p.name for p in got.parent.iterdir()] == ["remote.gz"]  # no temporary left
     remote.unlink()  # now only the cache has it
     assert sources.resolve(src) == got
@@ -491,6 +502,7 @@ def _toy_with_trouble(tmp_path: Path) -> int:
 
 @pytest.mark.parametrize("joint", [True, False])
 def test_chunk_and_block_sizes_change_nothing(tmp_path: Path, monkeypatch, joint: bool) -> None:
+    from mtkit import fileio
     from mtkit.data import stream
 
     dups = _toy_with_trouble(tmp_path)
@@ -499,7 +511,7 @@ def test_chunk_and_block_sizes_change_nothing(tmp_path: Path, monkeypatch, joint
     recipe = _recipe(tmp_path, "s", "t", "data.clean.dedup=true", *extra)
     whole = prepare(recipe, tmp_path / "whole")
     monkeypatch.setattr(stream, "CHUNK", 7)
-    monkeypatch.setattr(stream, "_BLOCK", 50)
+    monkeypatch.setattr(fileio, "_BLOCK", 50)
     small = prepare(recipe, tmp_path / "small")
     assert small.clean.dropped == whole.clean.dropped and whole.clean.dropped["duplicate"] == dups
     assert whole.clean.dropped["empty"] == 2 and small.splits == whole.splits
@@ -605,7 +617,7 @@ def test_interrupted_encoding_leaves_nothing(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.setattr(prep_mod, "encode_split", fail_on_second)
     with pytest.raises(KeyboardInterrupt):
         prepare(recipe, run)
-    assert calls == ["train", "valid"] and [p.name for p in run.iterdir()] == []
+    assert calls == ["train", "valid"] and [p.name for p in run.iterdir()] == [".mtkit.lock"]
     monkeypatch.setattr(prep_mod, "encode_split", real)
     first = prepare(recipe, run)
     monkeypatch.setattr(prep_mod, "encode_split", fail_on_second)
@@ -613,5 +625,5 @@ def test_interrupted_encoding_leaves_nothing(tmp_path: Path, monkeypatch) -> Non
     with pytest.raises(KeyboardInterrupt):
         prepare(recipe, run, force=True)
     assert is_prepared(recipe, run) and sorted(p.name for p in run.iterdir()) == [
-        "data", "recipe.yaml"]
+        ".mtkit.lock", "data", "recipe.yaml"]
     assert len(ParallelData.load(data_dir(run), "train")) == first.splits["train"].pairs

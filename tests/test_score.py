@@ -16,7 +16,7 @@ from sacrebleu.significance import PairedTest
 from typer.testing import CliRunner
 
 from mtkit.cli import app
-from mtkit.errors import DataError, MtkitError
+from mtkit.errors import MtkitError
 from mtkit.score import (
     MetricOptions,
     SignificanceOptions,
@@ -309,17 +309,25 @@ def test_line_count_mismatch_names_both_files(files, tmp_path):
            "source", "short.txt")
 
 
-def test_missing_empty_non_utf8_and_directory_inputs(files, tmp_path):
-    empty, latin1 = tmp_path / "empty.txt", tmp_path / "latin1.txt"
+def test_missing_empty_and_directory_inputs(files, tmp_path):
+    empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
-    latin1.write_bytes("ok\nGr\xfc\xdfe\n".encode("latin-1"))
     _fails(_cli("-r", files["ref"], tmp_path / "nope.txt"), "nope.txt", "no such file")
     _fails(_cli("-r", empty, files["good"]), "empty.txt", "empty")
-    _fails(_cli("-r", files["ref"], latin1), "latin1.txt", "not UTF-8", "line 2")
     _fails(_cli("-r", files["ref"], tmp_path), "is a directory")
     _fails(_cli("-r", files["ref"], "-", input=""), "<stdin>", "empty")
-    with pytest.raises(DataError, match="not UTF-8"):
-        read_text(latin1)
+
+
+def test_invalid_utf8_is_replaced_with_the_shared_warning(files, tmp_path):
+    latin1 = tmp_path / "latin1.txt"
+    lines = files["good"].read_bytes().split(b"\n")
+    lines[1] = "Gr\xfc\xdfe".encode("latin-1")
+    latin1.write_bytes(b"\n".join(lines))
+    assert read_text(latin1).lines[1] == "Gr\ufffd\ufffde"
+    result = _cli("-r", files["ref"], latin1)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (f"mtkit: warning: {latin1}: invalid UTF-8 on 1 line (first: line "
+                             "2), replaced with U+FFFD\n")
 
 
 @pytest.mark.parametrize("args, words", [

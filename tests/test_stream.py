@@ -10,12 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mtkit import fileio
 from mtkit.data import stream
 from mtkit.data.clean import read_lines
 from mtkit.data.dedup import SeenPairs, pair_hashes
 from mtkit.data.reservoir import Reservoir
 from mtkit.data.store import SideWriter, ids_path, offsets_path
 from mtkit.errors import DataError
+from mtkit.fileio import InvalidUtf8
 
 TEXTS = [b"", b"\n", b"a\nb\n", b"a\nb", b"a\n\n", b"\n\n\n", b"  a\xe2\x80\xa8b \r\n\n c\tc\n",
          b"x\xff\ny\n\xc3\x28 z", "gr\u00fc\u00dfe \u00e9t\u00e9\nzw\u00f6lf\n".encode() * 9]
@@ -36,15 +38,18 @@ def test_blocks_follow_the_reading_rules_at_any_block_size(text: bytes, gz: bool
     expected = [b.decode("utf-8", errors="replace").strip() for b in raw]
     bad = sum(b.decode("utf-8", errors="replace").encode() != b for b in raw)
     for block in (3, 1 << 22):
-        monkeypatch.setattr(stream, "_BLOCK", block)
-        invalid: dict[str, int] = {}
+        monkeypatch.setattr(fileio, "_BLOCK", block)
+        invalid = InvalidUtf8(str(path))
         assert [line for b in stream.read_blocks(path, invalid) for line in b] == expected
-        assert invalid.get(str(path), 0) == bad
-        assert read_lines(path).lines == expected
+        assert invalid.lines == bad and read_lines(path).lines == expected
+        if bad:
+            first_bad = next(i for i, b in enumerate(raw, 1)
+                             if b.decode("utf-8", errors="replace").encode() != b)
+            assert invalid.first == first_bad
 
 
 def test_pairs_come_in_aligned_chunks(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(stream, "_BLOCK", 5)
+    monkeypatch.setattr(fileio, "_BLOCK", 5)
     (tmp_path / "s").write_text("".join(f"s{i}\n" for i in range(23)))
     (tmp_path / "t").write_text("".join(f"t{i}\n" for i in range(23)))
     chunks = list(stream.read_pairs(tmp_path / "s", tmp_path / "t", {}, chunk=10))
@@ -66,7 +71,7 @@ def test_a_corrupt_gzip_file_is_a_data_error(tmp_path: Path) -> None:
     path = tmp_path / "x.gz"
     path.write_bytes(gzip.compress(b"hello\n" * 1000)[:-30] + b"garbage" * 5)
     with pytest.raises(DataError, match=r"x\.gz: cannot read"):
-        list(stream.read_blocks(path, {}))
+        list(stream.read_blocks(path, InvalidUtf8(str(path))))
 
 
 def test_seen_pairs_find_duplicates_across_and_within_chunks() -> None:

@@ -321,7 +321,7 @@ def test_nonfinite_losses_in_a_row_abort_naming_update_and_checkpoint(
     monkeypatch.setattr(step, "label_smoothed_nll", nan_from_fifth)
     run = tmp_path / "run"
     with pytest.raises(MtkitError, match=r"update 7: 3 non-finite losses in a row.*"
-                       r"Last good checkpoint: .*checkpoint_4\.pt"):
+                       r"last good checkpoint: .*checkpoint_4\.pt"):
         _train(run, "train.max_updates=50", "train.checkpoint_every=2",
                "train.valid_every=1000", "train.max_nonfinite=3", "train.keep_last=5")
     # the skipped updates left the weights alone: checkpoint_6 (after 2 skipped) = checkpoint_4
@@ -449,3 +449,53 @@ def test_train_speed_benchmark_runs_on_random_multi30k_like_batches(tmp_path: Pa
     assert "random Multi30k-like lengths" in out.stdout
     rate = float(out.stdout.split("throughput")[1].split("target")[0].replace(",", ""))
     assert rate > 0
+
+
+def test_validation_on_a_fixed_sample_scores_those_sentences_only(toy_model: Path) -> None:
+    import dataclasses
+
+    import numpy as np
+    import sacrebleu
+
+    from mtkit.data.spm import Tokenizer
+    from mtkit.data.store import ParallelData, text_path
+    from mtkit.fileio import read_lines
+    from mtkit.train.checkpoint import load_model
+    from mtkit.train.validate import valid_batches, valid_sample, validate
+
+    ids = valid_sample(60, 10)
+    assert len(set(ids.tolist())) == 10 and list(ids) == sorted(ids)
+    assert np.array_equal(ids, valid_sample(60, 10)) and not np.array_equal(ids, np.arange(10))
+    assert np.array_equal(valid_sample(60, 0), np.arange(60))
+    assert np.array_equal(valid_sample(60, 99), np.arange(60))
+    model, recipe, tok = load_model(toy_model)
+    ddir = toy_model / "data"
+    refs = read_lines(text_path(ddir, "valid", "tgt"))
+    sample = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train,
+                                                                   valid_sentences=10))
+    batches = valid_batches(ParallelData.load(ddir, "valid"), sample)
+    assert sorted(i for b in batches for i in b.ids.tolist()) == ids.tolist()
+    res = validate(model, batches, refs, Tokenizer.load(ddir), recipe=sample,
+                   device=torch.device("cpu"), amp=Amp.for_device(torch.device("cpu"), "fp32"))
+    assert res.sentences == 10
+    whole = validate(model, valid_batches(ParallelData.load(ddir, "valid"), recipe), refs, tok,
+                     recipe=recipe, device=torch.device("cpu"),
+                     amp=Amp.for_device(torch.device("cpu"), "fp32"))
+    assert whole.sentences == 60 and res.bleu != whole.bleu
+    assert res.bleu == pytest.approx(sacrebleu.corpus_bleu(
+        [h for h in _greedy_lines(model, tok, batches)], [[refs[i] for i in ids]]).score)
+
+
+def _greedy_lines(model, tok, batches) -> list[str]:
+    """Greedy translations of `batches`' sentences, in sentence-id order."""
+    from mtkit.config import DecodeConfig
+    from mtkit.decode import decode_batch
+
+    out = {}
+    with torch.no_grad():
+        for b in batches:
+            for i, nbest in zip(b.ids.tolist(), decode_batch(
+                    model, b, DecodeConfig(method="greedy", max_len_a=1.2, max_len_b=5)),
+                    strict=True):
+                out[i] = tok.decode_tgt(nbest[0].tokens)
+    return [out[i] for i in sorted(out)]

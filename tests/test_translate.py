@@ -147,7 +147,8 @@ def test_jsonl_records_hold_every_field(toy_model, test_lines):
         assert (r["id"], r["source"]) == (i, test_lines[i])
         assert len(r["nbest"]) == 3
         assert r["nbest"][0] == {"hypothesis": r["hypothesis"], "score": r["score"],
-                                 "tokens": r["tokens"]}
+                                 "tokens": r["tokens"], "alignment": r["alignment"]}
+        assert all("alignment" in h for h in r["nbest"])  # each its own hypothesis's links
         scores = [h["score"] for h in r["nbest"]]
         assert scores == sorted(scores, reverse=True)
         assert r["tokens"] == len(r["hypothesis"].split())  # one piece per toy word
@@ -216,9 +217,11 @@ def test_output_is_flushed_chunk_by_chunk(toy_model, test_lines):
     assert flushed == [3, 6, 7]
 
 
-def test_split_translation_is_written_once_and_redone_for_a_newer_checkpoint(toy_model,
+def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy_model,
                                                                              tmp_path):
     import shutil
+
+    from mtkit.train.checkpoint import load_checkpoint, save_checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)
@@ -226,11 +229,21 @@ def test_split_translation_is_written_once_and_redone_for_a_newer_checkpoint(toy
     assert first.stats is not None and first.stats.sentences == 60
     assert first.path == run / "translations" / f"test.{decode_tag(first.cfg)}.txt"
     assert first.path.name.startswith("test.beam4-")
-    assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]  # no temp file
+    assert sorted(p.name for p in first.path.parent.iterdir()) == [
+        first.path.name, first.path.name + ".key"]  # no temp file
     again = translate_split(run, "test", device=CPU)
     assert again.stats is None and again.path == first.path
-    newer = first.path.stat().st_mtime + 10
+    newer = first.path.stat().st_mtime + 10  # a touched checkpoint is the same checkpoint
     os.utime(first.checkpoint, (newer, newer))
+    assert translate_split(run, "test", device=CPU).stats is None
+    # Another checkpoint copied in with an older date than the translation: redone.
+    state = load_checkpoint(first.checkpoint)
+    state["model"] = {k: v + 0.01 if v.is_floating_point() else v
+                      for k, v in state["model"].items()}
+    first.checkpoint.unlink()  # best.pt may be a hard link to a numbered checkpoint
+    save_checkpoint(first.checkpoint, state)
+    older = first.path.stat().st_mtime - 1000
+    os.utime(first.checkpoint, (older, older))
     assert translate_split(run, "test", device=CPU).stats is not None
     greedy = translate_split(run, "test", device=CPU,
                              decode=lambda d: dataclasses.replace(d, method="greedy"))

@@ -196,8 +196,9 @@ def test_score_run_translates_the_split_then_reuses_it(run_copy):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     (system,) = report["systems"]
-    written = list((run_copy / "translations").iterdir())
-    assert [p.name for p in written] == [Path(system["name"]).name]
+    written = sorted((run_copy / "translations").iterdir())
+    name = Path(system["name"]).name
+    assert [p.name for p in written] == [name, name + ".key"]
     assert written[0].name.startswith("test.beam4-")
     assert report["references"] == [str(text_path(data_dir(run_copy), "test", "tgt"))]
     assert system["scores"]["BLEU"]["score"] > 60  # the toy model has learned to reverse
@@ -236,7 +237,7 @@ def test_score_run_by_length_takes_the_split_source(run_copy):
     (["--run", "{run}", "--split", "test", "--greedy", "--beam", "2"],
      "--greedy and --beam exclude each other"),
     (["--run", "{run}", "--split", "test", "--beam", "0"], "--beam (decode.beam_size)"),
-    (["hyp.txt"], "missing option --ref/-r REF"),
+    (["hyp.txt"], "missing option --ref/-r FILE"),
     (["--run", "{run}", "--split", "test", "--buckets", "5"], "--buckets needs --by-length"),
 ])
 def test_score_run_errors(toy_model, args, words):

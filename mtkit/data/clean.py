@@ -1,8 +1,10 @@
 """Reading a text file whole, and the rules that clean the training split, chunk by chunk.
 
-`read_lines` reads a file by the rules of `stream.read_blocks` (the one reader prep uses).
-Cleaning happens in two stages, because the length rules count sentencepiece tokens and
-sentencepiece is trained on the text that survives the first stage:
+`read_lines` reads a whole file under mtkit's text policy (`mtkit.fileio`: only ``\\n`` ends a
+line, invalid UTF-8 is replaced and counted), by the block reader prep streams with
+(`stream.read_blocks`), and strips surrounding whitespace. Cleaning happens in two stages,
+because the length rules count sentencepiece tokens and sentencepiece is trained on the text
+that survives the first stage:
 
 1. text rules (`clean_text`): drop pairs with an empty side; optionally drop exact duplicates
    (remembered by hash, `dedup.SeenPairs`, so that a stream of any length fits in memory);
@@ -27,6 +29,7 @@ from rich.table import Table
 from mtkit.config import CleanConfig
 from mtkit.data.dedup import SeenPairs, pair_hashes
 from mtkit.data.stream import read_blocks
+from mtkit.fileio import InvalidUtf8
 
 # The rules in the order they are applied; each pair is dropped by the first rule it breaks.
 RULES = ("empty", "duplicate", "too_short", "too_long", "ratio")
@@ -34,19 +37,20 @@ RULES = ("empty", "duplicate", "too_short", "too_long", "ratio")
 
 @dataclass
 class TextFile:
-    """The stripped lines of one file and how many of them held invalid UTF-8."""
+    """The stripped lines of one file and where invalid UTF-8 was replaced in them."""
 
     path: Path
     lines: list[str]
-    invalid_utf8: int
+    invalid: InvalidUtf8
 
 
 def read_lines(path: str | Path) -> TextFile:
-    """Read a plain or gzip UTF-8 file whole; invalid bytes become U+FFFD and are counted."""
+    """Read a plain or gzip UTF-8 file whole under mtkit's text policy (`mtkit.fileio`), each
+    line stripped of surrounding whitespace."""
     path = Path(path)
-    invalid: dict[str, int] = {}
-    lines = [line for block in read_blocks(path, invalid) for line in block]
-    return TextFile(path, lines, invalid.get(str(path), 0))
+    invalid = InvalidUtf8(str(path))
+    return TextFile(path, [line for block in read_blocks(path, invalid) for line in block],
+                    invalid)
 
 
 @dataclass

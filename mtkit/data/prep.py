@@ -18,6 +18,7 @@ so an interrupted prep never leaves a ``data/`` that a later run trusts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -40,12 +41,20 @@ from mtkit.data.scan import Corpus, count_lines, scan_train
 from mtkit.data.sources import DownloadProgress
 from mtkit.data.spm import Tokenizer, train_spm
 from mtkit.errors import DataError
-from mtkit.fileio import atomic_write, umask
+from mtkit.fileio import WRITE_ERRNOS, InvalidUtf8, atomic_write, umask, write_error
+from mtkit.run import (
+    DATA_DIR,
+    MANIFEST,
+    RECIPE,
+    RECIPE_HEADER,
+    check_writable_run_dir,
+    data_dir,
+    run_lock,
+)
 
 log = logging.getLogger(__name__)
 
-DATA_DIR = "data"
-MANIFEST = "manifest.json"
+__all__ = ["DATA_DIR", "MANIFEST", "PrepReport", "data_dir", "is_prepared", "prepare"]
 _FORMAT = 1  # bump when the layout of the data directory changes
 
 
@@ -58,7 +67,7 @@ class PrepReport:
     seconds: float
     splits: dict[str, SplitInfo]
     clean: clean.CleanStats
-    invalid_utf8: dict[str, int]  # input file -> lines where invalid UTF-8 was replaced
+    invalid_utf8: list[InvalidUtf8]  # the inputs where invalid UTF-8 was replaced
     src_vocab_size: int
     tgt_vocab_size: int
     batch_tokens: int = 0
@@ -68,11 +77,6 @@ class PrepReport:
     # Seconds of each pass: read (and clean, and sample) every split, train sentencepiece,
     # encode and write every split. Empty in a manifest written before they were recorded.
     phases: dict[str, float] = field(default_factory=dict)
-
-
-def data_dir(run_dir: str | Path) -> Path:
-    """The prepared data directory of a run."""
-    return Path(run_dir) / DATA_DIR
 
 
 def data_hash(data: DataConfig) -> str:
@@ -153,18 +157,23 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
             console: Console | None = None, on_download: DownloadProgress | None = None,
             force: bool = False) -> PrepReport:
     """Prepare ``run_dir/data`` for `recipe` unless it is up to date (or `force`), write
-    ``run_dir/recipe.yaml``, and report (to `console`, if given) what was done."""
+    ``run_dir/recipe.yaml``, and report (to `console`, if given) what was done.
+
+    Refuses a `run_dir` that is not mtkit's (`mtkit.run`), and one that another process is
+    preparing or training in."""
     run_dir = Path(run_dir)
-    if not force and is_prepared(recipe, run_dir):
-        man = _read_manifest(run_dir)
-        assert man is not None
-        report = _report_from_manifest(man, data_dir(run_dir))
-    else:
-        _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
-        report = _build(recipe, run_dir, mirror=mirror, console=console,
-                        on_download=on_download)
-    with atomic_write(run_dir / "recipe.yaml") as f:
-        f.write(dump_recipe(recipe))
+    check_writable_run_dir(run_dir)
+    with run_lock(run_dir, "prep"):
+        if not force and is_prepared(recipe, run_dir):
+            man = _read_manifest(run_dir)
+            assert man is not None
+            report = _report_from_manifest(man, data_dir(run_dir))
+        else:
+            _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
+            report = _build(recipe, run_dir, mirror=mirror, console=console,
+                            on_download=on_download)
+        with atomic_write(run_dir / RECIPE) as f:
+            f.write(f"{RECIPE_HEADER}\n{dump_recipe(recipe)}")
     _add_batching(report, recipe)
     if console is not None:
         _print_report(report, recipe, console)
@@ -212,10 +221,8 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
     # Taken before reading, so that a file changed meanwhile is redone next time.
     fingerprint = _fingerprint(data, with_sha=True)
     files = _resolve_splits(data, mirror=mirror, on_download=on_download)
-    invalid: dict[str, int] = {}
-    for name, corpora in files.items():  # the small splits first: a broken one fails fast
-        if name != "train":
-            count_lines(corpora, invalid)
+    invalid: dict[str, InvalidUtf8] = {}
+    _check_eval_splits(data, files, invalid)
     scan = scan_train(files["train"], data, invalid)
     phases = {"read": time.perf_counter() - t0}
     tok = _train_tokenizer(scan.samples, recipe)
@@ -231,7 +238,7 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
             paths += written
         report = PrepReport(
             data_dir=ddir, skipped=False, seconds=0.0, clean=scan.stats, splits=splits,
-            invalid_utf8={p: n for p, n in invalid.items() if n},
+            invalid_utf8=[f for f in invalid.values() if f.lines],
             src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size,
             files=_publish(paths), phases=phases)
         report.seconds = time.perf_counter() - t0
@@ -248,6 +255,17 @@ def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
 
     return {name: [(get(c.src, f"{key}.src"), get(c.tgt, f"{key}.tgt")) for key, c in corpora]
             for name, corpora in _splits(data).items()}
+
+
+def _check_eval_splits(data: DataConfig, files: dict[str, list[Corpus]],
+                       invalid: dict[str, InvalidUtf8]) -> None:
+    """Read the validation and test splits once (they are small, and read before the long
+    training pass so that a broken one fails fast); each needs at least one pair."""
+    for name, corpora in files.items():
+        if name != "train" and count_lines(corpora, invalid) == 0:
+            key = f"data.{_splits(data)[name][0][0]}"
+            raise DataError(f"{corpora[0][0]}: the {name} split ({key}.src) is empty; "
+                            "validation and test need at least one sentence pair")
 
 
 def _train_tokenizer(samples: list[Reservoir], recipe: Recipe) -> Tokenizer:
@@ -281,7 +299,8 @@ def _report_fields(report: PrepReport) -> dict:
     return {"seconds": round(report.seconds, 3),
             "splits": {n: asdict(s) for n, s in report.splits.items()},
             "clean": {"read": report.clean.read, "dropped": report.clean.dropped},
-            "invalid_utf8": report.invalid_utf8, "src_vocab_size": report.src_vocab_size,
+            "invalid_utf8": [dataclasses.asdict(f) for f in report.invalid_utf8],
+            "src_vocab_size": report.src_vocab_size,
             "tgt_vocab_size": report.tgt_vocab_size, "files": report.files,
             "phases": {k: round(v, 3) for k, v in report.phases.items()}}
 
@@ -292,21 +311,34 @@ def _report_from_manifest(man: dict, ddir: Path) -> PrepReport:
         data_dir=ddir, skipped=True, seconds=man["seconds"],
         splits={n: SplitInfo(**s) for n, s in man["splits"].items()},
         clean=clean.CleanStats(read=man["clean"]["read"], dropped=man["clean"]["dropped"]),
-        invalid_utf8=man["invalid_utf8"], src_vocab_size=man["src_vocab_size"],
-        tgt_vocab_size=man["tgt_vocab_size"], files=man["files"],
-        phases=man.get("phases", {}))
+        invalid_utf8=_invalid_from_manifest(man["invalid_utf8"]),
+        src_vocab_size=man["src_vocab_size"], tgt_vocab_size=man["tgt_vocab_size"],
+        files=man["files"], phases=man.get("phases", {}))
+
+
+def _invalid_from_manifest(value: list | dict) -> list[InvalidUtf8]:
+    # Manifests written before the first line was recorded map file -> count.
+    if isinstance(value, dict):
+        return [InvalidUtf8(name, lines=n) for name, n in value.items()]
+    return [InvalidUtf8(**f) for f in value]
 
 
 @contextlib.contextmanager
 def _staging(final: Path):
     """A temporary folder beside `final`, renamed to `final` when the block succeeds."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.*"):  # left by an interrupted run
-        shutil.rmtree(stale, ignore_errors=True)
+    for pattern in (f".{final.name}.tmp-*", f".{final.name}.old-*"):
+        for stale in final.parent.glob(pattern):  # left by an interrupted prep
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     os.chmod(tmp, 0o777 & ~umask())
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as e:  # sentencepiece and numpy write there directly (disk full)
+            if e.errno not in WRITE_ERRNOS:
+                raise
+            raise write_error(final, e) from None
         old = None
         if final.exists():
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
@@ -327,9 +359,8 @@ def _print_report(report: PrepReport, recipe: Recipe, console: Console) -> None:
                       "nothing to do. Use --force to prepare it again.")
     else:
         console.print(clean.clean_table(report.clean, recipe.data.clean))
-    for path, n in report.invalid_utf8.items():
-        console.print(f"[yellow]warning:[/] {path}: invalid UTF-8 replaced with U+FFFD on "
-                      f"{n} line{'s' if n != 1 else ''}")
+    for invalid in report.invalid_utf8:
+        console.print(f"warning: {invalid.warning()}", markup=False, highlight=False)
     console.print(_splits_table(report, recipe))
     vocab = (f"joint {report.src_vocab_size}" if recipe.data.spm.joint else
              f"source {report.src_vocab_size}, target {report.tgt_vocab_size}")

@@ -14,16 +14,24 @@ import hashlib
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from mtkit.config import FileSource
 from mtkit.errors import DataError
 from mtkit.fileio import atomic_write
 
-# Called as on_download(file_name, bytes_so_far, total_bytes_or_None) while a file downloads.
-# The command line turns it into a rich progress bar; the library owns no bar itself.
-DownloadProgress = Callable[[str, int, "int | None"], None]
+
+class DownloadProgress(Protocol):
+    """Told about downloads as they happen. The command line turns it into a rich progress
+    bar; the library owns no bar itself."""
+
+    def __call__(self, name: str, done: int, total: int | None) -> None:
+        """`done` bytes of file `name` (of `total`, when the server says) have arrived."""
+
+    def verified(self, name: str, size: int) -> None:
+        """`name` matched its sha256 and is in the cache (a file that fails is never told)."""
+
 
 _CHUNK = 1 << 20
 _TIMEOUT_S = 30
@@ -116,3 +124,5 @@ def _download(url: str, dest: Path, sha256: str, on_download: DownloadProgress |
         if h.hexdigest() != sha256:
             raise DataError(f"{dest.name}: checksum mismatch for {url}: expected sha256 "
                             f"{sha256}, got {h.hexdigest()}")
+    if on_download is not None:
+        on_download.verified(dest.name, done)

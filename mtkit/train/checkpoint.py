@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from mtkit.errors import CheckpointError, DataError
-from mtkit.fileio import atomic_write
+from mtkit.fileio import atomic_write, write_error
 
 CHECKPOINT_FORMAT = 1
 LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
@@ -80,8 +80,33 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     leaves the previous file (or none), never half of one."""
     path = Path(path)
     with atomic_write(path, "wb") as f:
-        torch.save({"format": CHECKPOINT_FORMAT, **state}, f)
+        out = _Writes(f)
+        try:
+            torch.save({"format": CHECKPOINT_FORMAT, **state}, out)
+        except RuntimeError:
+            # torch's writer turns the OSError of a failed write (disk full) into a
+            # RuntimeError without its reason: report the OSError it swallowed.
+            if out.error is None:
+                raise
+            raise write_error(path, out.error) from None
     return path
+
+
+class _Writes:
+    """A file that remembers the OSError of a failed write (see `save_checkpoint`)."""
+
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
@@ -121,10 +146,15 @@ def _link_or_copy(src: Path, dst: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_error(dst, e) from None
 
 
 def numbered_checkpoints(run_dir: str | Path) -> list[Path]:

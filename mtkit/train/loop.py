@@ -33,8 +33,9 @@ from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
 from mtkit.errors import CheckpointError, DataError, MtkitError
-from mtkit.fileio import open_text
+from mtkit.fileio import WriteError, read_lines
 from mtkit.models.build import build_model
+from mtkit.run import check_writable_run_dir, remove_stale_temporaries, run_lock
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.device import Amp, resolve_device, setup_backend
 from mtkit.train.distributed import Dist, destroy_process_group, dist_from_env, init_process_group
@@ -129,6 +130,19 @@ class Trainer:
     # ------------------------------------------------------------------ setup
 
     def run(self, *, resume: bool, mirror: str | Path | None) -> TrainResult:
+        """The whole run, holding the run directory's lock (rank 0) from start to end."""
+        if not self.dist.is_main:
+            return self._run(resume=resume, mirror=mirror)
+        check_writable_run_dir(self.run_dir)
+        with run_lock(self.run_dir, "train"):
+            remove_stale_temporaries(self.run_dir)
+            try:
+                return self._run(resume=resume, mirror=mirror)
+            except WriteError as e:  # disk full, read-only: say what is still usable
+                last = self.last_checkpoint or "none (no checkpoint was written)"
+                raise WriteError(f"{e}; the last complete checkpoint is {last}") from None
+
+    def _run(self, *, resume: bool, mirror: str | Path | None) -> TrainResult:
         state = self._resume_state() if resume else self._check_fresh()
         if self.dist.is_main:
             if state is not None and not is_prepared(self.recipe, self.run_dir):
@@ -198,8 +212,7 @@ class Trainer:
                                   "again); train into a new --run-dir")
         self.train_data = ParallelData.load(ddir, "train")
         self.valid_batches = valid_batches(ParallelData.load(ddir, "valid"), self.recipe)
-        with open_text(text_path(ddir, "valid", "tgt")) as f:
-            self.valid_refs = [line.rstrip("\n") for line in f]
+        self.valid_refs = read_lines(text_path(ddir, "valid", "tgt"))
         self.sampler = TokenBatchSampler(
             self.train_data.src_lens, self.train_data.tgt_lens, batch_tokens=cfg.batch_tokens,
             seed=cfg.seed, rank=self.dist.rank, world_size=self.dist.world_size,
@@ -253,6 +266,9 @@ class Trainer:
                  f"{counts['total']:,}", len(self.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
                  self.device, f" ({self.amp.dtype})" if self.amp.dtype else "")
+        if self.amp.dtype is None and self.cfg.precision != "fp32":
+            log.info("train.precision %s applies to CUDA only: on %s this run trains in fp32",
+                     self.cfg.precision, self.device.type)
 
     # ------------------------------------------------------------------ the loop
 
@@ -322,7 +338,7 @@ class Trainer:
         synced = bool(u % self.sync_every == 0 or valid_now or save_now or limit)
         if synced:
             self._sync()
-        patience_out = self._validate() if valid_now else False
+        patience_out = self._validate_or_save() if valid_now else False
         if save_now:
             self._save()
         if limit:
@@ -362,11 +378,15 @@ class Trainer:
         log.warning("update %d: non-finite loss or gradient norm; update skipped (%d in a row)",
                     update, run)
         if run >= self.cfg.max_nonfinite:
-            good = self.last_good_checkpoint or "none (no checkpoint written yet)"
-            raise MtkitError(
-                f"update {update}: {run} non-finite losses in a row (train.max_nonfinite); "
-                f"training stopped. Last good checkpoint: {good}. Lower train.lr, raise "
-                "train.warmup or train with precision bf16/fp32, then resume with --resume")
+            fix = "lower train.lr, raise train.warmup or train with precision bf16/fp32"
+            if self.last_good_checkpoint is None:  # --resume would find nothing to resume
+                then = (f"no checkpoint was written, so {fix} and train again (the same command "
+                        "starts afresh)")
+            else:
+                then = (f"last good checkpoint: {self.last_good_checkpoint}; {fix}, then resume "
+                        "with --resume")
+            raise MtkitError(f"update {update}: {run} non-finite losses in a row "
+                             f"(train.max_nonfinite); training stopped; {then}")
 
     def _log_train(self, update: int) -> None:
         w = self.window
@@ -424,6 +444,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ validate, save
 
+    def _validate_or_save(self) -> bool:
+        """`_validate`; should validation fail, the updates since the last checkpoint are
+        saved first, so that the run can be resumed once the cause is fixed."""
+        try:
+            return self._validate()
+        except BaseException as e:
+            saved = self.p.saved_update == self.p.update
+            if saved or isinstance(e, WriteError | KeyboardInterrupt):
+                raise
+            self.best_unsaved = False
+            self._save()
+            note = (f"validation at update {self.p.update} failed; checkpoint saved to "
+                    f"{self.last_checkpoint} (resume with --resume once fixed)")
+            if isinstance(e, MtkitError):
+                raise type(e)(f"{e}; {note}") from None
+            log.error("%s", note)
+            raise
+
     def _validate(self) -> bool:
         """Validate on rank 0 and share the result; True when patience has run out."""
         res = validate(self.model, self.valid_batches, self.valid_refs, self.tokenizer,
@@ -477,7 +515,7 @@ class Trainer:
         self._sync()
         p = self.p
         if reason != "interrupted" and p.valid_update != p.update and p.update > 0:
-            self._validate()
+            self._validate_or_save()
         if p.saved_update != p.update or self.best_unsaved:
             self._save()
         averaged = None

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from mtkit.fileio import atomic_write
+from mtkit.fileio import atomic_write, write_error
 
 METRICS, LOG = "metrics.jsonl", "train.log"
 
@@ -32,6 +32,19 @@ class _ConsoleHandler(logging.Handler):
         prefix = "" if record.levelno < logging.WARNING else record.levelname.lower() + ": "
         self.console.print(prefix + record.getMessage(), markup=False, highlight=False,
                            soft_wrap=True)
+
+
+class _LogFile(logging.FileHandler):
+    """train.log; a failed write (disk full) stops the run with one error line, instead of
+    logging's default of printing a traceback and going on without a log."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        import sys
+
+        e = sys.exc_info()[1]
+        if isinstance(e, OSError):
+            raise write_error(self.baseFilename, e) from None
+        super().handleError(record)
 
 
 def _tensorboard(run_dir: Path) -> Any:
@@ -86,7 +99,7 @@ class Reporter:
         root = logging.getLogger("mtkit")
         self._old_level = root.level
         root.setLevel(logging.INFO)
-        fh = logging.FileHandler(self.run_dir / LOG, encoding="utf-8")
+        fh = _LogFile(self.run_dir / LOG, encoding="utf-8")
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self._handlers = [fh, _ConsoleHandler(self.console)]
         for h in self._handlers:
@@ -112,8 +125,11 @@ class Reporter:
         if not self.enabled:
             return
         rec = {"kind": kind, **fields}
-        with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
+        try:
+            with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec) + "\n")
+        except OSError as e:
+            raise write_error(self.run_dir / METRICS, e) from None
         if self._tb is not None and "update" in rec:
             for key, value in rec.items():
                 if isinstance(value, int | float) and key != "update":

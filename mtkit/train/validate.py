@@ -10,6 +10,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import sacrebleu
 import torch
 
@@ -46,20 +47,31 @@ class ValidResult:
 
 
 def valid_batches(data: ParallelData, recipe: Recipe) -> list[Batch]:
-    """The validation split as host batches of `decode.batch_tokens`, in a fixed order (made
-    once per run: the split never changes)."""
+    """The validation split (or the fixed sample of `train.valid_sentences` of it) as host
+    batches of `decode.batch_tokens`, in a fixed order (made once per run: the split never
+    changes)."""
     max_len = recipe.data.max_len
-    sampler = TokenBatchSampler(data.src_lens, data.tgt_lens,
+    ids = valid_sample(len(data), recipe.train.valid_sentences)
+    sampler = TokenBatchSampler(data.src_lens[ids], data.tgt_lens[ids],
                                 batch_tokens=recipe.decode.batch_tokens, seed=0, shuffle=False,
                                 max_len=max_len)
-    return list(iterate_batches(data, sampler, max_len))
+    return list(iterate_batches(data, (ids[idx] for idx in sampler), max_len))
+
+
+def valid_sample(n: int, k: int) -> np.ndarray:
+    """The sentence ids validated: all `n` when `k` is 0 or at least n, else the same `k` of
+    them in every run (seeded, in split order), so that scores stay comparable across
+    validations and runs. A sample rather than the first k: splits may be sorted by length."""
+    if k == 0 or k >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, size=k, replace=False))
 
 
 @torch.no_grad()
 def validate(model: Translator, batches: list[Batch], refs: list[str], tokenizer: Tokenizer, *,
              recipe: Recipe, device: torch.device, amp: Amp) -> ValidResult:
     """Score `model` (switched to eval mode and back) on the validation split's `batches`
-    (`valid_batches`), whose target-side text is `refs`. Decoding is greedy for
+    (`valid_batches`), whose target-side text is `refs` (the whole split's, by sentence id). Decoding is greedy for
     ``train.valid_beam == 1``, else beam search of that size, with the recipe's other decode
     settings."""
     start, was_training = time.monotonic(), model.training
@@ -85,7 +97,8 @@ def validate(model: Translator, batches: list[Batch], refs: list[str], tokenizer
                 hyps[i] = tokenizer.decode_tgt(cands[0].tokens)
     finally:
         model.train(was_training)
-    ordered = [hyps.get(i, "") for i in range(len(refs))]
+    ids = sorted(hyps)  # the sentences validated: the split, or its sample
+    ordered, refs = [hyps[i] for i in ids], [refs[i] for i in ids]
     mean_nll = nll.item() / max(tokens, 1)
     return ValidResult(loss=loss.item() / max(tokens, 1), nll=mean_nll, ppl=perplexity(mean_nll),
                        bleu=sacrebleu.corpus_bleu(ordered, [refs]).score,

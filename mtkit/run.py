@@ -1,0 +1,163 @@
+"""The run directory contract: what makes a folder an mtkit run, who may write into it, and
+what is left over when a writer dies.
+
+A run directory holds what `prep` and `train` write (``recipe.yaml``, ``data/`` with its
+``manifest.json``, checkpoints, ``metrics.jsonl``, ``train.log``) and nothing mtkit must
+protect. mtkit writes into a folder only when it can prove the folder is its own, and never
+replaces what it cannot prove it wrote:
+
+- a folder that does not exist, or is empty (but for mtkit's own lock and staging leftovers),
+  becomes a run directory;
+- a folder whose ``data/manifest.json`` is an mtkit manifest, or whose ``recipe.yaml`` carries
+  mtkit's header line, is a run directory;
+- anything else (a project folder, a ``data/`` of the user's) is refused, ``--force`` or not.
+
+One writer at a time: `prep` and `train` hold ``.mtkit.lock`` in the run directory with an
+exclusive `flock` for as long as they run, and record who holds it (command, pid, host, start
+time) so that a second writer is refused with that named. The kernel drops a `flock` when its
+process dies, however it dies (kill -9 included), so a lock is never left stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from mtkit.errors import MtkitError
+
+log = logging.getLogger(__name__)
+
+DATA_DIR = "data"
+MANIFEST = "manifest.json"
+RECIPE = "recipe.yaml"
+LOCK = ".mtkit.lock"
+# The first line of every recipe.yaml that mtkit writes into a run directory: the proof that
+# mtkit may replace it.
+RECIPE_HEADER = "# Written by mtkit: the resolved recipe of this run (replaced by each prep)."
+# Hidden names mtkit itself leaves in a run directory: its lock, prep's staging folders and
+# the temporary files of interrupted atomic writes.
+_OWN_LEFTOVERS = re.compile(r"\.mtkit\.lock|\.data\.(tmp|old)-.*|\..*\.tmp")
+# Temporary files of checkpoint writes (`atomic_write`'s ``.NAME.XXXXXXXX.tmp`` and the hard
+# link's ``.NAME.link.tmp``) that a process killed mid-write leaves behind.
+_STALE_CHECKPOINT_TMP = re.compile(
+    r"\.(checkpoint_\d+|last|best|averaged)\.pt\.(link|[A-Za-z0-9_]+)\.tmp")
+
+_held: dict[Path, int] = {}  # run directories this process holds the lock of -> depth
+
+
+class RunDirError(MtkitError):
+    """A folder is not an mtkit run directory, or another process is writing into it."""
+
+
+def data_dir(run_dir: str | Path) -> Path:
+    """The prepared data directory of a run."""
+    return Path(run_dir) / DATA_DIR
+
+
+def is_mtkit_manifest(path: Path) -> bool:
+    """True when `path` is a manifest that `mtkit prep` wrote (whatever its format)."""
+    try:
+        man = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(man, dict) and {"format", "data_hash", "files"} <= man.keys()
+
+
+def _has_mtkit_recipe(run_dir: Path) -> bool:
+    try:
+        with open(run_dir / RECIPE, encoding="utf-8") as f:
+            return f.readline().rstrip("\n") == RECIPE_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def check_writable_run_dir(run_dir: str | Path) -> None:
+    """Refuse a `run_dir` that mtkit cannot prove is its own (see the module doc)."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: is a file; the run directory must be a folder")
+    ddir = data_dir(run_dir)
+    if is_mtkit_manifest(ddir / MANIFEST) or _has_mtkit_recipe(run_dir):
+        return
+    if ddir.exists():
+        raise RunDirError(f"{ddir}: was not written by mtkit prep (no mtkit {MANIFEST} in "
+                          "it); mtkit replaces only data it prepared: choose another "
+                          "--run-dir or recipe name")
+    others = sorted(p.name for p in run_dir.iterdir() if not _OWN_LEFTOVERS.fullmatch(p.name))
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise RunDirError(f"{run_dir}: not empty ({shown}) and not an mtkit run directory; "
+                          "train into a new or empty folder (--run-dir or the recipe's name)")
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
+    """Hold the run directory's lock for `command` (prep, train); RunDirError naming the
+    holder when another process has it. Re-entrant within a process (train runs prep)."""
+    run_dir = Path(run_dir)
+    key = run_dir.resolve()
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    path = run_dir / LOCK
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise RunDirError(f"{path}: cannot create the run lock ({e.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"{run_dir}: in use by {_holder(fd)}; wait for it to end, or "
+                              "use another --run-dir") from None
+        holder = {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        with contextlib.suppress(OSError):  # the record only names us to others
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            del _held[key]
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def _holder(fd: int) -> str:
+    try:
+        h = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return (f"mtkit {h['command']} (pid {h['pid']} on {h['host']}, since "
+                f"{h['started']})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another mtkit process"
+
+
+def remove_stale_temporaries(run_dir: str | Path) -> int:
+    """Delete checkpoint temporaries left by a writer that was killed mid-write; call it only
+    while holding the run lock (no live writer can own them then). Returns how many."""
+    removed = 0
+    for p in Path(run_dir).iterdir():
+        if _STALE_CHECKPOINT_TMP.fullmatch(p.name) and p.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                removed += 1
+    if removed:
+        log.info("removed %d temporary checkpoint file(s) left by an interrupted write in %s",
+                 removed, run_dir)
+    return removed

@@ -1,0 +1,433 @@
+"""Bad input and faults through the command line, as a careful user and a hostile one meet them.
+
+Every case asserts the README's promise: exit code 2, one line on stderr naming the path, key
+or flag and what was expected, no traceback, and the user's files unchanged. Disk-full and
+read-only cases mount a small tmpfs (or remount it read-only), which needs root; elsewhere they
+are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mtkit.cli import app
+from mtkit.train import loop
+from tests.conftest import RECIPES
+
+TOY = RECIPES / "toy.yaml"
+FAST = ["--set", "train.max_time=null", "--set", "train.threads=1"]
+
+
+def _cli(*args: object, input: str | None = None):
+    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+
+
+def _fails(result, *words: str) -> str:
+    """Exit 2, one error line (the last on stderr; training prints its progress before it)
+    starting `mtkit: error:` holding every word, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.output, result.output
+    assert sum("error" in line for line in lines) == 1, result.stderr
+    err = lines[-1]
+    assert err.startswith("mtkit: error: "), result.stderr
+    for word in words:
+        assert word in err, (word, err)
+    return err
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under `root` with its sha256: the user's files, to check they are untouched."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _toy_recipe(tmp_path: Path, body_extra: str = "", name: str = "toy") -> Path:
+    """The toy recipe with absolute data paths, written into tmp_path."""
+    text = TOY.read_text(encoding="utf-8").replace("toy/", f"{RECIPES / 'toy'}/")
+    text = text.replace("name: toy ", f"name: {name} ", 1) + body_extra
+    path = tmp_path / "recipe.yml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@contextlib.contextmanager
+def _tmpfs(where: Path, size: str) -> Iterator[Path]:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _read_only(where: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+
+
+# --------------------------------------------------------------------------- 1. foreign folders
+
+
+def test_a_run_name_of_dots_is_refused_and_the_folder_kept(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "mine.txt").write_text("precious\n")
+    (project / "recipe.yaml").write_text("mine\n")
+    before = _tree(project)
+    recipe = _toy_recipe(tmp_path, name="..")
+    monkeypatch.chdir(project / "data")  # runs/.. would be this folder
+    _fails(_cli("prep", recipe), "name", "plain folder name")
+    _fails(_cli("prep", recipe, "--set", "name=."), "name", "plain folder name")
+    assert _tree(project) == before
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_prep_never_replaces_a_data_folder_it_did_not_write(tmp_path, force):
+    run = tmp_path / "mine"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "corpus.txt").write_text("my corpus\n")
+    before = _tree(run)
+    _fails(_cli("prep", _toy_recipe(tmp_path), "--run-dir", run, *force),
+           f"{run / 'data'}", "not written by mtkit")
+    _fails(_cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST),
+           f"{run / 'data'}", "not written by mtkit")
+    assert _tree(run) == before
+
+
+def test_the_current_folder_as_run_dir_is_refused_when_it_holds_other_files(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "recipe.yaml").write_text("my own recipe\n")
+    (tmp_path / "elsewhere").mkdir()
+    recipe = _toy_recipe(tmp_path / "elsewhere")
+    before = _tree(tmp_path)
+    for run_dir in (".", ""):  # typer reads '' as the current folder
+        _fails(_cli("prep", recipe, "--run-dir", run_dir), "not empty", "notes.txt")
+    assert _tree(tmp_path) == before
+
+
+def test_a_run_dir_that_is_a_file_is_refused(tmp_path):
+    a_file = tmp_path / "run"
+    a_file.write_text("x\n")
+    _fails(_cli("prep", _toy_recipe(tmp_path), "--run-dir", a_file), str(a_file), "is a file")
+    _fails(_cli("train", _toy_recipe(tmp_path), "--run-dir", a_file, *FAST), str(a_file),
+           "is a file")
+    assert a_file.read_text() == "x\n"
+
+
+# --------------------------------------------------------------------------- 2. one writer
+
+
+_HOLD = """
+import sys, time
+from mtkit.run import run_lock
+with run_lock(sys.argv[1], "train"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_one_blocks_nothing(tmp_path):
+    run = tmp_path / "run"
+    assert _cli("prep", _toy_recipe(tmp_path), "--run-dir", run).exit_code == 0
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(run)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _tree(run)
+        err = _fails(_cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST),
+                     str(run), "in use by mtkit train", f"pid {holder.pid}")
+        assert "since" in err
+        _fails(_cli("prep", _toy_recipe(tmp_path), "--run-dir", run, "--force"),
+               f"pid {holder.pid}")
+        assert _tree(run) == before
+    finally:
+        holder.send_signal(signal.SIGKILL)  # kill -9: no chance to clean up
+        holder.wait()
+    # The lock file is still there, naming the dead process; it blocks nothing.
+    assert json.loads((run / ".mtkit.lock").read_text())["pid"] == holder.pid
+    ok = _cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
+              "--set", "train.max_updates=2")
+    assert ok.exit_code == 0, ok.output
+
+
+# --------------------------------------------------------------------------- 3. score --run
+
+
+def test_score_run_retranslates_a_checkpoint_copied_in_with_an_older_date(toy_model, tmp_path):
+    import torch
+
+    from mtkit.train.checkpoint import load_checkpoint, save_checkpoint
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    first = _cli("score", "--run", run, "--split", "test", "-m", "bleu", "--json")
+    assert first.exit_code == 0, first.output
+    bleu = json.loads(first.stdout)["systems"][0]["scores"]["BLEU"]["score"]
+    # Another model, saved as best.pt with a date older than the cached translation.
+    state = load_checkpoint(run / "best.pt")
+    gen = torch.Generator().manual_seed(0)
+    state["model"] = {k: v + 0.5 * torch.randn(v.shape, generator=gen)
+                      if v.is_floating_point() else v for k, v in state["model"].items()}
+    (run / "best.pt").unlink()
+    save_checkpoint(run / "best.pt", state)
+    os.utime(run / "best.pt", (1_000_000_000, 1_000_000_000))
+    again = _cli("score", "--run", run, "--split", "test", "-m", "bleu", "--json")
+    assert again.exit_code == 0 and "mtkit: translated test" in again.stderr, again.stderr
+    assert json.loads(again.stdout)["systems"][0]["scores"]["BLEU"]["score"] != bleu
+
+
+# --------------------------------------------------------------------------- 4. validation
+
+
+def test_an_empty_validation_split_is_refused_at_prep(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    recipe = _toy_recipe(tmp_path)
+    text = recipe.read_text().replace(f"src: {RECIPES / 'toy'}/valid.src", f"src: {empty}")
+    text = text.replace(f"tgt: {RECIPES / 'toy'}/valid.tgt", f"tgt: {empty}")
+    recipe.write_text(text)
+    _fails(_cli("prep", recipe, "--run-dir", tmp_path / "run"), str(empty), "data.valid.src",
+           "empty")
+    assert not (tmp_path / "run" / "data").exists()
+
+
+def test_a_failing_validation_saves_a_checkpoint_before_the_run_stops(tmp_path, monkeypatch):
+    from mtkit.errors import DataError
+
+    def broken(*args, **kwargs):
+        raise DataError("validation references unreadable")
+
+    monkeypatch.setattr(loop, "validate", broken)
+    run = tmp_path / "run"
+    _fails(_cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
+                "--set", "train.valid_every=3", "--set", "train.max_updates=10"),
+           "validation references unreadable", "validation at update 3 failed",
+           f"{run / 'checkpoint_3.pt'}", "--resume")
+    assert (run / "last.pt").is_file() and (run / "checkpoint_3.pt").is_file()
+
+
+# --------------------------------------------------------------------------- 5. -o is -i
+
+
+def test_translate_refuses_to_write_over_its_input(toy_model, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("a b c\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(src)
+    for out in (src, link):
+        _fails(_cli("translate", toy_model, "-i", src, "-o", out), f"-o {out}",
+               "is the input file")
+    assert src.read_text() == "a b c\n"
+
+
+# --------------------------------------------------------------------------- 6. write failures
+
+
+def test_outputs_that_name_folders_or_paths_under_files(toy_model, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("a b c\n")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("mine\n")
+    _fails(_cli("translate", toy_model, "-i", src, "-o", tmp_path), str(tmp_path), "is a folder")
+    _fails(_cli("translate", toy_model, "-i", src, "-o", a_file / "out.txt"),
+           str(a_file / "out.txt"), "a parent of it is a file")
+    _fails(_cli("align", toy_model, "-s", src, "--heatmap", a_file), "file.txt",
+           "a parent of it is a file")
+    _fails(_cli("average", toy_model / "best.pt", toy_model / "last.pt", "-o", tmp_path),
+           str(tmp_path), "is a folder")
+    assert a_file.read_text() == "mine\n"
+
+
+def test_disk_full_while_training_names_the_last_complete_checkpoint(toy_run, tmp_path):
+    with _tmpfs(tmp_path / "small", "3m") as disk:
+        run = disk / "run"
+        shutil.copytree(toy_run, run)  # ~0.2 MB of data; each checkpoint is ~2.1 MB
+        err = _fails(_cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
+                          "--set", "train.valid_every=2", "--set", "train.keep_last=2",
+                          "--set", "train.max_updates=8"),
+                     "cannot write (No space left on device)", "last complete checkpoint is",
+                     "checkpoint_2.pt")
+        assert str(run) in err
+        assert not list(run.glob(".*.tmp"))  # no half-written file left behind
+
+
+def test_disk_full_during_prep_is_one_line(tmp_path):
+    with _tmpfs(tmp_path / "tiny", "48k") as disk:
+        _fails(_cli("prep", _toy_recipe(tmp_path), "--run-dir", disk / "run"),
+               str(disk / "run"), "No space left on device")
+
+
+def test_read_only_run_folder(toy_model, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("a b c\n")
+    with _tmpfs(tmp_path / "ro", "16m") as disk:
+        run = disk / "run"
+        shutil.copytree(toy_model, run)
+        _read_only(disk)
+        before = _tree(run)
+        recipe = _toy_recipe(tmp_path)
+        _fails(_cli("train", recipe, "--run-dir", run, "--resume", *FAST), str(run),
+               "Read-only file system")
+        _fails(_cli("prep", recipe, "--run-dir", run, "--force"), str(run),
+               "Read-only file system")
+        _fails(_cli("score", "--run", run, "--split", "test"), str(run / "translations"),
+               "Read-only file system")
+        _fails(_cli("average", run / "best.pt", run / "last.pt"), str(run / "averaged.pt"),
+               "Read-only file system")
+        _fails(_cli("translate", run, "-i", src, "-o", run / "out.txt"), str(run / "out.txt"),
+               "Read-only file system")
+        assert _tree(run) == before
+
+
+# --------------------------------------------------------------------------- 7, 8. recipes
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("", ["data.train: missing"]),
+    ("name: x\n", ["data.train: missing", "data.valid: missing"]),
+    ("name: x\nmodel: {arch: rnn}\n", ["data.train: missing"]),
+    ("name: x\ndata:\n  train: {src: a.txt}\n  valid: {src: a.txt, tgt: b.txt}\n",
+     ["data.train.tgt: missing"]),
+])
+def test_recipe_mistakes_are_reported_by_the_config(tmp_path, text, words):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    result = _cli("prep", recipe, "--run-dir", tmp_path / "run")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "AssertionError" not in result.stderr and result.stderr.startswith("mtkit: error:")
+    for word in words:
+        assert f"{recipe}: {word}" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_recipe_problem_is_reported_in_one_run(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: ..\ndata:\n  train: {src: a, tgt: b}\n  valid: {src: a, tgt: b}\n"
+                      "  spm: {joint: false}\nmodel:\n  transformer: {heads: 3, dropout: 2}\n"
+                      "train: {device: gpu, lr: -1}\n")
+    result = _cli("prep", recipe)
+    assert result.exit_code == 2
+    for key in ("name", "model.transformer.dropout", "model.transformer.heads", "train.lr",
+                "train.device", "model.transformer.share_embeddings"):
+        assert f"{recipe}: {key}: " in result.stderr, (key, result.stderr)
+    assert result.stderr.startswith("mtkit: error: 6 problems in recipe:")
+
+
+# --------------------------------------------------------------------------- 9 - 15
+
+
+def test_a_trainer_removes_checkpoint_temporaries_left_by_kill_9(toy_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    stale = [run / ".checkpoint_200.pt.k2j4h_x9.tmp", run / ".last.pt.link.tmp"]
+    for p in stale:
+        p.write_bytes(b"half a checkpoint")
+    (run / ".my-notes.tmp").write_text("not mtkit's\n")
+    ok = _cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
+              "--set", "train.max_updates=2")
+    assert ok.exit_code == 0, ok.output
+    assert not any(p.exists() for p in stale)
+    assert (run / ".my-notes.tmp").read_text() == "not mtkit's\n"
+
+
+def test_invalid_utf8_gets_the_same_warning_from_every_command(toy_model, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"a b c\nd \xff e\nf g\n")
+    warning = (f"mtkit: warning: {bad}: invalid UTF-8 on 1 line (first: line 2), replaced "
+               "with U+FFFD")
+    translated = _cli("translate", toy_model, "-i", bad, "--greedy")
+    aligned = _cli("align", toy_model, "-s", bad, "-t", bad, "--pharaoh", tmp_path / "a.txt")
+    scored = _cli("score", "-r", bad, bad)
+    for result in (translated, aligned, scored):
+        assert result.exit_code == 0, result.output
+        assert warning in result.stderr.splitlines(), result.stderr
+    assert len(translated.stdout.splitlines()) == 3
+
+
+def test_bf16_on_a_cpu_says_it_trains_in_fp32(toy_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    ok = _cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
+              "--set", "train.max_updates=2", "--set", "train.precision=bf16")
+    assert ok.exit_code == 0, ok.output
+    note = "train.precision bf16 applies to CUDA only: on cpu this run trains in fp32"
+    assert note in (run / "train.log").read_text() and note in ok.stderr
+
+
+def test_a_nonfinite_abort_without_a_checkpoint_gives_advice_that_works(tmp_path, monkeypatch):
+    from mtkit.train import step
+    from mtkit.train.loss import LossSums
+
+    real = step.label_smoothed_nll
+
+    def nan(logits, target, **kw):
+        sums = real(logits, target, **kw)
+        return LossSums(sums.loss * float("inf"), sums.nll)
+
+    monkeypatch.setattr(step, "label_smoothed_nll", nan)
+    err = _fails(_cli("train", _toy_recipe(tmp_path), "--run-dir", tmp_path / "run", *FAST,
+                      "--set", "train.max_nonfinite=2"),
+                 "2 non-finite losses in a row", "no checkpoint was written",
+                 "train again")
+    assert "--resume" not in err
+
+
+def test_no_downloaded_line_for_a_file_that_fails_its_checksum(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MTKIT_DATA_MIRROR", raising=False)
+    remote = tmp_path / "remote.src"
+    remote.write_text("a b\n")
+    recipe = _toy_recipe(tmp_path)
+    text = recipe.read_text().replace(
+        f"src: {RECIPES / 'toy'}/train.src",
+        f"src: {{url: {remote.as_uri()}, sha256: {'f' * 64}}}")
+    recipe.write_text(text)
+    result = _cli("prep", recipe, "--run-dir", tmp_path / "run")
+    _fails(result, "checksum mismatch")
+    assert "downloaded remote.src" not in result.stderr
+
+
+def test_jsonl_nbest_entries_carry_their_alignments(toy_model, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text((RECIPES / "toy" / "test.src").read_text().splitlines()[0] + "\n")
+    result = _cli("translate", toy_model, "-i", src, "--format", "jsonl", "--nbest", "3",
+                  "--align")
+    assert result.exit_code == 0, result.output
+    rec = json.loads(result.stdout)
+    assert len(rec["nbest"]) == 3 and all("alignment" in h for h in rec["nbest"])
+    assert rec["nbest"][0]["alignment"] == rec["alignment"]
+
+
+def test_min_len_beyond_the_length_limit_is_refused(toy_model, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    _fails(_cli("translate", toy_model, "-i", src, "--min-len", "50", "--max-len-b", "5"),
+           "--min-len", "output limit")
+
+
+def test_fault_helpers_can_fail(tmp_path):
+    """The helpers above must notice a changed file and a multi-line error."""
+    f = tmp_path / "x"
+    f.write_text("a")
+    before = _tree(tmp_path)
+    f.write_text("b")
+    assert _tree(tmp_path) != before
+    with pytest.raises(AssertionError):
+        _fails(_cli("prep", tmp_path / "r.yaml"), "no such words here")
