@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 MIRROR ?= $(abspath ../shared/data/multi30k)
 
-.PHONY: install test demo lint clean
+.PHONY: install test test-slow demo lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,8 +21,12 @@ install: $(BIN)/python
 	fi
 	$(BIN)/pip install -q -e ".[dev]"
 
+# The fast tiers (unit and command tests); the slow tier trains tiny models until they learn.
 test: install
-	MTKIT_DATA_MIRROR=$${MTKIT_DATA_MIRROR:-$(MIRROR)} $(BIN)/python -m pytest -q tests
+	MTKIT_DATA_MIRROR=$${MTKIT_DATA_MIRROR:-$(MIRROR)} $(BIN)/python -m pytest -q -m "not slow" tests
+
+test-slow: install
+	MTKIT_DATA_MIRROR=$${MTKIT_DATA_MIRROR:-$(MIRROR)} $(BIN)/python -m pytest -q -m slow tests
 
 lint: install
 	$(BIN)/ruff check mtkit tests bench

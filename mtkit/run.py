@@ -8,8 +8,9 @@ replaces what it cannot prove it wrote:
 
 - a folder that does not exist, or is empty (but for mtkit's own lock and staging leftovers),
   becomes a run directory;
-- a folder whose ``data/manifest.json`` is an mtkit manifest, or whose ``recipe.yaml`` carries
-  mtkit's header line, is a run directory;
+- a folder whose ``data/manifest.json`` is an mtkit manifest, whose ``recipe.yaml`` carries
+  mtkit's header line, or whose ``last.pt``/``best.pt`` is an mtkit checkpoint (a run whose
+  ``data/`` was deleted), is a run directory;
 - anything else (a project folder, a ``data/`` of the user's) is refused, ``--force`` or not.
 
 One writer at a time: `prep` and `train` hold ``.mtkit.lock`` in the run directory with an
@@ -79,6 +80,20 @@ def _has_mtkit_recipe(run_dir: Path) -> bool:
         return False
 
 
+def _has_mtkit_checkpoint(run_dir: Path) -> bool:
+    from mtkit.errors import CheckpointError
+    from mtkit.train.checkpoint import BEST, LAST, load_checkpoint
+
+    for name in (LAST, BEST):
+        if (run_dir / name).is_file():
+            try:
+                load_checkpoint(run_dir / name, mmap=True)  # weights only: runs no code
+                return True
+            except CheckpointError:
+                pass
+    return False
+
+
 def check_writable_run_dir(run_dir: str | Path) -> None:
     """Refuse a `run_dir` that mtkit cannot prove is its own (see the module doc)."""
     run_dir = Path(run_dir)
@@ -88,6 +103,8 @@ def check_writable_run_dir(run_dir: str | Path) -> None:
         raise RunDirError(f"{run_dir}: is a file; the run directory must be a folder")
     ddir = data_dir(run_dir)
     if is_mtkit_manifest(ddir / MANIFEST) or _has_mtkit_recipe(run_dir):
+        return
+    if not ddir.exists() and _has_mtkit_checkpoint(run_dir):
         return
     if ddir.exists():
         raise RunDirError(f"{ddir}: was not written by mtkit prep (no mtkit {MANIFEST} in "

@@ -431,3 +431,19 @@ def test_fault_helpers_can_fail(tmp_path):
     assert _tree(tmp_path) != before
     with pytest.raises(AssertionError):
         _fails(_cli("prep", tmp_path / "r.yaml"), "no such words here")
+
+
+def test_a_run_whose_data_was_deleted_is_still_mtkit_s(toy_model, tmp_path):
+    """An older run (its recipe.yaml without mtkit's header line) that lost its data/ is still
+    recognised by its checkpoints, and prep rebuilds the data; a fake best.pt is not."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    shutil.rmtree(run / "data")
+    (run / "recipe.yaml").write_text("name: toy\n")
+    assert _cli("prep", _toy_recipe(tmp_path), "--run-dir", run).exit_code == 0
+    assert (run / "data" / "manifest.json").is_file()
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "best.pt").write_bytes(b"not a checkpoint")
+    _fails(_cli("prep", _toy_recipe(tmp_path), "--run-dir", fake), "not empty", "best.pt")
+    assert (fake / "best.pt").read_bytes() == b"not a checkpoint"

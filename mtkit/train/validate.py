@@ -71,9 +71,9 @@ def valid_sample(n: int, k: int) -> np.ndarray:
 def validate(model: Translator, batches: list[Batch], refs: list[str], tokenizer: Tokenizer, *,
              recipe: Recipe, device: torch.device, amp: Amp) -> ValidResult:
     """Score `model` (switched to eval mode and back) on the validation split's `batches`
-    (`valid_batches`), whose target-side text is `refs` (the whole split's, by sentence id). Decoding is greedy for
-    ``train.valid_beam == 1``, else beam search of that size, with the recipe's other decode
-    settings."""
+    (`valid_batches`); `refs` is the whole split's target-side text, by sentence id. Decoding
+    is greedy for ``train.valid_beam == 1``, else beam search of that size, with the recipe's
+    other decode settings."""
     start, was_training = time.monotonic(), model.training
     model.eval()
     cfg = recipe.train
