@@ -122,12 +122,17 @@ class Watched:
         return self.proc.returncode, seconds, usage.ru_maxrss
 
 
+def _fail(what: str, rc: int, log: Path) -> None:
+    tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+    sys.exit(f"{what} failed ({rc}):\n" + "\n".join(tail))
+
+
 def run_prep(code: Path, recipe: Path, run_dir: Path) -> dict:
     w = Watched([sys.executable, "-m", "mtkit", "prep", str(recipe), "--run-dir", str(run_dir)],
                 code, run_dir.parent / f"{run_dir.name}.prep.log")
     rc, seconds, hwm = w.wait()
     if rc != 0:
-        sys.exit(f"prep failed ({rc}); see {run_dir.parent / f'{run_dir.name}.prep.log'}")
+        _fail("prep", rc, run_dir.parent / f"{run_dir.name}.prep.log")
     man = json.loads((run_dir / "data" / "manifest.json").read_text(encoding="utf-8"))
     return {"wall_s": seconds, "prep_s": man["seconds"], "phases": man.get("phases", {}),
             "pairs": man["splits"]["train"]["pairs"], "read": man["clean"]["read"],
@@ -155,7 +160,7 @@ def run_train(code: Path, recipe: Path, run_dir: Path) -> dict:
         time.sleep(0.02)
     rc, seconds, hwm = w.wait()
     if rc != 0 or first is None or setup is None:
-        sys.exit(f"train failed ({rc}); see {log}")
+        _fail("train", rc, log)
     return {"setup_s": setup[0], "setup_peak_mb": setup[1], "first_update_s": first[0],
             "start_peak_mb": first[1], "train_s": seconds,
             "train_peak_mb": max(w.peak_kb, hwm) / 1024}
