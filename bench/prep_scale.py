@@ -112,9 +112,12 @@ class Watched:
             time.sleep(0.05)
 
     def wait(self) -> tuple[int, float, int]:
-        """(exit status, seconds, kernel high-water mark of the process in kB)."""
+        """(exit status, seconds, kernel high-water mark of the process in kB); sets
+        `cpu_s`, the CPU seconds it used (user + system, its children included), which
+        other jobs on the machine move less than wall-clock seconds."""
         _, status, usage = os.wait4(self.proc.pid, 0)
         seconds = time.perf_counter() - self.t0
+        self.cpu_s = usage.ru_utime + usage.ru_stime
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         self._done = True
         self._thread.join()
@@ -134,7 +137,8 @@ def run_prep(code: Path, recipe: Path, run_dir: Path) -> dict:
     if rc != 0:
         _fail("prep", rc, run_dir.parent / f"{run_dir.name}.prep.log")
     man = json.loads((run_dir / "data" / "manifest.json").read_text(encoding="utf-8"))
-    return {"wall_s": seconds, "prep_s": man["seconds"], "phases": man.get("phases", {}),
+    return {"wall_s": seconds, "cpu_s": w.cpu_s, "prep_s": man["seconds"],
+            "phases": man.get("phases", {}),
             "pairs": man["splits"]["train"]["pairs"], "read": man["clean"]["read"],
             "peak_mb": max(w.peak_kb, hwm) / 1024}
 
@@ -185,9 +189,10 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; spm sample {args.spm_sample:,}, "
           f"{args.updates} updates", flush=True)
-    print("| N pairs | code | prep s (read / spm / encode) | pairs/s | prep peak RSS MB | "
-          "train set-up s / peak MB | first update s / peak MB | load |", flush=True)
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    print("| N pairs | code | prep s (read / spm / encode) | pairs/s | prep CPU s | "
+          "prep peak RSS MB | train set-up s / peak MB | first update s / peak MB | load |",
+          flush=True)
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     try:
         for n in (int(x) for x in args.sizes.split(",")):
             folder = work / f"n{n}"
@@ -205,7 +210,8 @@ def main() -> None:
                          if ph else "")
                 rate = p["read"] / p["prep_s"]
                 print(f"| {n:,} | {name} | {p['prep_s']:.1f}{split} | {rate:,.0f}"
-                      f" | {p['peak_mb']:,.0f} | {t['setup_s']:.1f} / {t['setup_peak_mb']:,.0f} | "
+                      f" | {p['cpu_s']:.0f} | {p['peak_mb']:,.0f} | "
+                      f"{t['setup_s']:.1f} / {t['setup_peak_mb']:,.0f} | "
                       f"{t['first_update_s']:.1f} / {t['start_peak_mb']:,.0f} | "
                       f"{os.getloadavg()[0]:.2f} |", flush=True)
                 shutil.rmtree(run_dir)
