@@ -47,9 +47,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from mtkit.config import Recipe, load_recipe
 from mtkit.data.batch import Batch, collate
 from mtkit.data.sampler import TokenBatchSampler
+from mtkit.device import Amp, resolve_device, setup_backend
 from mtkit.models.build import build_model
 from mtkit.models.transformer import sinusoids
-from mtkit.train.device import Amp, resolve_device, setup_backend
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward

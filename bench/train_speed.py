@@ -2,6 +2,13 @@
 
     python bench/train_speed.py recipes/en-de.yaml --device cpu --threads 2 --steps 20
     python bench/train_speed.py recipes/en-de.yaml --device cuda --steps 200 --batch-tokens 25000
+    python bench/train_speed.py recipes/en-de.yaml --device cpu --threads 2 --steps 12 \
+        --variant cpu=recipes/en-de-cpu.yaml --variant ffn512=,model.transformer.ffn_dim=512
+
+With --variant LABEL=[RECIPE][,KEY=VALUE...] (repeatable) each variant (the positional recipe
+is the baseline, "base") is built and timed in the same process, interleaved in rounds of
+--round steps so that a noisy shared machine slows every variant alike, and the table gives
+each one's throughput as a ratio to the baseline, with the load average before and after.
 
 Each step is the training loop's own update (`mtkit.train.step`): collate the batches, copy
 them to the device, forward, label-smoothed loss, backward, clip, optimizer step, in the
@@ -15,6 +22,7 @@ are not timed (allocator, cuDNN/compile warm-up).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -29,8 +37,8 @@ from mtkit.data.prep import data_dir, is_prepared
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
+from mtkit.device import Amp, resolve_device, setup_backend
 from mtkit.models.build import build_model
-from mtkit.train.device import Amp, resolve_device, setup_backend
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward
@@ -86,16 +94,21 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--run-dir", type=Path, default=None,
                     help="where the recipe's data is prepared (default runs/<name>)")
     ap.add_argument("--set", action="append", default=[], help="recipe override KEY=VALUE")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="LABEL=[RECIPE][,KEY=VALUE...]: also time this recipe (default: the "
+                    "positional one) with these overrides, interleaved (repeatable)")
+    ap.add_argument("--round", type=int, default=4, help="steps per variant and round when "
+                    "interleaving (default 4)")
     return ap.parse_args(argv)
 
 
-def _recipe(args: argparse.Namespace):
+def _recipe(args: argparse.Namespace, path: Path, extra: list[str]):
     sets = list(args.set)
     for key, value in (("device", args.device), ("threads", args.threads),
                        ("batch_tokens", args.batch_tokens)):
         if value is not None:
             sets.append(f"train.{key}={value}")
-    return load_recipe(args.recipe, sets)
+    return load_recipe(path, sets + extra)
 
 
 def _describe(recipe, model: torch.nn.Module, device: torch.device, amp: Amp) -> list[str]:
@@ -113,58 +126,116 @@ def _describe(recipe, model: torch.nn.Module, device: torch.device, amp: Amp) ->
             f"batch_tokens {cfg.batch_tokens} x update_freq {cfg.update_freq}"]
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = _args(argv)
-    recipe = _recipe(args)
-    cfg = recipe.train
-    device = resolve_device(cfg.device)
-    setup_backend(device, cfg)
-    run_dir = args.run_dir or Path("runs") / recipe.name
-    groups, make, (sv, tv), what = batches_for(recipe, run_dir, cfg.batch_tokens, cfg.seed)
-    torch.manual_seed(cfg.seed)
-    model = build_model(recipe.model, sv, tv).to(device).train()
-    net = torch.compile(model, dynamic=True) if cfg.compile else model
-    optimizer = build_optimizer(model, cfg, device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    amp = Amp.for_device(device, cfg.precision)
-    uf = cfg.update_freq
+class Runner:
+    """One recipe's model, optimizer and batches; `step(k)` is the loop's k-th update."""
 
-    def step(k: int) -> int:
-        batches = [make(groups[(k * uf + j) % len(groups)]) for j in range(uf)]
+    def __init__(self, recipe, run_dir: Path) -> None:
+        cfg = self.cfg = recipe.train
+        self.recipe = recipe
+        self.device = device = resolve_device(cfg.device)
+        setup_backend(device, cfg)
+        self.groups, self.make, (sv, tv), self.what = batches_for(
+            recipe, run_dir, cfg.batch_tokens, cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.model = build_model(recipe.model, sv, tv).to(device).train()
+        self.net = torch.compile(self.model, dynamic=True) if cfg.compile else self.model
+        self.optimizer = build_optimizer(self.model, cfg, device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.amp = Amp.for_device(device, cfg.precision)
+
+    def step(self, k: int) -> int:
+        uf, cfg = self.cfg.update_freq, self.cfg
+        batches = [self.make(self.groups[(k * uf + j) % len(self.groups)]) for j in range(uf)]
         ntok = sum(b.num_tgt_tokens for b in batches)
-        loss, nll = forward_backward(net, batches, device=device, amp=amp,
+        loss, nll = forward_backward(self.net, batches, device=self.device, amp=self.amp,
                                      smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
-        finish_update(params, optimizer, amp, clip_norm=cfg.clip_norm, loss_sum=loss,
-                      nll_sum=nll, dist=Dist())
+        finish_update(self.params, self.optimizer, self.amp, clip_norm=cfg.clip_norm,
+                      loss_sum=loss, nll_sum=nll, dist=Dist())
         return ntok
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
+    def describe(self) -> list[str]:
+        return _describe(self.recipe, self.model, self.device, self.amp)
+
+
+def _single(args: argparse.Namespace, runner: Runner) -> None:
     for k in range(args.warmup):
-        step(k)
-    sync()
+        runner.step(k)
+    runner.sync()
     times, step_tokens = [], []
     start = time.perf_counter()
     for k in range(args.warmup, args.warmup + args.steps):
         t = time.perf_counter()
-        step_tokens.append(step(k))
-        if device.type != "cuda":  # per-step times need no sync on a CPU
+        step_tokens.append(runner.step(k))
+        if runner.device.type != "cuda":  # per-step times need no sync on a CPU
             times.append(time.perf_counter() - t)
-    sync()
+    runner.sync()
     total = time.perf_counter() - start
     median_ms = median_rate = ""
     if times:
         median_ms = f" (median {1000 * statistics.median(times):.1f} ms)"
         rates = [n / t for n, t in zip(step_tokens, times, strict=True)]
         median_rate = f" (median over steps {statistics.median(rates):,.0f})"
-    for line in _describe(recipe, model, device, amp) + [
-            f"batches     {what}",
+    for line in runner.describe() + [
+            f"batches     {runner.what}",
             f"steps       {args.steps} timed after {args.warmup} warm-up",
             f"step time   {1000 * total / args.steps:.1f} ms{median_ms}",
             f"throughput  {sum(step_tokens) / total:,.0f} target tokens/s{median_rate}"]:
         print(line)
+
+
+def _variants(args: argparse.Namespace, run_dir: Path) -> dict[str, Runner]:
+    runners = {"base": Runner(_recipe(args, args.recipe, []), run_dir)}
+    for spec in args.variant:
+        label, _, rest = spec.partition("=")
+        path, *sets = rest.split(",")
+        runners[label] = Runner(_recipe(args, Path(path) if path else args.recipe, sets),
+                                run_dir)
+    return runners
+
+
+def _interleaved(args: argparse.Namespace, runners: dict[str, Runner]) -> None:
+    for r in runners.values():
+        for k in range(args.warmup):
+            r.step(k)
+        r.sync()
+    seconds = dict.fromkeys(runners, 0.0)
+    tokens = dict.fromkeys(runners, 0)
+    done = dict.fromkeys(runners, 0)
+    load0 = os.getloadavg()
+    while min(done.values()) < args.steps:
+        for label, r in runners.items():
+            n = min(args.round, args.steps - done[label])
+            t = time.perf_counter()
+            for k in range(n):
+                tokens[label] += r.step(args.warmup + done[label] + k)
+            r.sync()
+            seconds[label] += time.perf_counter() - t
+            done[label] += n
+    load1 = os.getloadavg()
+    print(f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; {args.steps} timed steps "
+          f"per variant after {args.warmup} warm-up, interleaved in rounds of {args.round}")
+    base = tokens["base"] / seconds["base"]
+    for label, r in runners.items():
+        rate = tokens[label] / seconds[label]
+        print(f"\n[{label}] {rate:,.0f} target tokens/s, {1000 * seconds[label] / args.steps:.0f} "
+              f"ms/update, {tokens[label] / args.steps:,.0f} target tokens/update; "
+              f"{rate / base:.2f}x base")
+        for line in r.describe():
+            print("  " + line)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _args(argv)
+    base = _recipe(args, args.recipe, [])
+    run_dir = args.run_dir or Path("runs") / base.name
+    if not args.variant:
+        _single(args, Runner(base, run_dir))
+    else:
+        _interleaved(args, _variants(args, run_dir))
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def untrained_run(work: Path, mirror: Path) -> Path:
     from mtkit.data.prep import data_dir, prepare
     from mtkit.data.spm import Tokenizer
     from mtkit.models.build import build_model
-    from mtkit.train.checkpoint import save_checkpoint
+    from mtkit.run import save_checkpoint
 
     recipe = load_recipe(REPO / "recipes" / "en-de.yaml")
     if not (work / "best.pt").is_file():
@@ -157,7 +157,7 @@ def _load() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mtkit.translate import inference_device
+    from mtkit.device import inference_device
 
     args = _args(argv)
     if args.threads > 0:

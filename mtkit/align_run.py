@@ -23,7 +23,7 @@ import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 import numpy as np
 import torch
@@ -47,98 +47,17 @@ from mtkit.align import (
     score_links,
     write_json,
 )
-from mtkit.config import DecodeConfig, ModelConfig
+from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
-from mtkit.errors import ConfigError, DataError, MtkitError
+from mtkit.errors import ConfigError, DataError
 from mtkit.fileio import InvalidUtf8, atomic_write
-from mtkit.models.base import Translator
+from mtkit.models.base import AttentionChoice, AttentionKind, Translator
 from mtkit.viz import FORMATS, print_matrix, write_heatmap
-
-Kind = Literal["cross", "encoder", "decoder"]
-KINDS = ("cross", "encoder", "decoder")
-
-# The Transformer layer read by default: the top one. On the synthetic reversal and
-# permutation tasks of tests/test_align_learning.py it aligned best in every model trained
-# (AER, d_model 64, seeds 1-4): 2 decoder layers, top 0.001-0.019 vs bottom 0.03-0.76;
-# 3 decoder layers (seeds 1-3), top 0.003-0.050 vs penultimate 0.022-0.080 vs bottom
-# 0.18-0.75. The bottom layer barely aligns reversal at all. Garg et al. (2019) find the
-# penultimate layer best on real language pairs; --layer chooses. The recipes' align_layer
-# (what `translate --align` reads) defaults to -1 too, so both commands agree.
-DEFAULT_LAYER = -1
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.
 CHUNK_PAIRS = 1000
-
-
-# --------------------------------------------------------------------------- attention choice
-
-
-@dataclass(frozen=True)
-class AttentionChoice:
-    """Which attention to read. kind: decoder-over-source ("cross") or the encoder's or the
-    decoder's self-attention; layer: a layer index (negative from the top), None for a model
-    with one attention (the RNN); head: one head, or None for the mean over heads;
-    mean_heads: when > 0, the mean is computed here over that many heads, because the model's
-    own default head for cross-attention is a single one (model.transformer.align_head)."""
-
-    kind: Kind = "cross"
-    layer: int | None = None
-    head: int | None = None
-    mean_heads: int = 0
-
-    def describe(self) -> str:
-        """E.g. 'cross-attention, layer -1, head mean' (an RNN's: 'cross-attention')."""
-        what = "cross-attention" if self.kind == "cross" else f"{self.kind} self-attention"
-        if self.layer is None:
-            return what
-        return f"{what}, layer {self.layer}, head {'mean' if self.head is None else self.head}"
-
-
-def choose_attention(model_cfg: ModelConfig, *, kind: str = "cross", layer: int | None = None,
-                     head: int | None = None) -> AttentionChoice:
-    """Check kind, layer and head against the model a recipe describes, before any work, and
-    fill in the defaults: for a Transformer layer DEFAULT_LAYER and the head mean; an RNN has
-    one cross-attention and neither layers nor heads. Raises MtkitError naming the problem."""
-    if kind not in KINDS:
-        raise ConfigError(f"--self-attention: invalid choice {kind!r}; expected encoder or "
-                          "decoder")
-    if model_cfg.arch == "rnn":
-        if model_cfg.rnn.attention == "none":
-            raise MtkitError("this model has no attention (model.rnn.attention: none; one "
-                             "fixed context vector), so there is nothing to align")
-        if kind != "cross":
-            raise ConfigError(f"--self-attention {kind}: an RNN model has no self-attention")
-        if layer is not None or head is not None:
-            raise ConfigError("--layer and --head apply to Transformer models; this RNN model "
-                              "has one attention without layers or heads")
-        return AttentionChoice(kind="cross")
-    tf = model_cfg.transformer
-    n = tf.enc_layers if kind == "encoder" else tf.dec_layers
-    layer = DEFAULT_LAYER if layer is None else layer
-    if not -n <= layer < n:
-        raise ConfigError(f"--layer {layer}: the model has {n} "
-                          f"{'encoder' if kind == 'encoder' else 'decoder'} layers; expected "
-                          f"0..{n - 1} or -{n}..-1 (from the top)")
-    if head is not None and not 0 <= head < tf.heads:
-        raise ConfigError(f"--head {head}: the model has {tf.heads} heads; expected "
-                          f"0..{tf.heads - 1} or mean")
-    mean_heads = tf.heads if kind == "cross" and head is None and tf.align_head is not None else 0
-    return AttentionChoice(kind, layer, head, mean_heads)  # type: ignore[arg-type]
-
-
-def attention_maps(model: Translator, src: torch.Tensor, src_lens: torch.Tensor,
-                   tgt_in: torch.Tensor, choice: AttentionChoice) -> torch.Tensor:
-    """The chosen teacher-forced attention: cross (B, T, S), encoder (B, S, S) or decoder
-    (B, T, T), where T counts BOS + target tokens (tgt_in's length)."""
-    def one(head: int | None) -> torch.Tensor:
-        return model.attention_maps(src, src_lens, tgt_in, kind=choice.kind, layer=choice.layer,
-                                    head=head)
-
-    if choice.mean_heads:
-        return torch.stack([one(h) for h in range(choice.mean_heads)]).mean(dim=0)
-    return one(choice.head)
 
 
 # --------------------------------------------------------------------------- pairs and batches
@@ -214,7 +133,7 @@ def pair_attention(model: Translator, pairs: list[Pair], choice: AttentionChoice
         batch = collate([pairs[i].src for i in idx], [pairs[i].tgt for i in idx],
                         idx).to(device)
         assert batch.tgt_in is not None
-        maps = attention_maps(model, batch.src, batch.src_lens, batch.tgt_in, choice)
+        maps = model.attention_maps(batch.src, batch.src_lens, batch.tgt_in, choice)
         maps = maps.float().cpu().numpy()
         for row, i in enumerate(idx):
             s, t = len(pairs[i].src) + 1, len(pairs[i].tgt) + 1
@@ -227,7 +146,7 @@ def pair_attention(model: Translator, pairs: list[Pair], choice: AttentionChoice
     return out
 
 
-def label(tok: Tokenizer, pair: Pair, weights: np.ndarray, kind: Kind,
+def label(tok: Tokenizer, pair: Pair, weights: np.ndarray, kind: AttentionKind,
           level: Level) -> AlignMatrix:
     """Tokens on both axes, EOS dropped (rows renormalised), pieces merged at word level.
     Cross: target rows, source columns; encoder/decoder: that sentence on both axes."""

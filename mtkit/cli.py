@@ -266,7 +266,8 @@ def average(
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
-    from mtkit.train.checkpoint import AVERAGED, save_average, select_for_average
+    from mtkit.run import AVERAGED
+    from mtkit.train.checkpoint import save_average, select_for_average
 
     paths = select_for_average(inputs, last)
     out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
@@ -473,12 +474,13 @@ def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: boo
     import torch
 
     from mtkit import translate as tr
+    from mtkit.device import inference_device
 
     if threads:
         torch.set_num_threads(threads)
     method = "greedy" if greedy else ("beam" if beam else None)
     done = tr.translate_split(
-        run, split, device=tr.inference_device(device or "auto"),
+        run, split, device=inference_device(device or "auto"),
         decode=lambda base: _flag_decode_config(base, method=method, beam_size=beam))
     if done.stats is None:
         typer.echo(f"mtkit: reusing {done.path} (same {done.checkpoint}, source and decoding)",
@@ -638,6 +640,7 @@ def translate(
 
     from mtkit import translate as tr
     from mtkit.align import DEFAULT_METHOD
+    from mtkit.device import inference_device
     from mtkit.errors import ConfigError, DataError
 
     problems = _translate_flag_problems(greedy=greedy, sample=sample, beam=beam, fmt=fmt,
@@ -657,7 +660,7 @@ def translate(
                           "there would replace the source; give another output file")
     if threads > 0:
         torch.set_num_threads(threads)
-    dev = tr.inference_device(device)
+    dev = inference_device(device)
     model, recipe, tok = tr.load_translator(list(models), dev, mode=ensemble_mode or "logprob")
     method = "greedy" if greedy else "sample" if sample else ("beam" if beam else None)
     sampling = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
@@ -755,9 +758,9 @@ def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,
     return [message for bad, message in checks if bad]
 
 
-def _head(value: str | None) -> int | None:
+def _head(value: str | None) -> int | str | None:
     if value is None or value == "mean":
-        return None
+        return value
     if value.isdigit():
         return int(value)
     from mtkit.errors import ConfigError
@@ -860,8 +863,8 @@ def align(
 
     from mtkit import align_run as ar
     from mtkit.align import DEFAULT_METHOD
-    from mtkit.train.checkpoint import load_model
-    from mtkit.translate import inference_device
+    from mtkit.device import inference_device
+    from mtkit.run import load_model
 
     search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
               "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
@@ -884,8 +887,7 @@ def align(
         torch.set_num_threads(threads)
     dev = inference_device(device)
     net, recipe, tok = load_model(model, dev)
-    choice = ar.choose_attention(recipe.model, kind=self_attention or "cross", layer=layer,
-                                 head=_head(head))
+    choice = net.choose_attention(self_attention or "cross", layer, _head(head))
     cfg = _decode_config(recipe.decode, "command line",
                          method="greedy" if greedy else ("beam" if beam else None),
                          beam_size=beam, nbest=1, length_penalty=length_penalty, alpha=alpha,

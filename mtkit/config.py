@@ -235,6 +235,11 @@ class ModelConfig:
     rnn: RNNConfig = field(default_factory=RNNConfig)
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
 
+    @property
+    def size(self) -> int:
+        """The model's width: d_model, or the RNN's hidden size (the noam schedule's scale)."""
+        return self.transformer.d_model if self.arch == "transformer" else self.rnn.hidden_dim
+
 
 # --------------------------------------------------------------------------- train
 

@@ -31,11 +31,15 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
-from mtkit.errors import MtkitError
+from mtkit.errors import CheckpointError, DataError, MtkitError
+from mtkit.fileio import atomic_write, write_error
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_FORMAT = 1
+LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
 RECIPE = "recipe.yaml"
@@ -81,9 +85,6 @@ def _has_mtkit_recipe(run_dir: Path) -> bool:
 
 
 def _has_mtkit_checkpoint(run_dir: Path) -> bool:
-    from mtkit.errors import CheckpointError
-    from mtkit.train.checkpoint import BEST, LAST, load_checkpoint
-
     for name in (LAST, BEST):
         if (run_dir / name).is_file():
             try:
@@ -178,3 +179,153 @@ def remove_stale_temporaries(run_dir: str | Path) -> int:
         log.info("removed %d temporary checkpoint file(s) left by an interrupted write in %s",
                  removed, run_dir)
     return removed
+
+
+# --------------------------------------------------------------------------- checkpoint files
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
+    """Write `state` to `path` through a temporary file and a rename: a crash mid-write
+    leaves the previous file (or none), never half of one."""
+    import torch  # here, not at the top: `mtkit prep` needs run.py but not torch
+
+    path = Path(path)
+    with atomic_write(path, "wb") as f:
+        out = _Writes(f)
+        try:
+            torch.save({"format": CHECKPOINT_FORMAT, **state}, out)
+        except RuntimeError:
+            # torch's writer turns the OSError of a failed write (disk full) into a
+            # RuntimeError without its reason: report the OSError it swallowed.
+            if out.error is None:
+                raise
+            raise write_error(path, out.error) from None
+    return path
+
+
+class _Writes:
+    """A file that remembers the OSError of a failed write (see `save_checkpoint`)."""
+
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
+    """Read a checkpoint on the CPU with ``weights_only=True``; CheckpointError when the file
+    is missing, unreadable or not an mtkit checkpoint.
+
+    mmap: map the file instead of reading it, so that only the tensors used are read (a
+    model for inference needs the weights, not the optimizer's two moments, which make up
+    two thirds of a training checkpoint)."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError:
+            if not mmap:
+                raise
+            # Files in torch's legacy (non-zip) format, or on file systems that cannot be
+            # mapped: read them whole.
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # torch raises many types, with long messages, for foreign files
+        raise CheckpointError(f"{path}: not a readable checkpoint (expected a .pt file written "
+                              "by mtkit train or mtkit average)") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: not an mtkit checkpoint (format "
+                              f"{CHECKPOINT_FORMAT} expected)")
+    for key in ("recipe", "vocab", "model"):
+        if key not in state:
+            raise CheckpointError(f"{path}: checkpoint lacks `{key}`")
+    return state
+
+
+# --------------------------------------------------------------------------- loading a model
+
+
+
+def resolve_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
+    """A checkpoint file as given, or a run directory's ``best.pt``, else its ``last.pt``."""
+    p = Path(run_dir_or_ckpt)
+    if p.is_dir():
+        for name in (BEST, LAST):
+            if (p / name).is_file():
+                return p / name
+        raise CheckpointError(f"{p}: no {BEST} or {LAST} in this run directory; train a "
+                              f"model first (mtkit train RECIPE --run-dir {p})")
+    if not p.exists():
+        raise CheckpointError(f"{p}: no such checkpoint file or run directory")
+    return p
+
+
+def vocab_info(tokenizer: Any) -> dict[str, Any]:
+    """What a checkpoint records of its vocabulary: the sizes, and the sentencepiece models'
+    sha256 (which hashes the models: compute it once per run)."""
+    return {"src": tokenizer.src_vocab_size, "tgt": tokenizer.tgt_vocab_size,
+            "sha256": tokenizer.fingerprint()}
+
+
+def check_vocab(saved: dict[str, Any], now: dict[str, Any], *, ddir: Path, what: str) -> None:
+    """Refuse a data folder whose vocabulary (`now`, `vocab_info`) is not the one a checkpoint
+    was trained with (`saved`, its ``vocab``); `what` names the checkpoint in the message."""
+    if (now["src"], now["tgt"]) != (saved["src"], saved["tgt"]):
+        raise CheckpointError(f"{what}: trained with vocabularies {saved['src']}/{saved['tgt']}"
+                              f" but {ddir} holds {now['src']}/{now['tgt']}; was the data "
+                              "prepared again?")
+    if saved.get("sha256") not in (None, now["sha256"]):
+        raise CheckpointError(f"{what}: the sentencepiece model in {ddir} is not the one this "
+                              "checkpoint was trained with; was the data prepared again?")
+
+
+class Loaded(NamedTuple):
+    """A trained model ready for inference, with what it was trained from."""
+
+    model: Any  # the Translator, in eval mode on the device asked for
+    recipe: Any  # its Recipe
+    tokenizer: Any  # its Tokenizer
+
+
+def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
+    """Rebuild a trained model for inference. The tokenizer is read from the ``data/`` folder
+    of the run directory that holds the checkpoint."""
+    import torch
+
+    from mtkit.config import recipe_from_yaml_text
+    from mtkit.data.spm import Tokenizer
+    from mtkit.models.build import build_model
+
+    path = resolve_checkpoint(run_dir_or_ckpt)
+    state = load_checkpoint(path, mmap=True)
+    recipe = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
+    ddir = data_dir(path.parent)
+    try:
+        tokenizer = Tokenizer.load(ddir)
+    except DataError as e:
+        raise CheckpointError(f"{path}: a checkpoint needs its run directory's data/ folder "
+                              f"beside it for the tokenizer ({e})") from None
+    vocab = state["vocab"]
+    check_vocab(vocab, vocab_info(tokenizer), ddir=ddir, what=str(path))
+    model = build_model(recipe.model, vocab["src"], vocab["tgt"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"{path}: weights do not fit the model its recipe describes "
+                              f"({str(e).splitlines()[0]})") from None
+    if torch.device(device).type == "cuda":
+        from mtkit.device import cuda_defaults
+
+        cuda_defaults()
+    return Loaded(model.to(device).eval(), recipe, tokenizer)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
 from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import Hypothesis, decode_batch
-from mtkit.errors import CheckpointError, ConfigError, DataError
+from mtkit.errors import CheckpointError, DataError
 from mtkit.models.base import Translator
 
 OutputFormat = Literal["text", "jsonl"]
@@ -47,19 +46,6 @@ def pharaoh_aligner(method: str = "argmax-tgt") -> AlignFn:
         return format_pharaoh(extract_links(matrix.weights, method))
 
     return align
-
-
-def inference_device(spec: str) -> torch.device:
-    """--device auto|cpu|cuda|cuda:N|mps as a torch device; ConfigError naming --device for a
-    malformed or unavailable one."""
-    from mtkit.train.device import cuda_defaults, resolve_device
-
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", spec):
-        raise ConfigError(f"--device: expected auto, cpu, cuda, cuda:N or mps, got {spec!r}")
-    device = resolve_device(spec, option="--device")
-    if device.type == "cuda":
-        cuda_defaults()
-    return device
 
 
 @dataclass
@@ -207,7 +193,7 @@ def load_translator(paths: list[Path], device: torch.device, *, mode: str = "log
     their log-probabilities by `mode` (see `Ensemble`). Returns the model in eval mode, the
     first model's recipe and tokenizer."""
     from mtkit.models.ensemble import Ensemble
-    from mtkit.train.checkpoint import load_model
+    from mtkit.run import load_model
 
     loaded = [load_model(p, device) for p in paths]
     model, recipe, tok = loaded[0]
@@ -276,7 +262,7 @@ def translate_split(run_dir: Path, split: str, *, device: torch.device,
     records the same checkpoint contents, source text and decoding: file dates prove nothing
     (a checkpoint copied in keeps an older date)."""
     from mtkit.fileio import atomic_write, open_text
-    from mtkit.train.checkpoint import resolve_checkpoint
+    from mtkit.run import resolve_checkpoint
 
     src, ref = split_texts(run_dir, split)
     ckpt = resolve_checkpoint(run_dir)

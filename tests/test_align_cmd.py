@@ -27,7 +27,7 @@ from mtkit.data.prep import data_dir
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
-from mtkit.train.checkpoint import load_model, save_checkpoint
+from mtkit.run import load_model, save_checkpoint
 from mtkit.viz import DEFAULT_DPI, figure_size
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
@@ -229,7 +229,7 @@ def test_translate_first_aligns_the_search_output(trained, pairs, tmp_path):
     # re-forcing the hypothesis reads the attention the search saw (toy align_layer: -1)
     got = [ar.Pair(k, s, nb[0].tokens)
            for k, (s, nb) in enumerate(zip(src_ids, hyps, strict=True))]
-    maps = ar.pair_attention(model, got, ar.AttentionChoice(layer=-1),
+    maps = ar.pair_attention(model, got, model.choose_attention(layer=-1),
                              device=torch.device("cpu"), batch_tokens=100)
     for m, nbest in zip(maps, hyps, strict=True):
         np.testing.assert_allclose(m, nbest[0].attn.numpy(), atol=1e-5)
@@ -267,12 +267,14 @@ def test_head_mean_is_the_mean_of_the_heads():
     model = build_model(cfg, 12, 12).eval()
     pairs = [ar.Pair(0, [4, 5, 6], [7, 8]), ar.Pair(1, [9], [10, 11, 4, 5])]
 
-    def maps(choice: ar.AttentionChoice) -> list[np.ndarray]:
+    def maps(choice) -> list[np.ndarray]:
         return ar.pair_attention(model, pairs, choice, device=torch.device("cpu"),
                                  batch_tokens=100)
 
-    mean = maps(ar.choose_attention(cfg, layer=0))
-    heads = [maps(ar.choose_attention(cfg, layer=0, head=h)) for h in range(4)]
+    mean = maps(model.choose_attention(layer=0))
+    for m, same in zip(mean, maps(model.choose_attention(layer=0, head="mean")), strict=True):
+        np.testing.assert_array_equal(m, same)
+    heads = [maps(model.choose_attention(layer=0, head=h)) for h in range(4)]
     for k, m in enumerate(mean):
         assert m.shape == (len(pairs[k].tgt) + 1, len(pairs[k].src) + 1)
         np.testing.assert_allclose(m, np.mean([h[k] for h in heads], axis=0), atol=1e-6)

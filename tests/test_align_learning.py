@@ -11,8 +11,8 @@ Two tasks, both with fresh random batches at every update:
   source too (a suffix fixed by its stem would be predictable from the previous target piece,
   and the model would be free to look anywhere while producing it).
 
-The Transformer tests also pin `align_run.DEFAULT_LAYER`: the default layer must align at
-least as well as every other layer.
+The Transformer tests also pin the default layer of `Transformer.choose_attention`: it must
+align at least as well as every other layer.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from mtkit.align import (
 )
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import collate
-from mtkit.models.base import Translator
+from mtkit.models.base import AttentionChoice, Translator
 from mtkit.models.build import build_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -83,7 +83,7 @@ def _train(cfg: ModelConfig, task: str, *, updates: int, lr: float) -> Translato
     return fit(model, next_batch, updates=updates, lr=lr, betas=(0.9, 0.98))
 
 
-def _aer(model: Translator, task: str, choice: ar.AttentionChoice, n: int = 200) -> float:
+def _aer(model: Translator, task: str, choice: AttentionChoice, n: int = 200) -> float:
     """AER of the Pharaoh links `mtkit align -t` would write for n fresh pairs."""
     data = _sentences(task, n, random.Random(99))
     pairs = [ar.Pair(i, s, t) for i, (s, t) in enumerate(data)]
@@ -117,7 +117,7 @@ def test_bahdanau_gru_attention_aligns(task):
         cell="gru", emb_dim=32, hidden_dim=64, attn_dim=64, dropout=0.0,
         attention="additive", placement="bahdanau"))
     model = _train(cfg, task, updates=400, lr=3e-3)
-    assert _aer(model, task, ar.choose_attention(cfg)) <= 0.05
+    assert _aer(model, task, model.choose_attention()) <= 0.05
 
 
 @pytest.mark.parametrize("task", ["reversal", "permutation"])
@@ -125,8 +125,8 @@ def test_transformer_default_layer_aligns_best(task):
     cfg = ModelConfig(arch="transformer", transformer=TransformerConfig(
         d_model=64, heads=4, enc_layers=2, dec_layers=2, ffn_dim=128, dropout=0.0))
     model = _train(cfg, task, updates=1000, lr=3e-3)
-    default = _aer(model, task, ar.choose_attention(cfg))
-    others = [_aer(model, task, ar.choose_attention(cfg, layer=n))
-              for n in range(2) if n != ar.DEFAULT_LAYER % 2]
+    default = _aer(model, task, model.choose_attention())
+    others = [_aer(model, task, model.choose_attention(layer=n))
+              for n in range(2) if n != model.choose_attention().layer % 2]
     assert default <= 0.05
     assert all(default <= aer for aer in others), (default, others)

@@ -14,6 +14,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
+from mtkit import run as run_files
 from mtkit.cli import app
 from mtkit.config import load_recipe
 from mtkit.errors import CheckpointError
@@ -48,7 +49,7 @@ def test_rng_states_restore_every_generator() -> None:
 
 def test_a_checkpoint_is_tensors_and_primitives_only(toy_trained: Path) -> None:
     state = torch.load(toy_trained / "last.pt", weights_only=True)
-    assert state["format"] == ckpt.CHECKPOINT_FORMAT
+    assert state["format"] == run_files.CHECKPOINT_FORMAT
     assert {"recipe", "vocab", "model", "optimizer", "schedule", "progress", "rng"} <= set(state)
     progress = state["progress"]
     assert (progress["update"], progress["epoch"], progress["saved_update"]) == (6, 1, 6)
@@ -62,30 +63,30 @@ def test_loading_refuses_pickled_code_and_garbage(tmp_path: Path) -> None:
         def __reduce__(self) -> tuple:
             return (os.system, ("echo pwned",))
 
-    torch.save({"format": ckpt.CHECKPOINT_FORMAT, "recipe": "", "vocab": {}, "model": Evil()},
+    torch.save({"format": run_files.CHECKPOINT_FORMAT, "recipe": "", "vocab": {}, "model": Evil()},
                tmp_path / "evil.pt")
     with pytest.raises(CheckpointError, match="evil.pt: not a readable checkpoint"):
-        ckpt.load_checkpoint(tmp_path / "evil.pt")
+        run_files.load_checkpoint(tmp_path / "evil.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="junk.pt: not a readable checkpoint"):
-        ckpt.load_checkpoint(tmp_path / "junk.pt")
+        run_files.load_checkpoint(tmp_path / "junk.pt")
     torch.save({"weights": torch.ones(1)}, tmp_path / "foreign.pt")
     with pytest.raises(CheckpointError, match="not an mtkit checkpoint"):
-        ckpt.load_checkpoint(tmp_path / "foreign.pt")
+        run_files.load_checkpoint(tmp_path / "foreign.pt")
 
 
 def test_memory_mapped_loading_reads_legacy_files_too(tmp_path: Path) -> None:
     """Inference maps checkpoints (mmap=True); a file in torch's pre-1.6 format cannot be
     mapped and is read whole instead of being called unreadable."""
-    state = {"format": ckpt.CHECKPOINT_FORMAT, **_state(3.0)}
+    state = {"format": run_files.CHECKPOINT_FORMAT, **_state(3.0)}
     torch.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
-    ckpt.save_checkpoint(tmp_path / "zip.pt", _state(3.0))
+    run_files.save_checkpoint(tmp_path / "zip.pt", _state(3.0))
     for name in ("legacy.pt", "zip.pt"):
-        loaded = ckpt.load_checkpoint(tmp_path / name, mmap=True)
+        loaded = run_files.load_checkpoint(tmp_path / name, mmap=True)
         torch.testing.assert_close(loaded["model"]["w"], torch.full((2,), 3.0))
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="junk.pt: not a readable checkpoint"):
-        ckpt.load_checkpoint(tmp_path / "junk.pt", mmap=True)
+        run_files.load_checkpoint(tmp_path / "junk.pt", mmap=True)
 
 
 def _state(value: float) -> dict:
@@ -98,8 +99,8 @@ def test_run_checkpoints_keep_the_last_k_and_best_survives_pruning(tmp_path: Pat
                                   keep_last=2)
     assert [p.name for p in ckpt.numbered_checkpoints(tmp_path)] == \
         ["checkpoint_30.pt", "checkpoint_40.pt"]
-    assert ckpt.load_checkpoint(tmp_path / "last.pt")["model"]["w"][0] == 40
-    assert ckpt.load_checkpoint(tmp_path / "best.pt")["model"]["w"][0] == 10
+    assert run_files.load_checkpoint(tmp_path / "last.pt")["model"]["w"][0] == 40
+    assert run_files.load_checkpoint(tmp_path / "best.pt")["model"]["w"][0] == 10
     assert not list(tmp_path.glob(".*tmp"))  # no temporary files left behind
 
 
@@ -109,11 +110,11 @@ def test_average_is_the_mean_and_keeps_tied_weights_tied(tmp_path: Path) -> None
         shared = torch.full((2, 2), v)
         state = {"recipe": "", "vocab": {"src": 1, "tgt": 1},
                  "model": {"emb": shared, "out": shared, "steps": torch.tensor(7)}}
-        paths.append(ckpt.save_checkpoint(tmp_path / f"c{i}.pt", state))
+        paths.append(run_files.save_checkpoint(tmp_path / f"c{i}.pt", state))
     avg = ckpt.average_checkpoints(paths)
     torch.testing.assert_close(avg["emb"], torch.full((2, 2), 3.0))
     assert avg["emb"] is avg["out"] and avg["steps"].item() == 7
-    bad = ckpt.save_checkpoint(tmp_path / "bad.pt", {
+    bad = run_files.save_checkpoint(tmp_path / "bad.pt", {
         "recipe": "", "vocab": {}, "model": {"emb": torch.ones(3), "out": torch.ones(3),
                                              "steps": torch.tensor(7)}})
     with pytest.raises(CheckpointError, match=r"bad.pt: `emb` has shape \(3,\)"):
@@ -125,7 +126,7 @@ def test_average_keeps_two_views_of_one_storage_apart(tmp_path: Path) -> None:
     paths = []
     for i, v in enumerate((1.0, 3.0)):
         both = torch.tensor([[v, v], [10 * v, 10 * v]])
-        paths.append(ckpt.save_checkpoint(tmp_path / f"v{i}.pt", {
+        paths.append(run_files.save_checkpoint(tmp_path / f"v{i}.pt", {
             "recipe": "", "vocab": {}, "model": {"a": both[0], "b": both[1]}}))
     avg = ckpt.average_checkpoints(paths)
     torch.testing.assert_close(avg["a"], torch.full((2,), 2.0))
@@ -134,25 +135,25 @@ def test_average_keeps_two_views_of_one_storage_apart(tmp_path: Path) -> None:
 
 def test_load_model_takes_best_then_last_and_rebuilds_the_trained_model(
         toy_trained: Path, tmp_path: Path) -> None:
-    model, recipe, tok = ckpt.load_model(toy_trained, "cpu")
+    model, recipe, tok = run_files.load_model(toy_trained, "cpu")
     assert recipe.name == "toy" and not model.training
     assert tok.tgt_vocab_size == 51
-    saved = ckpt.load_checkpoint(toy_trained / "best.pt")["model"]
+    saved = run_files.load_checkpoint(toy_trained / "best.pt")["model"]
     assert ckpt.weights_digest(model.state_dict()) == ckpt.weights_digest(saved)
     run = tmp_path / "run"
     shutil.copytree(toy_trained, run)
     (run / "best.pt").unlink()
-    model, _, _ = ckpt.load_model(run, "cpu")
+    model, _, _ = run_files.load_model(run, "cpu")
     assert ckpt.weights_digest(model.state_dict()) == \
-        ckpt.weights_digest(ckpt.load_checkpoint(run / "last.pt")["model"])
+        ckpt.weights_digest(run_files.load_checkpoint(run / "last.pt")["model"])
     (run / "last.pt").unlink()
     with pytest.raises(CheckpointError, match="no best.pt or last.pt"):
-        ckpt.load_model(run, "cpu")
+        run_files.load_model(run, "cpu")
     alone = tmp_path / "alone"
     alone.mkdir()
     shutil.copy(toy_trained / "last.pt", alone / "model.pt")
     with pytest.raises(CheckpointError, match="needs its run directory's data/ folder"):
-        ckpt.load_model(alone / "model.pt", "cpu")
+        run_files.load_model(alone / "model.pt", "cpu")
 
 
 def test_average_command_on_a_run_directory(toy_trained: Path, tmp_path: Path) -> None:
@@ -161,13 +162,13 @@ def test_average_command_on_a_run_directory(toy_trained: Path, tmp_path: Path) -
     result = CliRunner().invoke(app, ["average", str(run), "--last", "2"])
     assert result.exit_code == 0, result.output
     assert "averaged 2 checkpoints (checkpoint_4.pt, checkpoint_6.pt)" in result.output
-    avg = ckpt.load_checkpoint(run / "averaged.pt")["model"]
-    c4 = ckpt.load_checkpoint(run / "checkpoint_4.pt")["model"]
-    c6 = ckpt.load_checkpoint(run / "checkpoint_6.pt")["model"]
+    avg = run_files.load_checkpoint(run / "averaged.pt")["model"]
+    c4 = run_files.load_checkpoint(run / "checkpoint_4.pt")["model"]
+    c6 = run_files.load_checkpoint(run / "checkpoint_6.pt")["model"]
     for k in avg:
         if avg[k].is_floating_point():
             torch.testing.assert_close(avg[k], (c4[k] + c6[k]) / 2)
-    model, _, _ = ckpt.load_model(run / "averaged.pt", "cpu")  # translate/score accept it
+    model, _, _ = run_files.load_model(run / "averaged.pt", "cpu")  # translate/score accept it
     assert ckpt.weights_digest(model.state_dict()) == ckpt.weights_digest(avg)
     result = CliRunner().invoke(app, ["average", str(run / "checkpoint_2.pt"),
                                       str(run / "checkpoint_6.pt"), "-o", str(tmp_path / "a.pt")])

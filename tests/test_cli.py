@@ -210,3 +210,21 @@ def test_train_prints_the_prep_report_once(tmp_path):
     for title in ("cleaning the training split", "prepared splits", "batching:",
                   "prep: wrote"):
         assert result.stderr.count(title) == 1, (title, result.stderr)
+
+
+def test_prep_then_train_shows_the_prep_report_once(tmp_path):
+    """`make demo` runs `mtkit prep` and then `mtkit train`: the second finds the data up to
+    date and says so in one line instead of printing the tables again."""
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    run = tmp_path / "run"
+    prep = CliRunner().invoke(app, ["prep", str(toy), "--run-dir", str(run)])
+    assert prep.exit_code == 0 and "prepared splits" in prep.stderr
+    train = CliRunner().invoke(app, ["train", str(toy), "--run-dir", str(run),
+                                     "--set", "train.max_updates=1"])
+    assert train.exit_code == 0, train.output
+    assert "prepared splits" not in train.stderr and "batching:" not in train.stderr
+    assert f"prep: {run / 'data'} is up to date" in train.stderr

@@ -106,8 +106,10 @@ def test_forward_matches_steps_and_attention_maps_average():
         state = step.state
         torch.testing.assert_close(step.logits, out.logits[:, t], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(step.attn, out.attn[:, t], atol=1e-5, rtol=1e-5)
-    maps = ens.attention_maps(b.src, b.src_lens, b.tgt_in)
-    want = sum(m.attention_maps(b.src, b.src_lens, b.tgt_in) for m in members) / 2
+    choice = ens.choose_attention()
+    maps = ens.attention_maps(b.src, b.src_lens, b.tgt_in, choice)
+    want = sum(m.attention_maps(b.src, b.src_lens, b.tgt_in, m.choose_attention())
+               for m in members) / 2
     torch.testing.assert_close(maps, want)
 
 

@@ -173,7 +173,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_one_blocks_noth
 def test_score_run_retranslates_a_checkpoint_copied_in_with_an_older_date(toy_model, tmp_path):
     import torch
 
-    from mtkit.train.checkpoint import load_checkpoint, save_checkpoint
+    from mtkit.run import load_checkpoint, save_checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)

@@ -24,14 +24,13 @@ from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, TrainConfig, Tran
 from mtkit.data.batch import Batch, collate
 from mtkit.data.vocab import PAD_ID
 from mtkit.decode import decode_batch
+from mtkit.device import Amp, cuda_defaults, inference_device, setup_backend
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
 from mtkit.models.transformer import CrossAttention, SelfAttention
-from mtkit.train.device import Amp, cuda_defaults, setup_backend
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward
-from mtkit.translate import inference_device
 
 HAS_CUDA = torch.cuda.is_available()
 NO_CUDA = (f"no CUDA device visible to torch {torch.__version__} "

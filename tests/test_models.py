@@ -13,7 +13,7 @@ import torch
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.vocab import BOS_ID, PAD_ID
 from mtkit.errors import ConfigError, MtkitError
-from mtkit.models.base import reorder
+from mtkit.models.base import AttentionChoice, reorder
 from mtkit.models.build import build_model
 from mtkit.models.rnn import rnn_step
 
@@ -251,8 +251,8 @@ def test_none_has_no_attention_and_a_fixed_context():
     enc = model.encode(src, lens)
     assert set(enc.extras) == {"final"}
     assert model.step(tgt[:, 0], model.init_state(enc), enc).attn is None
-    with pytest.raises(MtkitError, match="attention `none`"):
-        model.attention_maps(src, lens, tgt)
+    with pytest.raises(MtkitError, match="attention: none"):
+        model.choose_attention()
     # the source reaches the decoder through the final state alone
     other = enc.__class__(torch.randn_like(enc.memory), enc.src_mask, enc.extras)
     torch.testing.assert_close(model.step(tgt[:, 0], model.init_state(enc), other).logits,
@@ -275,14 +275,16 @@ def test_encoder_packs_padding_out():
 def test_rnn_attention_maps():
     model = _model(_rnn(placement="luong", attention="local-p"))
     src, lens, tgt, _ = _batch()
-    torch.testing.assert_close(model.attention_maps(src, lens, tgt),
+    torch.testing.assert_close(model.attention_maps(src, lens, tgt, model.choose_attention()),
                                model(src, lens, tgt, return_attn=True).attn)
-    with pytest.raises(MtkitError, match="no encoder self-attention"):
-        model.attention_maps(src, lens, tgt, kind="encoder")
-    with pytest.raises(MtkitError, match="expected cross, encoder or decoder"):
-        model.attention_maps(src, lens, tgt, kind="self")
-    with pytest.raises(MtkitError, match="layer and head"):
-        model.attention_maps(src, lens, tgt, layer=0)
+    with pytest.raises(MtkitError, match="an RNN model has no self-attention"):
+        model.choose_attention("encoder")
+    with pytest.raises(MtkitError, match="invalid choice 'self'; expected encoder or decoder"):
+        model.choose_attention("self")
+    with pytest.raises(MtkitError, match="--layer and --head apply to Transformer"):
+        model.choose_attention(layer=0)
+    with pytest.raises(MtkitError, match="--layer and --head apply to Transformer"):
+        model.choose_attention(head="mean")
 
 
 def test_tied_output_layer_shares_the_target_embedding():
@@ -350,23 +352,29 @@ def test_transformer_attention_maps():
     model = _model(_tf(heads=4, dec_layers=3, align_layer=-2))
     src, lens, tgt, _ = _batch()
     pad = torch.arange(7) >= lens[:, None]
-    cross = model.attention_maps(src, lens, tgt)
+
+    def maps(*args, **kwargs):
+        return model.attention_maps(src, lens, tgt, model.choose_attention(*args, **kwargs))
+
+    assert model.choose_attention() == AttentionChoice("cross", -1, "mean")
+    cross = maps(layer=-2)  # the model's align_layer, head mean: what the search returns
     torch.testing.assert_close(cross, model(src, lens, tgt, return_attn=True).attn)
-    torch.testing.assert_close(cross, model.attention_maps(src, lens, tgt, layer=1))
-    heads = torch.stack([model.attention_maps(src, lens, tgt, head=h) for h in range(4)], 1)
+    torch.testing.assert_close(cross, maps(layer=1, head="mean"))
+    heads = torch.stack([maps(layer=1, head=h) for h in range(4)], 1)
     torch.testing.assert_close(heads.mean(1), cross)
     assert not torch.allclose(heads[:, 0], heads[:, 1])
-    enc_self = model.attention_maps(src, lens, tgt, kind="encoder", layer=0)
+    assert not torch.allclose(maps(), cross)  # the default is the top layer
+    enc_self = maps("encoder", layer=0)
     assert enc_self.shape == (4, 7, 7)
     torch.testing.assert_close(enc_self.sum(-1), torch.ones(4, 7))
     assert (enc_self.masked_select(pad[:, None, :].expand_as(enc_self)) == 0).all()
-    dec_self = model.attention_maps(src, lens, tgt, kind="decoder", layer=-1, head=3)
+    dec_self = maps("decoder", layer=-1, head=3)
     assert dec_self.shape == (4, 6, 6)
     assert (dec_self.triu(1) == 0).all() and (dec_self.diagonal(dim1=1, dim2=2) > 0).all()
-    with pytest.raises(MtkitError, match="layer 3 out of range"):
-        model.attention_maps(src, lens, tgt, kind="encoder", layer=3)
-    with pytest.raises(MtkitError, match="head 4 out of range"):
-        model.attention_maps(src, lens, tgt, head=4)
+    with pytest.raises(MtkitError, match="--layer 3: the model has 2 encoder layers"):
+        model.choose_attention("encoder", layer=3)
+    with pytest.raises(MtkitError, match="--head 4: the model has 4 heads"):
+        model.choose_attention(head=4)
 
 
 @torch.no_grad()
@@ -374,9 +382,10 @@ def test_align_head_and_layer_choose_the_returned_attention():
     src, lens, tgt, _ = _batch()
     model = _model(_tf(heads=4, dec_layers=2, align_layer=0, align_head=2))
     attn = model(src, lens, tgt, return_attn=True).attn
-    torch.testing.assert_close(
-        attn, model.attention_maps(src, lens, tgt, layer=0, head=2))
-    assert not torch.allclose(attn, model.attention_maps(src, lens, tgt, layer=1, head=2))
+    torch.testing.assert_close(attn, model.attention_maps(
+        src, lens, tgt, model.choose_attention(layer=0, head=2)))
+    assert not torch.allclose(attn, model.attention_maps(
+        src, lens, tgt, model.choose_attention(layer=1, head=2)))
 
 
 @pytest.mark.parametrize("which", ["dropout", "attn_dropout", "act_dropout"])

@@ -379,3 +379,32 @@ def test_multi30k_corrupted_systems(tmp_path):
         assert report.scores[i]["TER"].score == TER().corpus_score(hyps, [ref]).score
     assert report.significance[0].significant("BLEU", 1)
     assert sum(b.sentences for b in report.by_length) == 1000
+
+
+def test_the_sacrebleu_adapter_matches_sacrebleus_public_scores():
+    """mtkit.score.sacrebleu_api is the only caller of sacreBLEU's private API: if an upgrade
+    changes those calls, this fails (loudly, naming the function) instead of scores going
+    wrong. Each adapter result must equal sacreBLEU's public corpus_score."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    from mtkit.score import sacrebleu_api
+
+    refs = ["the cat sat on the mat", "a dog runs in the park", "it is raining today"]
+    hyps = ["the cat sat on a mat", "a dog is running in a park", "it rains today"]
+    for metric in (BLEU(references=[refs]), CHRF(word_order=2, references=[refs]),
+                   TER(references=[refs])):
+        public = metric.corpus_score(hyps, None)
+        stats = sacrebleu_api.sentence_statistics(metric, hyps)
+        assert len(stats) == len(hyps), "sentence_statistics: one entry per sentence expected"
+        name, score, verbose = sacrebleu_api.corpus_score(metric, stats)
+        assert (name, score) == (public.name, public.score), "corpus_score changed"
+        assert verbose in public.format(), "corpus_score: verbose details changed"
+        _, sub, _ = sacrebleu_api.corpus_score(metric, stats[:2])
+        assert sub == metric.corpus_score(hyps[:2], [refs[:2]]).score, "subset aggregation"
+    bleu = BLEU(references=[refs])
+    assert "BP = " in sacrebleu_api.corpus_score(
+        bleu, sacrebleu_api.sentence_statistics(bleu, hyps))[2], "BLEU's verbose details"
+    before = os.environ.get("SACREBLEU_SEED")
+    with sacrebleu_api.seeded(7):
+        assert os.environ["SACREBLEU_SEED"] == "7"
+    assert os.environ.get("SACREBLEU_SEED") == before

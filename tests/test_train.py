@@ -25,11 +25,12 @@ from rich.console import Console
 from mtkit.config import TrainConfig, load_recipe
 from mtkit.data.batch import collate
 from mtkit.data.vocab import PAD_ID
+from mtkit.device import Amp
 from mtkit.errors import CheckpointError, MtkitError
 from mtkit.models.build import build_model
+from mtkit.run import load_checkpoint
 from mtkit.train import loop, step
-from mtkit.train.checkpoint import load_checkpoint, weights_digest
-from mtkit.train.device import Amp
+from mtkit.train.checkpoint import weights_digest
 from mtkit.train.distributed import Dist
 from mtkit.train.loss import LossSums, label_smoothed_nll, perplexity
 from mtkit.train.optim import Schedule, build_optimizer, optimizer_step
@@ -460,7 +461,7 @@ def test_validation_on_a_fixed_sample_scores_those_sentences_only(toy_model: Pat
     from mtkit.data.spm import Tokenizer
     from mtkit.data.store import ParallelData, text_path
     from mtkit.fileio import read_lines
-    from mtkit.train.checkpoint import load_model
+    from mtkit.run import load_model
     from mtkit.train.validate import valid_batches, valid_sample, validate
 
     ids = valid_sample(60, 10)

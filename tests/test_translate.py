@@ -16,11 +16,11 @@ from mtkit.data.batch import collate
 from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.decode import forced, length_penalty
+from mtkit.device import inference_device
 from mtkit.errors import ConfigError
 from mtkit.translate import (
     StreamTranslator,
     decode_tag,
-    inference_device,
     load_translator,
     pharaoh_aligner,
     translate_split,
@@ -221,7 +221,7 @@ def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy
                                                                              tmp_path):
     import shutil
 
-    from mtkit.train.checkpoint import load_checkpoint, save_checkpoint
+    from mtkit.run import load_checkpoint, save_checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)

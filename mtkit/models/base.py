@@ -11,12 +11,35 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 # A decoder state: a flat mapping of named tensors, each batch-first. Models choose the names.
 State = dict[str, torch.Tensor]
+# Which attention to read: decoder-over-source, or the encoder's or the decoder's own.
+AttentionKind = Literal["cross", "encoder", "decoder"]
+KINDS = ("cross", "encoder", "decoder")
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """A checked choice of attention weights to read (`Translator.choose_attention`).
+
+    layer: a layer index (negative from the top), None for a model with one attention (the
+    RNN); head: one head or "mean" (the mean over heads), None for a model without heads."""
+
+    kind: AttentionKind = "cross"
+    layer: int | None = None
+    head: int | Literal["mean"] | None = None
+
+    def describe(self) -> str:
+        """E.g. 'cross-attention, layer -1, head mean' (an RNN's: 'cross-attention')."""
+        what = "cross-attention" if self.kind == "cross" else f"{self.kind} self-attention"
+        if self.layer is None:
+            return what
+        return f"{what}, layer {self.layer}, head {self.head}"
 
 
 @dataclass(frozen=True)
@@ -115,17 +138,20 @@ class Translator(nn.Module):
         """Teacher forcing over tgt_in: (B, T), which starts with BOS."""
         raise NotImplementedError
 
-    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
-                       *, kind: str = "cross", layer: int | None = None,
-                       head: int | None = None) -> torch.Tensor:
-        """Teacher-forced attention weights for visualisation and alignment.
+    def choose_attention(self, kind: str = "cross", layer: int | None = None,
+                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+        """Check a choice of attention against this model, before any work, and fill in its
+        defaults (a Transformer: the top layer and the mean over heads). Raises ConfigError
+        naming the `mtkit align` option at fault (--self-attention, --layer, --head)."""
+        raise NotImplementedError
 
-        kind "cross": (B, T, S) decoder-over-source; "encoder": (B, S, S) and "decoder":
-        (B, T, T) self-attention. layer/head pick one layer and head (None: the model's
-        defaults, e.g. the Transformer's alignment layer and head for "cross", its top layer
-        and the head mean otherwise). Raises MtkitError for kinds a model does not have.
-        Rows at padded query positions carry no meaning; slice them off by length.
-        """
+    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                       choice: AttentionChoice) -> torch.Tensor:
+        """Teacher-forced attention weights for visualisation and alignment, as `choice`
+        (from `choose_attention`) says: kind "cross" (B, T, S) decoder-over-source,
+        "encoder" (B, S, S) or "decoder" (B, T, T) self-attention, where T counts tgt_in's
+        tokens (BOS first). One forward pass, the mean over heads included. Rows at padded
+        query positions carry no meaning; slice them off by length."""
         raise NotImplementedError
 
     def parameter_counts(self) -> dict[str, int]:

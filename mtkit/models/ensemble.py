@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import nn
 
 from mtkit.errors import MtkitError
-from mtkit.models.base import Encoded, Output, State, Step, Translator
+from mtkit.models.base import AttentionChoice, Encoded, Output, State, Step, Translator
 
 
 def _prefixed(state: State, i: int) -> State:
@@ -110,13 +111,25 @@ class Ensemble(Translator):
         logits = _combine([torch.log_softmax(o.logits.float(), dim=-1) for o in outs], self.mode)
         return Output(logits, _mean_attn([o.attn for o in outs]))
 
-    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
-                       *, kind: str = "cross", layer: int | None = None,
-                       head: int | None = None) -> torch.Tensor:
-        """The mean of the members' maps (see `Translator.attention_maps`), over the
-        members that have attention."""
+    def _with_attention(self) -> list[Translator]:
         with_attn = [m for m in self.members if m.has_attention]
         if not with_attn:
             raise MtkitError("no model of this ensemble has attention")
-        return torch.stack([m.attention_maps(src, src_lens, tgt_in, kind=kind, layer=layer,
-                                             head=head) for m in with_attn]).mean(0)
+        return with_attn
+
+    def choose_attention(self, kind: str = "cross", layer: int | None = None,
+                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+        """The choice as asked, once every member with attention has accepted it; each
+        member fills in its own defaults (an RNN has no layers, a Transformer does)."""
+        for m in self._with_attention():
+            m.choose_attention(kind, layer, head)
+        return AttentionChoice(kind, layer, head)  # type: ignore[arg-type]
+
+    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                       choice: AttentionChoice) -> torch.Tensor:
+        """The mean of the members' maps (see `Translator.attention_maps`), over the
+        members that have attention, each read as it resolves `choice`."""
+        return torch.stack([
+            m.attention_maps(src, src_lens, tgt_in,
+                             m.choose_attention(choice.kind, choice.layer, choice.head))
+            for m in self._with_attention()]).mean(0)

@@ -22,14 +22,26 @@ The RNN modules take (L, B, Hd); we transpose only at that call.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_packed_sequence
 
-from mtkit.errors import MtkitError
+from mtkit.errors import ConfigError, MtkitError
 from mtkit.models.attention import Attention
-from mtkit.models.base import Encoded, Output, State, Step, Translator, host_to_device, source_mask
+from mtkit.models.base import (
+    KINDS,
+    AttentionChoice,
+    Encoded,
+    Output,
+    State,
+    Step,
+    Translator,
+    host_to_device,
+    source_mask,
+)
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
 
@@ -358,21 +370,26 @@ class RNNTranslator(Translator):
         logits, attn = self.decoder.teacher(tgt_in, self.init_state(enc), enc, return_attn)
         return Output(logits, attn)
 
-    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
-                       *, kind: str = "cross", layer: int | None = None,
-                       head: int | None = None) -> torch.Tensor:
-        """Cross attention (B, T, S); an RNN has no self-attention, layers or heads."""
-        if kind not in ("cross", "encoder", "decoder"):
-            raise MtkitError(f"unknown attention kind {kind!r}; expected cross, encoder or "
-                             "decoder")
-        if kind != "cross":
-            raise MtkitError(f"an RNN model has no {kind} self-attention; only kind 'cross'")
-        if layer is not None or head is not None:
-            raise MtkitError("an RNN model has one attention without layers or heads; "
-                             "leave layer and head unset")
+    def choose_attention(self, kind: str = "cross", layer: int | None = None,
+                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+        """An RNN has one cross-attention, without layers or heads."""
         if not self.has_attention:
-            raise MtkitError("this model uses attention `none` (one fixed context vector), "
-                             "so it has no attention weights to show")
+            raise MtkitError("this model has no attention (model.rnn.attention: none; one "
+                             "fixed context vector), so there is nothing to align")
+        if kind not in KINDS:
+            raise ConfigError(f"--self-attention: invalid choice {kind!r}; expected encoder or "
+                              "decoder")
+        if kind != "cross":
+            raise ConfigError(f"--self-attention {kind}: an RNN model has no self-attention")
+        if layer is not None or head is not None:
+            raise ConfigError("--layer and --head apply to Transformer models; this RNN model "
+                              "has one attention without layers or heads")
+        return AttentionChoice("cross")
+
+    def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
+                       choice: AttentionChoice) -> torch.Tensor:
+        """Cross attention (B, T, S), from teacher forcing."""
+        assert choice == AttentionChoice("cross"), choice
         attn = self.forward(src, src_lens, tgt_in, return_attn=True).attn
         assert attn is not None
         return attn

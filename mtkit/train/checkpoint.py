@@ -1,5 +1,6 @@
-"""Checkpoints: save (atomically), load (without unpickling code), keep, average, and load a
-trained model for translation.
+"""Checkpoints of a training run: RNG states, the numbered checkpoints a run keeps (with
+``last.pt`` and ``best.pt``), weight digests and averaging. The file format itself (save,
+load without unpickling code) and loading a model for inference are `mtkit.run`'s.
 
 A checkpoint is a dict of tensors and plain Python values only, so
 ``torch.load(path, weights_only=True)`` reads it and loading one never runs code:
@@ -31,11 +32,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtkit.errors import CheckpointError, DataError
-from mtkit.fileio import atomic_write, write_error
+from mtkit.errors import CheckpointError
+from mtkit.fileio import write_error
+from mtkit.run import (
+    BEST,
+    LAST,
+    load_checkpoint,
+    save_checkpoint,
+)
 
-CHECKPOINT_FORMAT = 1
-LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
 _NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")
 
 
@@ -73,71 +78,6 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------- files
-
-
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
-    """Write `state` to `path` through a temporary file and a rename: a crash mid-write
-    leaves the previous file (or none), never half of one."""
-    path = Path(path)
-    with atomic_write(path, "wb") as f:
-        out = _Writes(f)
-        try:
-            torch.save({"format": CHECKPOINT_FORMAT, **state}, out)
-        except RuntimeError:
-            # torch's writer turns the OSError of a failed write (disk full) into a
-            # RuntimeError without its reason: report the OSError it swallowed.
-            if out.error is None:
-                raise
-            raise write_error(path, out.error) from None
-    return path
-
-
-class _Writes:
-    """A file that remembers the OSError of a failed write (see `save_checkpoint`)."""
-
-    def __init__(self, f) -> None:
-        self.f, self.error = f, None
-
-    def write(self, data: bytes) -> int:
-        try:
-            return self.f.write(data)
-        except OSError as e:
-            self.error = e
-            raise
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
-    """Read a checkpoint on the CPU with ``weights_only=True``; CheckpointError when the file
-    is missing, unreadable or not an mtkit checkpoint.
-
-    mmap: map the file instead of reading it, so that only the tensors used are read (a
-    model for inference needs the weights, not the optimizer's two moments, which make up
-    two thirds of a training checkpoint)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found")
-    try:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-        except RuntimeError:
-            if not mmap:
-                raise
-            # Files in torch's legacy (non-zip) format, or on file systems that cannot be
-            # mapped: read them whole.
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # torch raises many types, with long messages, for foreign files
-        raise CheckpointError(f"{path}: not a readable checkpoint (expected a .pt file written "
-                              "by mtkit train or mtkit average)") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path}: not an mtkit checkpoint (format "
-                              f"{CHECKPOINT_FORMAT} expected)")
-    for key in ("recipe", "vocab", "model"):
-        if key not in state:
-            raise CheckpointError(f"{path}: checkpoint lacks `{key}`")
-    return state
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -260,59 +200,3 @@ def save_average(paths: list[Path], out: Path) -> Path:
     return save_checkpoint(out, {"recipe": newest["recipe"], "vocab": newest["vocab"],
                                  "model": weights,
                                  "averaged_from": [str(Path(p).name) for p in paths]})
-
-
-# --------------------------------------------------------------------------- loading a model
-
-
-def resolve_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
-    """A checkpoint file as given, or a run directory's ``best.pt``, else its ``last.pt``."""
-    p = Path(run_dir_or_ckpt)
-    if p.is_dir():
-        for name in (BEST, LAST):
-            if (p / name).is_file():
-                return p / name
-        raise CheckpointError(f"{p}: no {BEST} or {LAST} in this run directory; train a "
-                              f"model first (mtkit train RECIPE --run-dir {p})")
-    if not p.exists():
-        raise CheckpointError(f"{p}: no such checkpoint file or run directory")
-    return p
-
-
-def load_model(run_dir_or_ckpt: str | Path, device: str | torch.device = "cpu"):
-    """Rebuild a trained model for inference: -> (model in eval mode on `device`, recipe,
-    tokenizer). The tokenizer is read from the ``data/`` folder of the run directory that
-    holds the checkpoint."""
-    from mtkit.config import recipe_from_yaml_text
-    from mtkit.data.prep import data_dir
-    from mtkit.data.spm import Tokenizer
-    from mtkit.models.build import build_model
-
-    path = resolve_checkpoint(run_dir_or_ckpt)
-    state = load_checkpoint(path, mmap=True)
-    recipe = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
-    ddir = data_dir(path.parent)
-    try:
-        tokenizer = Tokenizer.load(ddir)
-    except DataError as e:
-        raise CheckpointError(f"{path}: a checkpoint needs its run directory's data/ folder "
-                              f"beside it for the tokenizer ({e})") from None
-    vocab = state["vocab"]
-    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != (vocab["src"], vocab["tgt"]):
-        raise CheckpointError(f"{path}: trained with vocabularies {vocab['src']}/{vocab['tgt']}"
-                              f" but {ddir} holds {tokenizer.src_vocab_size}/"
-                              f"{tokenizer.tgt_vocab_size}; was the data prepared again?")
-    if vocab.get("sha256") not in (None, tokenizer.fingerprint()):
-        raise CheckpointError(f"{path}: the sentencepiece model in {ddir} is not the one this "
-                              "checkpoint was trained with; was the data prepared again?")
-    model = build_model(recipe.model, vocab["src"], vocab["tgt"])
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as e:
-        raise CheckpointError(f"{path}: weights do not fit the model its recipe describes "
-                              f"({str(e).splitlines()[0]})") from None
-    if torch.device(device).type == "cuda":
-        from mtkit.train.device import cuda_defaults
-
-        cuda_defaults()
-    return model.to(device).eval(), recipe, tokenizer

@@ -12,11 +12,11 @@ resumed run draws the same batches and the same dropout masks as an uninterrupte
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,26 +24,27 @@ from pathlib import Path
 import numpy as np
 import torch
 from rich.console import Console
-from torch.nn.parallel import DistributedDataParallel
 
-from mtkit.config import Recipe, dump_recipe, parse_duration, recipe_from_yaml_text, recipe_to_dict
+from mtkit.config import Recipe, parse_duration
 from mtkit.data.batch import iterate_batches
 from mtkit.data.prep import data_dir, is_prepared, prepare
-from mtkit.data.sampler import TokenBatchSampler
-from mtkit.data.spm import Tokenizer
-from mtkit.data.store import ParallelData, text_path
-from mtkit.errors import CheckpointError, DataError, MtkitError
-from mtkit.fileio import WriteError, read_lines
-from mtkit.models.build import build_model
-from mtkit.run import check_writable_run_dir, remove_stale_temporaries, run_lock
+from mtkit.device import resolve_device, setup_backend
+from mtkit.errors import MtkitError
+from mtkit.fileio import WriteError
+from mtkit.run import (
+    AVERAGED,
+    check_writable_run_dir,
+    load_checkpoint,
+    remove_stale_temporaries,
+    run_lock,
+)
 from mtkit.train import checkpoint as ckpt
-from mtkit.train.device import Amp, resolve_device, setup_backend
 from mtkit.train.distributed import Dist, destroy_process_group, dist_from_env, init_process_group
-from mtkit.train.optim import Schedule, build_optimizer
 from mtkit.train.report import Reporter
+from mtkit.train.setup import Setup, build_setup, check_fresh, resume_state
 from mtkit.train.signals import GracefulStop
 from mtkit.train.step import finish_update, forward_backward, token_normalizer
-from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, valid_batches, validate
+from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +64,44 @@ class TrainResult:
 
 def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
           mirror: str | Path | None = None, console: Console | None = None) -> TrainResult:
-    """Train `recipe` into `run_dir` (one process, or one rank under torchrun)."""
+    """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
+    data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
+    lock from start to end (`mtkit.run`)."""
+    run_dir, console = Path(run_dir), console or Console(stderr=True)
     dist = dist_from_env()
     device = resolve_device(recipe.train.device,
                             local_rank=dist.local_rank if dist.enabled else None)
     setup_backend(device, recipe.train)
     init_process_group(dist, device)
     try:
-        trainer = Trainer(recipe, Path(run_dir), dist=dist, device=device,
-                          console=console or Console(stderr=True))
-        return trainer.run(resume=resume, mirror=mirror)
+        if dist.is_main:
+            check_writable_run_dir(run_dir)
+        with run_lock(run_dir, "train") if dist.is_main else contextlib.nullcontext():
+            if dist.is_main:
+                remove_stale_temporaries(run_dir)
+            state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
+            if dist.is_main:
+                _prepare(recipe, run_dir, resumed=state is not None, mirror=mirror,
+                         console=console)
+            dist.barrier()
+            setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state)
+            return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
+                           console=console).run()
     finally:
         destroy_process_group(dist)
+
+
+def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path | None,
+             console: Console) -> None:
+    prepared = is_prepared(recipe, run_dir)
+    if resumed and not prepared:
+        log.warning("%s is missing or its inputs changed: preparing it again before "
+                    "resuming", data_dir(run_dir))
+    # Data prepared already (by `mtkit prep`, which printed its report): one line.
+    prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console)
+    if prepared:
+        console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
+                      soft_wrap=True)
 
 
 @dataclass
@@ -109,143 +136,50 @@ class _Progress:
 
 
 class Trainer:
-    """One training run. `run` is the whole of it; the methods below are its steps."""
+    """One training run over a built `Setup`. `run` is the whole of it; the methods below
+    are its steps. Everything it holds is set here; only `p` (progress), the windows and the
+    checkpoint paths change as it trains."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.device,
-                 console: Console) -> None:
-        self.recipe, self.cfg, self.run_dir = recipe, recipe.train, run_dir
+    def __init__(self, recipe: Recipe, run_dir: Path, setup: Setup, *, state: dict | None,
+                 dist: Dist, device: torch.device, console: Console) -> None:
+        self.recipe, self.cfg, self.run_dir, self.s = recipe, recipe.train, run_dir, setup
         self.dist, self.device, self.console = dist, device, console
-        self.p = _Progress()
-        self.amp = Amp.for_device(device, self.cfg.precision)
         self.max_time = parse_duration(self.cfg.max_time) if self.cfg.max_time else None
         # Reading device values back stalls a GPU's queue; on a CPU it costs nothing.
         self.sync_every = self.cfg.log_every if device.type == "cuda" else 1
         self.pending: list[tuple[int, torch.Tensor, int, float]] = []
-        self.window = _Window()
+        self.p = _Progress()
         self.last_checkpoint: Path | None = None
         self.last_good_checkpoint: Path | None = None  # written after a finite update
+        if state is not None:
+            self._restore(state)
         self.stop = GracefulStop()
         self.best_unsaved = False  # the latest validation was the best and is not saved yet
+        self.rep = Reporter(run_dir, console, enabled=dist.is_main,
+                            resumed_at=self.p.update if state is not None else None)
+        self.resumed = state is not None
+        self.window = _Window()
+        self.t0, self.session_update0 = time.monotonic(), self.p.update
+        self.lr = self.s.schedule.lr_at(self.p.update)  # of the latest update
+        self.last_loss: float | None = None  # mean loss of the latest log window
+        self.tok_s: float | None = None  # throughput of the latest log window
 
     # ------------------------------------------------------------------ setup
 
-    def run(self, *, resume: bool, mirror: str | Path | None) -> TrainResult:
-        """The whole run, holding the run directory's lock (rank 0) from start to end."""
-        if not self.dist.is_main:
-            return self._run(resume=resume, mirror=mirror)
-        check_writable_run_dir(self.run_dir)
-        with run_lock(self.run_dir, "train"):
-            remove_stale_temporaries(self.run_dir)
-            try:
-                return self._run(resume=resume, mirror=mirror)
-            except WriteError as e:  # disk full, read-only: say what is still usable
-                last = self.last_checkpoint or "none (no checkpoint was written)"
-                raise WriteError(f"{e}; the last complete checkpoint is {last}") from None
-
-    def _run(self, *, resume: bool, mirror: str | Path | None) -> TrainResult:
-        state = self._resume_state() if resume else self._check_fresh()
-        if self.dist.is_main:
-            if state is not None and not is_prepared(self.recipe, self.run_dir):
-                log.warning("%s is missing or its inputs changed: preparing it again before "
-                            "resuming", data_dir(self.run_dir))
-            prepare(self.recipe, self.run_dir, mirror=mirror, console=self.console)
-        self.dist.barrier()
-        self._build(state)
-        rep = Reporter(self.run_dir, self.console, enabled=self.dist.is_main,
-                       resumed_at=self.p.update if state is not None else None)
-        with rep, self.stop:
-            self.rep = rep
-            self._log_start(resumed=state is not None)
-            self.t0, self.session_update0 = time.monotonic(), self.p.update
-            self.window = _Window()
-            reason = self._loop()
-            return self._finish(reason)
-
-    def _check_fresh(self) -> None:
-        if (self.run_dir / ckpt.LAST).is_file():
-            raise CheckpointError(f"{self.run_dir} already holds a training run ({ckpt.LAST});"
-                                  " continue it with --resume, or train into a new --run-dir")
-        return None
-
-    def _resume_state(self) -> dict:
-        path = self.run_dir / ckpt.LAST
-        if not path.is_file():
-            raise CheckpointError(f"--resume: {path} not found; nothing to resume (drop "
-                                  "--resume to start a new run)")
-        state = ckpt.load_checkpoint(path)
-        saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
-        for section in ("data", "model"):
-            key = _first_difference(recipe_to_dict(getattr(saved, section)),
-                                    recipe_to_dict(getattr(self.recipe, section)), section)
-            if key is not None:
-                raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
-                                      f"the one {path} was trained with (at {key}); resume "
-                                      "with the same recipe, or train into a new --run-dir")
-        # These cut and order the batches: with another value the saved position in the
-        # epoch would point into a different batch list (sentences skipped or repeated).
-        for name in ("batch_tokens", "seed"):
-            was, now = getattr(saved.train, name), getattr(self.recipe.train, name)
-            if was != now:
-                raise CheckpointError(f"--resume: train.{name} is {now} but {path} was trained "
-                                      f"with {was}; it fixes the batch order, so resume with "
-                                      f"{was}, or train into a new --run-dir")
-        return state
-
-    def _build(self, state: dict | None) -> None:
-        cfg, ddir = self.cfg, data_dir(self.run_dir)
-        self.tokenizer = Tokenizer.load(ddir)
-        # What every checkpoint records of the run's vocabulary (fixed for the run; the
-        # fingerprint hashes both sentencepiece models, so it is computed once).
-        self.vocab_info = {"src": self.tokenizer.src_vocab_size,
-                           "tgt": self.tokenizer.tgt_vocab_size,
-                           "sha256": self.tokenizer.fingerprint()}
-        self.recipe_text = dump_recipe(self.recipe)
-        vocab = (self.vocab_info["src"], self.vocab_info["tgt"])
-        if state is not None and vocab != (state["vocab"]["src"], state["vocab"]["tgt"]):
-            raise CheckpointError(f"--resume: {ddir} now holds vocabularies of {vocab[0]}/"
-                                  f"{vocab[1]} pieces but the checkpoint was trained with "
-                                  f"{state['vocab']['src']}/{state['vocab']['tgt']}")
-        if state is not None and state["vocab"].get("sha256") not in (
-                None, self.vocab_info["sha256"]):
-            raise CheckpointError(f"--resume: the sentencepiece model in {ddir} is not the one "
-                                  "the checkpoint was trained with (the data was prepared "
-                                  "again); train into a new --run-dir")
-        self.train_data = ParallelData.load(ddir, "train")
-        self.valid_batches = valid_batches(ParallelData.load(ddir, "valid"), self.recipe)
-        self.valid_refs = read_lines(text_path(ddir, "valid", "tgt"))
-        self.sampler = TokenBatchSampler(
-            self.train_data.src_lens, self.train_data.tgt_lens, batch_tokens=cfg.batch_tokens,
-            seed=cfg.seed, rank=self.dist.rank, world_size=self.dist.world_size,
-            max_len=self.recipe.data.max_len)
-        if len(self.sampler) == 0:
-            raise DataError(f"{ddir}: the training split yields no batch for "
-                            f"{self.dist.world_size} process(es)")
-        _seed_all(cfg.seed)  # the same initial weights on every rank
-        self.model = build_model(self.recipe.model, self.tokenizer.src_vocab_size,
-                                 self.tokenizer.tgt_vocab_size).to(self.device)
-        if self.dist.rank > 0:
-            _seed_all(cfg.seed + self.dist.rank)  # but each rank its own dropout masks
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(self.model, cfg, self.device)
-        m = self.recipe.model
-        self.schedule = Schedule(cfg, model_size=m.transformer.d_model if m.arch == "transformer"
-                                 else m.rnn.hidden_dim)
-        if state is not None:
-            self._restore(state)
-        net: torch.nn.Module = self.model
-        if self.dist.enabled:
-            net = DistributedDataParallel(
-                net, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        # Batch shapes change with every batch: compile for dynamic shapes at once rather than
-        # specialising on the first batch and recompiling on the second.
-        self.net = torch.compile(net, dynamic=True) if cfg.compile else net
+    def run(self) -> TrainResult:
+        """Train until a limit, patience or a signal ends the run; save; report."""
+        try:
+            with self.rep, self.stop:
+                self._log_start()
+                self.t0, self.session_update0 = time.monotonic(), self.p.update
+                self.window = _Window()
+                return self._finish(self._loop())
+        except WriteError as e:  # disk full, read-only: say what is still usable
+            last = self.last_checkpoint or "none (no checkpoint was written)"
+            raise WriteError(f"{e}; the last complete checkpoint is {last}") from None
 
     def _restore(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["schedule"])
-        if self.amp.scaler is not None and state.get("scaler"):
-            self.amp.scaler.load_state_dict(state["scaler"])
+        """Progress and random generators of a resumed run (weights: `build_setup`)."""
         saved_world = state["progress"].pop("world_size")
         self.p = _Progress(**state["progress"])
         self.last_checkpoint = self.run_dir / f"checkpoint_{self.p.update}.pt"
@@ -258,15 +192,15 @@ class Trainer:
                         self.dist.world_size, saved_world, self.p.epoch + 1)
             self.p.epoch, self.p.position = self.p.epoch + 1, 0
 
-    def _log_start(self, *, resumed: bool) -> None:
-        counts = self.model.parameter_counts()
-        what = f"resuming at update {self.p.update:,}" if resumed else "training"
+    def _log_start(self) -> None:
+        counts = self.s.model.parameter_counts()
+        what = f"resuming at update {self.p.update:,}" if self.resumed else "training"
         log.info("%s: %s a %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
                  "device %s%s", self.recipe.name, what, self.recipe.model.arch,
-                 f"{counts['total']:,}", len(self.sampler), self.cfg.batch_tokens,
+                 f"{counts['total']:,}", len(self.s.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
-                 self.device, f" ({self.amp.dtype})" if self.amp.dtype else "")
-        if self.amp.dtype is None and self.cfg.precision != "fp32":
+                 self.device, f" ({self.s.amp.dtype})" if self.s.amp.dtype else "")
+        if self.s.amp.dtype is None and self.cfg.precision != "fp32":
             log.info("train.precision %s applies to CUDA only: on %s this run trains in fp32",
                      self.cfg.precision, self.device.type)
 
@@ -277,8 +211,8 @@ class Trainer:
         while True:
             if reason := self._limit_reached():
                 return reason
-            self.sampler.set_epoch(self.p.epoch)
-            todo = self.sampler.batches()[self.p.position:]
+            self.s.sampler.set_epoch(self.p.epoch)
+            todo = self.s.sampler.batches()[self.p.position:]
             for i in range(0, len(todo), uf):
                 self._update(todo[i:i + uf])
                 if reason := self._after_update():
@@ -295,16 +229,16 @@ class Trainer:
 
     def _update(self, group: list[np.ndarray]) -> None:
         """One update on the batches `group` (arrays of sentence indices)."""
-        batches = list(iterate_batches(self.train_data, group, self.recipe.data.max_len))
+        batches = list(iterate_batches(self.s.train_data, group, self.recipe.data.max_len))
         ntok = sum(b.num_tgt_tokens for b in batches)
         normalizer = token_normalizer(ntok, dist=self.dist, device=self.device)
-        lr = self.schedule.apply(self.optimizer, self.p.update + 1)
+        lr = self.s.schedule.apply(self.s.optimizer, self.p.update + 1)
         try:
             loss, nll = forward_backward(
-                self.net, batches, device=self.device, amp=self.amp,
+                self.s.net, batches, device=self.device, amp=self.s.amp,
                 smoothing=self.cfg.label_smoothing, normalizer=normalizer,
-                no_sync=self.net.no_sync if self.dist.enabled else None)
-            sums = finish_update(self.params, self.optimizer, self.amp,
+                no_sync=self.s.net.no_sync if self.dist.enabled else None)
+            sums = finish_update(self.s.params, self.s.optimizer, self.s.amp,
                                  clip_norm=self.cfg.clip_norm, loss_sum=loss, nll_sum=nll,
                                  dist=self.dist)
         except torch.OutOfMemoryError:
@@ -318,7 +252,7 @@ class Trainer:
         self.pending.append((self.p.update, sums.packed(), ntok, lr))
 
     def _skip_oom(self, batches: list) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.s.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         shape = max((tuple(b.src.shape) for b in batches), key=lambda s: s[0] * s[1])
@@ -411,7 +345,7 @@ class Trainer:
 
     def _planned_updates(self) -> int | None:
         """The update training stops at, if a limit in updates or epochs says so."""
-        per_epoch = -(-len(self.sampler) // self.cfg.update_freq)
+        per_epoch = -(-len(self.s.sampler) // self.cfg.update_freq)
         limits = [self.cfg.max_updates] if self.cfg.max_updates else []
         if self.cfg.max_epochs:
             left = self.cfg.max_epochs - self.p.epoch + 1
@@ -422,14 +356,14 @@ class Trainer:
     def _bar(self) -> None:
         w, now = self.window, time.monotonic()
         rate = (self.p.update - self.session_update0) / max(now - self.t0, 1e-9)
-        tok_s = getattr(self, "tok_s", None) or w.all_tokens / max(now - w.start, 1e-9)
+        tok_s = self.tok_s or w.all_tokens / max(now - w.start, 1e-9)
         planned = self._planned_updates()
         etas = [(planned - self.p.update) / rate] if planned and rate > 0 else []
         if self.max_time is not None:
             etas.append(self.max_time - self._elapsed())
-        loss = w.loss / w.tokens if w.tokens else getattr(self, "last_loss", None)
+        loss = w.loss / w.tokens if w.tokens else self.last_loss
         self.rep.bar(update=self.p.update, total=planned, epoch=self.p.epoch, loss=loss,
-                     lr=getattr(self, "lr", 0.0), tok_s=tok_s, eta=min(etas) if etas else None)
+                     lr=self.lr, tok_s=tok_s, eta=min(etas) if etas else None)
 
     def _elapsed(self) -> float:
         return self.p.seconds + time.monotonic() - self.t0
@@ -464,9 +398,9 @@ class Trainer:
 
     def _validate(self) -> bool:
         """Validate on rank 0 and share the result; True when patience has run out."""
-        res = validate(self.model, self.valid_batches, self.valid_refs, self.tokenizer,
+        res = validate(self.s.model, self.s.valid_batches, self.s.valid_refs, self.s.tokenizer,
                        recipe=self.recipe, device=self.device,
-                       amp=self.amp).as_dict() if self.dist.is_main else None
+                       amp=self.s.amp).as_dict() if self.dist.is_main else None
         res = self.dist.broadcast(res)
         name = self.cfg.valid_metric
         metric, higher = res[name], HIGHER_IS_BETTER[name]
@@ -480,9 +414,9 @@ class Trainer:
         p.valid_update = p.update
         self.rep.record("valid", update=p.update, epoch=p.epoch, **res, best=improved)
         self.rep.valid_table({"update": p.update, **res}, metric=name, best=improved)
-        if self.schedule.observe(metric, higher_is_better=higher):
+        if self.s.schedule.observe(metric, higher_is_better=higher):
             log.info("plateau: %s has not improved for %d validations; lr lowered to %.2e",
-                     name, self.cfg.plateau_patience + 1, self.schedule.lr_at(p.update))
+                     name, self.cfg.plateau_patience + 1, self.s.schedule.lr_at(p.update))
         return self.cfg.patience > 0 and p.bad >= self.cfg.patience
 
     def _save(self) -> None:
@@ -492,12 +426,12 @@ class Trainer:
             progress = {**dataclasses.asdict(p), "seconds": self._elapsed(),
                         "saved_update": p.update, "world_size": self.dist.world_size}
             state = {
-                "recipe": self.recipe_text,
-                "vocab": self.vocab_info,
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "schedule": self.schedule.state_dict(),
-                "scaler": self.amp.scaler.state_dict() if self.amp.scaler else None,
+                "recipe": self.s.recipe_text,
+                "vocab": self.s.vocab_info,
+                "model": self.s.model.state_dict(),
+                "optimizer": self.s.optimizer.state_dict(),
+                "schedule": self.s.schedule.state_dict(),
+                "scaler": self.s.amp.scaler.state_dict() if self.s.amp.scaler else None,
                 "progress": progress,
                 "rng": rngs,
             }
@@ -538,11 +472,12 @@ class Trainer:
             log.warning("train.average_last: only %d checkpoint(s) kept; nothing to average",
                         len(paths))
             return None
-        out = ckpt.save_average(paths, self.run_dir / ckpt.AVERAGED)
-        model = copy.deepcopy(self.model)
-        model.load_state_dict(ckpt.load_checkpoint(out)["model"])
-        res: ValidResult = validate(model, self.valid_batches, self.valid_refs, self.tokenizer,
-                                    recipe=self.recipe, device=self.device, amp=self.amp)
+        out = ckpt.save_average(paths, self.run_dir / AVERAGED)
+        model = copy.deepcopy(self.s.model)
+        model.load_state_dict(load_checkpoint(out)["model"])
+        res: ValidResult = validate(model, self.s.valid_batches, self.s.valid_refs,
+                                    self.s.tokenizer, recipe=self.recipe, device=self.device,
+                                    amp=self.s.amp)
         self.rep.record("average", update=self.p.update, checkpoints=[q.name for q in paths],
                         **res.as_dict())
         log.info("averaged %d checkpoints (%s) into %s: valid BLEU %.2f, chrF %.2f, ppl %.2f",
@@ -550,24 +485,7 @@ class Trainer:
         return out
 
     def _check_ranks_agree(self) -> None:
-        digests = self.dist.gather(ckpt.weights_digest(self.model.state_dict()))
+        digests = self.dist.gather(ckpt.weights_digest(self.s.model.state_dict()))
         self.rep.record("ddp_check", update=self.p.update, digests=digests)
         if len(set(digests)) > 1:
             log.warning("ranks hold different weights at the end (digests %s)", digests)
-
-
-def _first_difference(before: object, now: object, key: str) -> str | None:
-    """The dotted key of the first value that differs between two recipe dicts, or None."""
-    if isinstance(before, dict) and isinstance(now, dict):
-        for k in list(now) + [k for k in before if k not in now]:
-            found = _first_difference(before.get(k), now.get(k), f"{key}.{k}")
-            if found is not None:
-                return found
-        return None
-    return None if before == now else key
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)

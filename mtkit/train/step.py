@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from mtkit.data.batch import Batch
-from mtkit.train.device import Amp
+from mtkit.device import Amp
 from mtkit.train.distributed import Dist
 from mtkit.train.loss import label_smoothed_nll
 from mtkit.train.optim import optimizer_step

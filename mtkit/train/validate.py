@@ -20,8 +20,8 @@ from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
 from mtkit.decode import decode_batch
+from mtkit.device import Amp
 from mtkit.models.base import Translator
-from mtkit.train.device import Amp
 from mtkit.train.loss import label_smoothed_nll, perplexity
 from mtkit.train.step import to_device
 

@@ -71,7 +71,7 @@ def make_format1_run(out: Path) -> str:
     from mtkit.data.prep import prepare
     from mtkit.data.spm import Tokenizer
     from mtkit.models.build import build_model
-    from mtkit.train.checkpoint import save_checkpoint
+    from mtkit.run import save_checkpoint
 
     recipe = load_recipe(ROOT / "recipes" / "toy.yaml")
     recipe = dataclasses.replace(recipe, model=dataclasses.replace(
@@ -95,7 +95,7 @@ def greedy(run: Path) -> str:
     from mtkit.config import DecodeConfig
     from mtkit.data.batch import collate
     from mtkit.decode import decode_batch
-    from mtkit.train.checkpoint import load_model
+    from mtkit.run import load_model
 
     model, _, tok = load_model(run)
     batch = collate([tok.encode_src(FORMAT1_INPUT)], None, [0])

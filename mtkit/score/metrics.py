@@ -1,43 +1,36 @@
-"""Scoring translations the way MT papers report them: corpus BLEU, chrF/chrF++ and TER through
-sacreBLEU's own metric classes, each with its reproducibility signature (Post 2018); paired
-significance tests between systems through sacreBLEU's own paired bootstrap resampling (Koehn
-2004) and approximate randomization (Riezler & Maxwell 2005); and corpus BLEU by source-sentence
-length, the view of Bahdanau et al. (2015, Fig. 2) in which a fixed-vector encoder-decoder falls
-off on long sentences while an attentional one holds.
-
-Entry points: `score_files(refs, hyps, ...)` (paths; `-` is stdin) and `score_texts` (lines
-already read) both return a `ScoreReport`, which renders as rich tables (`render`) or as JSON
-(`to_dict`); `plot_by_length(report, path)` draws the length plot.
-"""
+"""Scoring with sacreBLEU's own metric classes: the options, reading the inputs, corpus
+scores with signatures, paired significance tests and corpus BLEU by source length (see the
+package's doc). Every call into sacreBLEU's private API goes through `sacrebleu_api`."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
-import math
-import os
 import sys
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
 
 from mtkit.errors import DataError, MtkitError
 from mtkit.fileio import GZIP_MAGIC, InvalidUtf8, decode_lines
+from mtkit.score import sacrebleu_api
+from mtkit.score.report import (
+    LengthBucket,
+    MetricScore,
+    PairedScore,
+    PairedTestResult,
+    ScoreReport,
+)
 
 METRICS = ("bleu", "chrf", "ter")
 TESTS = ("bs", "ar")
-TEST_NAMES = {"bs": "Paired bootstrap resampling", "ar": "Paired approximate randomization"}
 DEFAULT_BUCKETS = (10, 20, 30, 40, 50)
-PLOT_FORMATS = ("png", "svg", "pdf")
 STDIN = Path("-")
 
 
@@ -183,118 +176,6 @@ def _check_line_counts(refs: Sequence[Text], hyps: Sequence[Text], src: Text | N
                             f"{len(other.lines)}")
 
 
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class MetricScore:
-    """One corpus score as sacrebleu computes it."""
-
-    name: str  # sacrebleu's own name: BLEU, chrF2, chrF2++, TER
-    score: float
-    verbose: str  # BLEU's n-gram precisions, brevity penalty and lengths; "" for the others
-
-
-@dataclass(frozen=True)
-class PairedScore:
-    """One system under one paired test and metric (sacrebleu.significance.Result)."""
-
-    score: float
-    mean: float | None  # mean over the bootstrap resamples
-    ci: float | None  # half-width of the 95% bootstrap interval: mean ± ci
-    p_value: float | None  # None for the baseline
-
-
-@dataclass(frozen=True)
-class PairedTestResult:
-    """One paired test (`bs` or `ar`) of every system against the baseline (system 0)."""
-
-    test: str
-    n: int  # resamples (bs) or trials (ar)
-    seed: int
-    alpha: float
-    signatures: dict[str, str]  # metric name -> signature with the test's n and seed
-    results: dict[str, list[PairedScore]]  # metric name -> one per system, baseline first
-
-    def significant(self, metric: str, system: int) -> bool:
-        p = self.results[metric][system].p_value
-        return p is not None and p < self.alpha
-
-
-@dataclass(frozen=True)
-class LengthBucket:
-    """Sentences whose source has `lo`..`hi` whitespace tokens (`hi` None: no upper bound)."""
-
-    lo: int
-    hi: int | None
-    sentences: int
-    bleu: tuple[float | None, ...]  # corpus BLEU per system; None when the bucket is empty
-
-    @property
-    def label(self) -> str:
-        return f"{self.lo}+" if self.hi is None else f"{self.lo}-{self.hi}"
-
-
-@dataclass(frozen=True)
-class ScoreReport:
-    """Everything `mtkit score` found; `render` prints it as tables, `to_dict` as JSON."""
-
-    references: list[str]
-    systems: list[str]  # hypothesis names; systems[0] is the baseline of the paired tests
-    sentences: int
-    scores: list[dict[str, MetricScore]]  # per system: metric name -> score
-    signatures: dict[str, str]  # metric name -> sacrebleu signature
-    width: int
-    significance: list[PairedTestResult]
-    by_length: list[LengthBucket] | None = None
-    length_signature: str | None = None  # signature of the BLEU behind `by_length`
-    warnings: tuple[str, ...] = ()  # about the inputs (invalid UTF-8), for stderr
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "references": self.references, "sentences": self.sentences,
-            "signatures": self.signatures,
-            "systems": [{"name": name, "scores": {m: _score_dict(s) for m, s in sc.items()}}
-                        for name, sc in zip(self.systems, self.scores, strict=True)],
-        }
-        if self.significance:
-            out["significance"] = [_test_dict(t, self.systems) for t in self.significance]
-        if self.by_length is not None:
-            out["by_length"] = {
-                "signature": self.length_signature, "length": "source whitespace tokens",
-                "buckets": [_bucket_dict(b, self.systems) for b in self.by_length]}
-        return out
-
-    def render(self, console: Console) -> None:
-        _render_scores(self, console)
-        for test in self.significance:
-            _render_test(self, test, console)
-        if self.by_length is not None:
-            _render_lengths(self, console)
-
-
-def _score_dict(s: MetricScore) -> dict[str, Any]:
-    d: dict[str, Any] = {"score": s.score}
-    if s.verbose:
-        d["verbose"] = s.verbose
-    return d
-
-
-def _bucket_dict(b: LengthBucket, systems: list[str]) -> dict[str, Any]:
-    return {"label": b.label, "min": b.lo, "max": b.hi, "sentences": b.sentences,
-            "bleu": [{"system": n, "score": x} for n, x in zip(systems, b.bleu, strict=True)]}
-
-
-def _test_dict(t: PairedTestResult, systems: list[str]) -> dict[str, Any]:
-    rows = []
-    for i, name in enumerate(systems):
-        rows.append({"name": name, "baseline": i == 0, "metrics": {
-            m: {"score": r[i].score, "mean": r[i].mean, "ci95": r[i].ci, "p_value": r[i].p_value,
-                "significant": t.significant(m, i)} for m, r in t.results.items()}})
-    return {"test": t.test, "n": t.n, "seed": t.seed, "alpha": t.alpha,
-            "signatures": t.signatures, "systems": rows}
-
-
 # --------------------------------------------------------------------------- scoring
 
 
@@ -328,7 +209,7 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
     scorers = {key: _make_metric(key, metrics, refs) for key in metrics.metrics}
     # Per-sentence sufficient statistics, once per metric and system; the corpus score is their
     # aggregate, exactly as in sacrebleu's corpus_score.
-    stats = {k: [m._extract_corpus_statistics(list(h.lines), None) for h in hyps]
+    stats = {k: [sacrebleu_api.sentence_statistics(m, h.lines) for h in hyps]
              for k, m in scorers.items()}
     scores = [{k: _aggregate(m, stats[k][i]) for k, m in scorers.items()} for i in range(len(hyps))]
     name = {k: s.name for k, s in scores[0].items()}  # sacrebleu's names: BLEU, chrF2++, TER
@@ -347,7 +228,7 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
     if src is None:
         return report
     bleu = scorers.get("bleu") or _make_metric("bleu", metrics, refs)
-    bleu_stats = stats.get("bleu") or [bleu._extract_corpus_statistics(list(h.lines), None)
+    bleu_stats = stats.get("bleu") or [sacrebleu_api.sentence_statistics(bleu, h.lines)
                                        for h in hyps]
     return dataclasses.replace(report, by_length=_bleu_by_length(src, bleu, bleu_stats, buckets),
                                length_signature=bleu.get_signature().format())
@@ -371,26 +252,10 @@ def _make_metric(name: str, opts: MetricOptions, refs: Sequence[Text]) -> Metric
 
 
 def _aggregate(metric: Metric, stats: list[Any]) -> MetricScore:
-    s = metric._aggregate_and_compute(stats)
-    return MetricScore(s.name, float(s.score), s._verbose)
+    return MetricScore(*sacrebleu_api.corpus_score(metric, stats))
 
 
 # --------------------------------------------------------------------------- significance
-
-
-@contextlib.contextmanager
-def _sacrebleu_seed(seed: int) -> Iterator[None]:
-    """sacrebleu takes its RNG seed from $SACREBLEU_SEED, not from an argument (PairedTest and
-    its baseline bootstrap both read it), so set it for the duration of one test."""
-    old = os.environ.get("SACREBLEU_SEED")
-    os.environ["SACREBLEU_SEED"] = str(seed)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["SACREBLEU_SEED"]
-        else:
-            os.environ["SACREBLEU_SEED"] = old
 
 
 def _paired_test(test: str, hyps: Sequence[Text], scorers: dict[str, Metric],
@@ -400,7 +265,7 @@ def _paired_test(test: str, hyps: Sequence[Text], scorers: dict[str, Metric],
     `same[metric][i]`: system i has the baseline's per-sentence statistics."""
     n = opts.bs_samples if test == "bs" else opts.ar_trials
     named = [(h.name, list(h.lines)) for h in hyps]
-    with _sacrebleu_seed(opts.seed):
+    with sacrebleu_api.seeded(opts.seed):
         paired = PairedTest(named, scorers, references=None, test_type=test, n_samples=n,
                             n_ar_confidence=opts.bs_samples if test == "ar" else -1, n_jobs=1)
         signatures, table = paired()
@@ -447,105 +312,5 @@ def _bleu_by_length(src: Text, bleu: Metric, stats: list[list[Any]],
         n = len(line.split())
         members[next(k for k, (_, hi) in enumerate(bounds) if hi is None or n <= hi)].append(i)
     return [LengthBucket(lo, hi, len(idx), tuple(
-        float(bleu._aggregate_and_compute([st[i] for i in idx]).score) if idx else None
+        sacrebleu_api.corpus_score(bleu, [st[i] for i in idx])[1] if idx else None
         for st in stats)) for (lo, hi), idx in zip(bounds, members, strict=True)]
-
-
-def plot_format(path: Path) -> str:
-    """The image format a plot path asks for, by its extension."""
-    fmt = path.suffix.lower().lstrip(".")
-    if fmt not in PLOT_FORMATS:
-        raise MtkitError(f"plot file {path}: expected a .png, .svg or .pdf name")
-    return fmt
-
-
-def plot_by_length(report: ScoreReport, path: Path) -> None:
-    """Line plot of corpus BLEU per source-length bucket, one line per system (Bahdanau et al.
-    2015, Fig. 2), written atomically as PNG, SVG or PDF by the file's extension."""
-    if report.by_length is None:
-        raise MtkitError("no BLEU by length to plot: score with a source file")
-    fmt = plot_format(path)
-    # A bare Figure: no pyplot, so no global backend state and no display needed
-    from matplotlib.figure import Figure
-
-    from mtkit.viz import save_figure
-
-    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
-    ax = fig.add_subplot()
-    x = list(range(len(report.by_length)))
-    for j, name in enumerate(report.systems):
-        y = [math.nan if b.bleu[j] is None else b.bleu[j] for b in report.by_length]
-        ax.plot(x, y, marker="o", label=name)
-    ax.set_xticks(x, [f"{b.label}\n({b.sentences})" for b in report.by_length])
-    ax.set_xlabel("source sentence length in words (sentences in bucket)")
-    ax.set_ylabel("BLEU")
-    ax.set_title("BLEU by source sentence length")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    save_figure(fig, path, fmt)
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def _fmt(x: float | None, width: int) -> str:
-    return "-" if x is None else f"{x:.{width}f}"
-
-
-def _render_scores(report: ScoreReport, console: Console) -> None:
-    names = list(report.signatures)
-    console.print(f"[bold]Scores[/bold]: {report.sentences} sentences against "
-                  f"{', '.join(report.references)}", soft_wrap=True)
-    table = Table()
-    table.add_column("System")
-    for n in names:
-        table.add_column(n, justify="right")
-    for system, scores in zip(report.systems, report.scores, strict=True):
-        table.add_row(system, *(_fmt(scores[n].score, report.width) for n in names))
-    console.print(table)
-    for n in names:
-        console.print(f"{n} signature: {report.signatures[n]}", soft_wrap=True, highlight=False)
-    for system, scores in zip(report.systems, report.scores, strict=True):
-        for n in names:
-            if scores[n].verbose:
-                console.print(f"{n} {system}: {scores[n].verbose}", soft_wrap=True,
-                              highlight=False)
-
-
-def _render_test(report: ScoreReport, test: PairedTestResult, console: Console) -> None:
-    w = report.width
-    console.print(f"[bold]{TEST_NAMES[test.test]}[/bold] (n={test.n}, seed {test.seed}): "
-                  f"score (μ ± 95% CI); * p < {test.alpha} against the baseline", soft_wrap=True)
-    table = Table()
-    table.add_column("System")
-    for m in test.results:
-        table.add_column(m, justify="right")
-    for i, system in enumerate(report.systems):
-        cells = []
-        for m, column in test.results.items():
-            r = column[i]
-            cell = _fmt(r.score, w)
-            if r.mean is not None and r.ci is not None:
-                cell += f" ({r.mean:.{w}f} ± {r.ci:.{w}f})"
-            if r.p_value is not None:
-                star = " *" if test.significant(m, i) else ""
-                cell += f"\np = {r.p_value:.4f}{star}"
-            cells.append(cell)
-        table.add_row(f"Baseline: {system}" if i == 0 else system, *cells)
-    console.print(table)
-    for m, sig in test.signatures.items():
-        console.print(f"{m} signature: {sig}", soft_wrap=True, highlight=False)
-
-
-def _render_lengths(report: ScoreReport, console: Console) -> None:
-    assert report.by_length is not None
-    console.print("[bold]BLEU by source length[/bold] (whitespace tokens)", soft_wrap=True)
-    table = Table()
-    table.add_column("Length")
-    table.add_column("Sentences", justify="right")
-    for system in report.systems:
-        table.add_column(system, justify="right")
-    for b in report.by_length:
-        table.add_row(b.label, str(b.sentences), *(_fmt(x, report.width) for x in b.bleu))
-    console.print(table)
-    console.print(f"BLEU signature: {report.length_signature}", soft_wrap=True, highlight=False)

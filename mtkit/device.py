@@ -1,8 +1,10 @@
-"""Where and in which precision training runs: device choice, CPU threads, TF32, autocast."""
+"""Where and in which precision mtkit runs: device choice for training (`resolve_device`,
+`setup_backend`) and inference (`inference_device`), CUDA defaults, autocast (`Amp`)."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -39,6 +41,17 @@ def resolve_device(spec: str, *, local_rank: int | None = None,
     if spec == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"{option}: 'mps' requested but MPS is not available here")
     return torch.device(spec)
+
+
+def inference_device(spec: str) -> torch.device:
+    """--device auto|cpu|cuda|cuda:N|mps as a torch device; ConfigError naming --device for a
+    malformed or unavailable one."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", spec):
+        raise ConfigError(f"--device: expected auto, cpu, cuda, cuda:N or mps, got {spec!r}")
+    device = resolve_device(spec, option="--device")
+    if device.type == "cuda":
+        cuda_defaults()
+    return device
 
 
 def setup_backend(device: torch.device, cfg: TrainConfig) -> None:

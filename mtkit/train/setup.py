@@ -1,0 +1,156 @@
+"""What a training run is built from, made once before its first update: the resume checks
+against the saved recipe, then the `Setup` (tokenizer, data, batches, model, optimizer,
+schedule, precision), with a resumed run's weights and optimizer state already loaded.
+
+The `Trainer` (`mtkit.train.loop`) receives a finished, frozen `Setup` and owns only what
+changes while it trains (progress, windows, the newest checkpoint).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from mtkit.config import Recipe, dump_recipe, recipe_from_yaml_text, recipe_to_dict
+from mtkit.data.batch import Batch
+from mtkit.data.prep import data_dir
+from mtkit.data.sampler import TokenBatchSampler
+from mtkit.data.spm import Tokenizer
+from mtkit.data.store import ParallelData, text_path
+from mtkit.device import Amp
+from mtkit.errors import CheckpointError, DataError
+from mtkit.fileio import read_lines
+from mtkit.models.base import Translator
+from mtkit.models.build import build_model
+from mtkit.run import LAST, check_vocab, load_checkpoint, vocab_info
+from mtkit.train.distributed import Dist
+from mtkit.train.optim import Schedule, build_optimizer
+from mtkit.train.validate import valid_batches
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything one run trains with. `net` is `model` as trained (wrapped by DDP and/or
+    compiled when asked); `model` is the plain module that is saved and validated."""
+
+    tokenizer: Tokenizer
+    vocab_info: dict[str, Any]  # what every checkpoint records of the run's vocabulary
+    recipe_text: str  # the resolved recipe as YAML, saved in every checkpoint
+    train_data: ParallelData
+    sampler: TokenBatchSampler
+    valid_batches: list[Batch]
+    valid_refs: list[str]  # the whole validation split's target text, by sentence id
+    model: Translator
+    net: torch.nn.Module
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+    amp: Amp
+
+
+# --------------------------------------------------------------------------- resume checks
+
+
+def check_fresh(run_dir: Path) -> None:
+    """A new run may not start over one that has checkpoints."""
+    if (run_dir / LAST).is_file():
+        raise CheckpointError(f"{run_dir} already holds a training run ({LAST}); "
+                              "continue it with --resume, or train into a new --run-dir")
+
+
+def resume_state(recipe: Recipe, run_dir: Path) -> dict:
+    """The state of `run_dir`'s last.pt, after checking that `recipe` may continue it."""
+    path = run_dir / LAST
+    if not path.is_file():
+        raise CheckpointError(f"--resume: {path} not found; nothing to resume (drop "
+                              "--resume to start a new run)")
+    state = load_checkpoint(path)
+    saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
+    for section in ("data", "model"):
+        key = _first_difference(recipe_to_dict(getattr(saved, section)),
+                                recipe_to_dict(getattr(recipe, section)), section)
+        if key is not None:
+            raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
+                                  f"the one {path} was trained with (at {key}); resume "
+                                  "with the same recipe, or train into a new --run-dir")
+    # These cut and order the batches: with another value the saved position in the
+    # epoch would point into a different batch list (sentences skipped or repeated).
+    for name in ("batch_tokens", "seed"):
+        was, now = getattr(saved.train, name), getattr(recipe.train, name)
+        if was != now:
+            raise CheckpointError(f"--resume: train.{name} is {now} but {path} was trained "
+                                  f"with {was}; it fixes the batch order, so resume with "
+                                  f"{was}, or train into a new --run-dir")
+    return state
+
+
+def _first_difference(before: object, now: object, key: str) -> str | None:
+    """The dotted key of the first value that differs between two recipe dicts, or None."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        for k in list(now) + [k for k in before if k not in now]:
+            found = _first_difference(before.get(k), now.get(k), f"{key}.{k}")
+            if found is not None:
+                return found
+        return None
+    return None if before == now else key
+
+
+# --------------------------------------------------------------------------- building
+
+
+def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.device,
+                state: dict | None) -> Setup:
+    """Load the prepared data, build model, optimizer and schedule (from `state` when
+    resuming: weights, optimizer moments, schedule and gradient scaler)."""
+    cfg, ddir = recipe.train, data_dir(run_dir)
+    tokenizer = Tokenizer.load(ddir)
+    vocab = vocab_info(tokenizer)
+    if state is not None:
+        check_vocab(state["vocab"], vocab, ddir=ddir, what=f"--resume: {run_dir / LAST}")
+    train_data = ParallelData.load(ddir, "train")
+    sampler = TokenBatchSampler(
+        train_data.src_lens, train_data.tgt_lens, batch_tokens=cfg.batch_tokens,
+        seed=cfg.seed, rank=dist.rank, world_size=dist.world_size, max_len=recipe.data.max_len)
+    if len(sampler) == 0:
+        raise DataError(f"{ddir}: the training split yields no batch for {dist.world_size} "
+                        "process(es)")
+    seed_all(cfg.seed)  # the same initial weights on every rank
+    model = build_model(recipe.model, tokenizer.src_vocab_size,
+                        tokenizer.tgt_vocab_size).to(device)
+    if dist.rank > 0:
+        seed_all(cfg.seed + dist.rank)  # but each rank its own dropout masks
+    optimizer = build_optimizer(model, cfg, device)
+    schedule = Schedule(cfg, model_size=recipe.model.size)
+    amp = Amp.for_device(device, cfg.precision)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        if amp.scaler is not None and state.get("scaler"):
+            amp.scaler.load_state_dict(state["scaler"])
+    net: torch.nn.Module = model
+    if dist.enabled:
+        net = DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None)
+    # Batch shapes change with every batch: compile for dynamic shapes at once rather than
+    # specialising on the first batch and recompiling on the second.
+    net = torch.compile(net, dynamic=True) if cfg.compile else net
+    return Setup(
+        tokenizer=tokenizer, vocab_info=vocab, recipe_text=dump_recipe(recipe),
+        train_data=train_data, sampler=sampler,
+        valid_batches=valid_batches(ParallelData.load(ddir, "valid"), recipe),
+        valid_refs=read_lines(text_path(ddir, "valid", "tgt")), model=model, net=net,
+        params=[p for p in model.parameters() if p.requires_grad], optimizer=optimizer,
+        schedule=schedule, amp=amp)
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
