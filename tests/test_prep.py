@@ -627,3 +627,21 @@ def test_interrupted_encoding_leaves_nothing(tmp_path: Path, monkeypatch) -> Non
     assert is_prepared(recipe, run) and sorted(p.name for p in run.iterdir()) == [
         ".mtkit.lock", "data", "recipe.yaml"]
     assert len(ParallelData.load(data_dir(run), "train")) == first.splits["train"].pairs
+
+
+def test_training_start_skips_the_report_batching(tmp_path: Path, monkeypatch) -> None:
+    """`mtkit train` on prepared data prints no prep report, so prep does not cut the
+    training batches for one (the trainer cuts its own)."""
+    from mtkit.train import loop
+
+    _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt")
+    run = tmp_path / "run"
+    assert prepare(recipe, run).train_batches > 0
+
+    def no_sampler(*args, **kwargs):
+        raise AssertionError("prep cut batches nobody reads")
+
+    monkeypatch.setattr(prep_mod, "TokenBatchSampler", no_sampler)
+    assert prepare(recipe, run, batching=False).train_batches == 0
+    loop._prepare(recipe, run, resumed=False, mirror=None, console=Console(file=io.StringIO()))
