@@ -123,6 +123,13 @@ RunDirOpt = Annotated[Path | None, typer.Option(
 MirrorOpt = Annotated[Path | None, typer.Option(
     "--mirror", metavar="DIR", help="Take data files by file name from this folder instead "
     "of the network (default: $MTKIT_DATA_MIRROR).")]
+# translate's and align's device and threads (score --run has its own: only with --run)
+InferenceDeviceOpt = Annotated[str, typer.Option(
+    "--device", metavar="DEVICE", show_default=False,
+    help="auto, cpu, cuda, cuda:N or mps (default: auto).")]
+InferenceThreadsOpt = Annotated[int, typer.Option(
+    "--threads", metavar="N", parser=_at_least(0), show_default=False,
+    help="CPU threads, 0 for torch's default (default: 0).")]
 
 
 def run_dir_for(recipe_name: str, run_dir: Path | None) -> Path:
@@ -606,12 +613,8 @@ def translate(
     batch_tokens: Annotated[int | None, typer.Option(
         "--batch-tokens", metavar="N", help="Padded source tokens per batch (default: the "
         "recipe's decode.batch_tokens).")] = None,
-    device: Annotated[str, typer.Option(
-        "--device", metavar="DEVICE", show_default=False,
-        help="auto, cpu, cuda, cuda:N or mps (default: auto).")] = "auto",
-    threads: Annotated[int, typer.Option(
-        "--threads", metavar="N", parser=_at_least(0), show_default=False,
-        help="CPU threads, 0 for torch's default (default: 0).")] = 0,
+    device: InferenceDeviceOpt = "auto",
+    threads: InferenceThreadsOpt = 0,
     fmt: Annotated[str, typer.Option(
         "--format", metavar="FORMAT", show_default=False, help="text, or jsonl: one object per "
         "line with source, hypothesis, score, tokens, nbest and alignment (default: text).")]
@@ -732,7 +735,7 @@ def _align_flag_problems(*, forced: bool, search: dict[str, Any], greedy: bool,
                          links: bool, stdout_links: bool) -> list[str]:
     """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
     from mtkit.align import METHODS
-    from mtkit.viz import FORMATS
+    from mtkit.align.viz import FORMATS
 
     given = [name for name, value in search.items() if value not in (None, False)]
     checks = [
@@ -840,12 +843,8 @@ def align(
     batch_tokens: Annotated[int | None, typer.Option(
         "--batch-tokens", metavar="N", help="Padded tokens per batch (default: the recipe's "
         "decode.batch_tokens).")] = None,
-    device: Annotated[str, typer.Option(
-        "--device", metavar="DEVICE", show_default=False,
-        help="auto, cpu, cuda, cuda:N or mps (default: auto).")] = "auto",
-    threads: Annotated[int, typer.Option(
-        "--threads", metavar="N", parser=_at_least(0), show_default=False,
-        help="CPU threads, 0 for torch's default (default: 0).")] = 0,
+    device: InferenceDeviceOpt = "auto",
+    threads: InferenceThreadsOpt = 0,
     _help: HelpOpt = False,
 ) -> None:
     """Show and extract word alignments from a model's attention.
@@ -861,8 +860,8 @@ def align(
     import torch
     from rich.console import Console
 
-    from mtkit import align_run as ar
     from mtkit.align import DEFAULT_METHOD
+    from mtkit.align import run as ar
     from mtkit.device import inference_device
     from mtkit.run import load_model
 

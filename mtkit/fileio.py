@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from mtkit.errors import MtkitError
 
@@ -94,6 +94,24 @@ def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
     if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors=errors, newline="\n")
     return open(path, encoding="utf-8", errors=errors, newline="\n")
+
+
+# --------------------------------------------------------------------------- figures
+
+# Metadata keys matplotlib fills with the save date, per format: cleared, so that the same
+# figure gives the same bytes.
+_NO_DATES = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+
+
+def save_figure(fig: Any, path: str | Path, fmt: str, *, dpi: int | None = None) -> None:
+    """Write a matplotlib `Figure` to `path` atomically as PNG, SVG or PDF, reproducibly: SVG
+    keeps text as <text> with fixed ids, PDF embeds TrueType, and no save date is stored."""
+    import matplotlib  # here: most commands draw nothing, and matplotlib is slow to import
+
+    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42,
+                                "svg.hashsalt": "mtkit"}):
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format=fmt, dpi=dpi, metadata=_NO_DATES[fmt])
 
 
 # --------------------------------------------------------------------------- reading text

@@ -1,5 +1,9 @@
 """Shared fixtures: seeds, the toy recipe and its prepared run, the real Multi30k mirror.
 
+The tiers: unit/<package>/ (one package of mtkit each), integration/ (the commands on the toy
+run, faults, GPU), system/ (learning tests, marked slow: `make test-slow`), golden/ (golden
+values and a stored format-1 run); tests/helpers.py holds what several tiers share.
+
 Real-data fixtures read ``$MTKIT_DATA_MIRROR`` (default: ``../shared/data/multi30k`` beside the
 repository) and skip cleanly when the files are not there. Prepared run directories are
 session-scoped and shared: tests must not modify them (copy them first if they need to).

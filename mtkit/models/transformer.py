@@ -349,7 +349,7 @@ class Transformer(Translator):
                          head: int | Literal["mean"] | None = None) -> AttentionChoice:
         """Default: the top layer and the mean over heads. The top layer aligned best in every
         model trained on the synthetic reversal and permutation tasks of
-        tests/test_align_learning.py (AER, d_model 64, seeds 1-4): 2 decoder layers, top
+        tests/system/test_align_learning.py (AER, d_model 64, seeds 1-4): 2 decoder layers, top
         0.001-0.019 vs bottom 0.03-0.76; 3 decoder layers (seeds 1-3), top 0.003-0.050 vs
         penultimate 0.022-0.080 vs bottom 0.18-0.75. Garg et al. (2019) find the
         penultimate layer best on real language pairs; --layer chooses. The recipes'

@@ -1,4 +1,4 @@
-"""The one place mtkit calls sacreBLEU's private API; `tests/test_score.py` checks every
+"""The one place mtkit calls sacreBLEU's private API; `tests/unit/score/test_score.py` checks every
 function here against sacreBLEU's public results, so an upgrade that changes these calls fails
 loudly there instead of scoring wrongly.
 

@@ -1,6 +1,6 @@
 """Attention must give real word alignments: tiny models trained here on synthetic tasks whose
 alignment is known yield Pharaoh links with AER <= 0.05, through the same code as
-`mtkit align -t` (mtkit.align_run: batched forced attention, slicing, EOS dropped, pieces merged
+`mtkit align -t` (mtkit.align.run: batched forced attention, slicing, EOS dropped, pieces merged
 into words, argmax-tgt links).
 
 Two tasks, both with fresh random batches at every update:
@@ -21,9 +21,7 @@ import random
 
 import pytest
 import torch
-from synthetic import fit
 
-from mtkit import align_run as ar
 from mtkit.align import (
     Gold,
     extract_links,
@@ -32,10 +30,12 @@ from mtkit.align import (
     parse_links,
     score_corpus,
 )
+from mtkit.align import run as ar
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import collate
 from mtkit.models.base import AttentionChoice, Translator
 from mtkit.models.build import build_model
+from tests.system.synthetic import fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

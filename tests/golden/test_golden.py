@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import REPO
 from tests.golden import make_golden
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = REPO / "tests" / "golden"
 VALUES = json.loads((GOLDEN / "values.json").read_text(encoding="utf-8"))
 
 

@@ -47,6 +47,7 @@ from mtkit.align import (
     score_links,
     write_json,
 )
+from mtkit.align.viz import FORMATS, print_matrix, write_heatmap
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
@@ -54,7 +55,6 @@ from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, DataError
 from mtkit.fileio import InvalidUtf8, atomic_write
 from mtkit.models.base import AttentionChoice, AttentionKind, Translator
-from mtkit.viz import FORMATS, print_matrix, write_heatmap
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.
 CHUNK_PAIRS = 1000

@@ -20,8 +20,9 @@ from mtkit.config import (
     split_corpora,
 )
 from mtkit.errors import ConfigError
+from tests.conftest import REPO
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = REPO / "recipes"
 MINIMAL = {"data": {"train": {"src": "a.src", "tgt": "a.tgt"},
                     "valid": {"src": "v.src", "tgt": "v.tgt"}}}
 

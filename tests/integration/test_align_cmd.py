@@ -1,6 +1,6 @@
 """`mtkit align` end to end on the toy reversal task: a Transformer trained briefly by
 `mtkit train`, plus untrained RNN checkpoints (with and without attention) saved with the
-checkpoint helpers; and the library pieces of mtkit.align_run that the CLI calls.
+checkpoint helpers; and the library pieces of mtkit.align.run that the CLI calls.
 
 The toy words are single sentencepiece pieces, so word-level tokens are the words of each line.
 """
@@ -18,8 +18,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from mtkit import align_run as ar
 from mtkit.align import AlignMatrix, parse_links, score_links
+from mtkit.align import run as ar
+from mtkit.align.viz import DEFAULT_DPI, figure_size
 from mtkit.cli import app
 from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe
 from mtkit.data.batch import collate
@@ -28,19 +29,19 @@ from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
 from mtkit.run import load_model, save_checkpoint
-from mtkit.viz import DEFAULT_DPI, figure_size
+from tests.conftest import REPO
+from tests.helpers import run_cli
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "recipes" / "toy.yaml"
 N = 8  # sentence pairs used
 
 
 def _cli(*args: object):
     # COLUMNS pins rich's width for --print (no terminal under the runner)
-    return CliRunner().invoke(app, ["align", *map(str, args)], env={"COLUMNS": "80"})
+    return run_cli("align", *args, env={"COLUMNS": "80"})
 
 
 @pytest.fixture(scope="module")

@@ -4,18 +4,14 @@ every other user error — one line on stderr, exit code 2, no traceback."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from mtkit import __version__
+from tests.conftest import REPO
+from tests.helpers import run_mtkit
 
-
-def _mtkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True,
-                          text=True, timeout=120)
+_mtkit = run_mtkit
 
 
 def test_version():
@@ -180,7 +176,7 @@ def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypat
         return SimpleNamespace(reason="interrupted", update=3, checkpoint=run_dir / "last.pt")
 
     monkeypatch.setattr(mtkit.train.loop, "train", fake_train)
-    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    toy = REPO / "recipes" / "toy.yaml"
     result = CliRunner().invoke(app, ["train", str(toy), "--run-dir", str(tmp_path),
                                       "--device", "cpu", "--threads", "3"])
     assert result.exit_code == 130, result.output
@@ -190,7 +186,7 @@ def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypat
 
 
 def test_train_threads_refuses_a_negative_count(tmp_path):
-    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    toy = REPO / "recipes" / "toy.yaml"
     out = _mtkit("train", str(toy), "--run-dir", str(tmp_path), "--threads", "-2")
     assert out.returncode == 2 and "'--threads'" in out.stderr
 
@@ -203,7 +199,7 @@ def test_train_prints_the_prep_report_once(tmp_path):
 
     from mtkit.cli import app
 
-    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    toy = REPO / "recipes" / "toy.yaml"
     result = CliRunner().invoke(app, ["train", str(toy), "--run-dir", str(tmp_path / "run"),
                                       "--set", "train.max_updates=1"])
     assert result.exit_code == 0, result.output
@@ -219,7 +215,7 @@ def test_prep_then_train_shows_the_prep_report_once(tmp_path):
 
     from mtkit.cli import app
 
-    toy = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+    toy = REPO / "recipes" / "toy.yaml"
     run = tmp_path / "run"
     prep = CliRunner().invoke(app, ["prep", str(toy), "--run-dir", str(run)])
     assert prep.exit_code == 0 and "prepared splits" in prep.stderr

@@ -20,18 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from mtkit.cli import app
 from mtkit.train import loop
 from tests.conftest import RECIPES
+from tests.helpers import run_cli
 
 TOY = RECIPES / "toy.yaml"
 FAST = ["--set", "train.max_time=null", "--set", "train.threads=1"]
 
 
-def _cli(*args: object, input: str | None = None):
-    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+_cli = run_cli
 
 
 def _fails(result, *words: str) -> str:

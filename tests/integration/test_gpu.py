@@ -21,16 +21,16 @@ import torch
 import torch.nn.functional as F
 
 from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, TrainConfig, TransformerConfig
-from mtkit.data.batch import Batch, collate
+from mtkit.data.batch import Batch
 from mtkit.data.vocab import PAD_ID
 from mtkit.decode import decode_batch
 from mtkit.device import Amp, cuda_defaults, inference_device, setup_backend
 from mtkit.models.base import Translator
-from mtkit.models.build import build_model
 from mtkit.models.transformer import CrossAttention, SelfAttention
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward
+from tests.helpers import reversal_batch, tiny_model
 
 HAS_CUDA = torch.cuda.is_available()
 NO_CUDA = (f"no CUDA device visible to torch {torch.__version__} "
@@ -59,16 +59,12 @@ def exact_fp32() -> Iterator[None]:
 
 
 def _model(arch: str, seed: int = 0) -> Translator:
-    torch.manual_seed(seed)
-    return build_model(ARCHS[arch], VOCAB, VOCAB)
+    return tiny_model(ARCHS[arch], VOCAB, seed=seed, eval=False)
 
 
 def _batch(n: int = 6, seed: int = 0, lo: int = 2, hi: int = 11) -> Batch:
     """Random sentences of unequal lengths (so every batch has padding); target = reversal."""
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(lo, hi + 1, (n,), generator=g).tolist()
-    src = [torch.randint(4, VOCAB, (k,), generator=g).tolist() for k in lens]
-    return collate(src, [s[::-1] for s in src], range(n))
+    return reversal_batch(n, VOCAB, torch.Generator().manual_seed(seed), lo=lo, hi=hi)
 
 
 # --------------------------------------------------------------------------- attention

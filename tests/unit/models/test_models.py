@@ -16,6 +16,7 @@ from mtkit.errors import ConfigError, MtkitError
 from mtkit.models.base import AttentionChoice, reorder
 from mtkit.models.build import build_model
 from mtkit.models.rnn import rnn_step
+from tests.helpers import tiny_model
 
 torch.set_num_threads(1)
 
@@ -58,9 +59,8 @@ CASES.update({name: ModelConfig(arch="transformer", transformer=cfg)
 
 
 def _model(cfg: ModelConfig, seed: int = 0):
-    torch.manual_seed(seed)
     shared = cfg.arch == "transformer" and cfg.transformer.share_embeddings
-    return build_model(cfg, SRC_V, SRC_V if shared else TGT_V).eval()
+    return tiny_model(cfg, SRC_V, SRC_V if shared else TGT_V, seed=seed)
 
 
 def _batch(seed: int = 0):

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
-from typer.testing import CliRunner
 
-from mtkit.cli import app
 from mtkit.errors import MtkitError
 from mtkit.score import (
     MetricOptions,
@@ -28,9 +26,11 @@ from mtkit.score import (
     score_files,
     score_texts,
 )
+from tests.conftest import REPO
+from tests.helpers import run_cli
 
 MULTI30K = Path(os.environ.get("MTKIT_DATA_MIRROR")
-                or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
+                or REPO.parent / "shared" / "data" / "multi30k")
 WORDS = [f"w{i}" for i in range(300)]
 
 
@@ -72,7 +72,7 @@ def files(tmp_path: Path, monkeypatch, corpus: dict[str, list[str]]) -> dict[str
 
 
 def _cli(*args: object, input: str | None = None):
-    return CliRunner().invoke(app, ["score", *map(str, args)], input=input)
+    return run_cli("score", *args, input=input)
 
 
 def _row(output: str, system: str) -> list[str]:

@@ -13,8 +13,7 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from mtkit.align import AlignMatrix, from_attention
-from mtkit.errors import MtkitError
-from mtkit.viz import (
+from mtkit.align.viz import (
     DEFAULT_DPI,
     _cell_text,
     figure_size,
@@ -24,6 +23,7 @@ from mtkit.viz import (
     save_heatmap,
     write_heatmap,
 )
+from mtkit.errors import MtkitError
 
 SRC15 = "Ein Mann in einem blauen Hemd fährt mit seinem Fahrrad eine lange Straße entlang .".split()
 TGT15 = "A man in a blue shirt rides his bicycle along a long road in town .".split()

@@ -12,8 +12,8 @@ from mtkit.data.batch import collate
 from mtkit.decode import decode_batch, forced
 from mtkit.errors import MtkitError
 from mtkit.models.base import reorder
-from mtkit.models.build import build_model
 from mtkit.models.ensemble import Ensemble
+from tests.helpers import tiny_model
 
 torch.set_num_threads(1)
 
@@ -23,16 +23,14 @@ TARGETS = [[4, 5], [6, 7, 8, 9], [], [10]]
 
 
 def rnn(seed: int, **kw) -> torch.nn.Module:
-    torch.manual_seed(seed)
     cfg = RNNConfig(**{"emb_dim": 16, "hidden_dim": 16, "attn_dim": 16, "dropout": 0.0, **kw})
-    return build_model(ModelConfig(arch="rnn", rnn=cfg), V, V).eval()
+    return tiny_model(ModelConfig(arch="rnn", rnn=cfg), V, seed=seed)
 
 
 def transformer(seed: int, vocab: int = V) -> torch.nn.Module:
-    torch.manual_seed(seed)
     cfg = TransformerConfig(d_model=16, heads=2, enc_layers=1, dec_layers=2, ffn_dim=32,
                             dropout=0.0)
-    return build_model(ModelConfig(arch="transformer", transformer=cfg), vocab, vocab).eval()
+    return tiny_model(ModelConfig(arch="transformer", transformer=cfg), vocab, seed=seed)
 
 
 def batch(targets: bool = False):

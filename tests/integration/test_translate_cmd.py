@@ -11,13 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from mtkit import translate as tr
-from mtkit.cli import app
 from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import MtkitError
+from tests.helpers import run_cli
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -30,8 +29,7 @@ def src_file(toy_model: Path) -> Path:
     return text_path(data_dir(toy_model), "test", "src")
 
 
-def _cli(*args: object, input: str | None = None):
-    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+_cli = run_cli
 
 
 def _env() -> dict[str, str]:

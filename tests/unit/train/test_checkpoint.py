@@ -20,8 +20,9 @@ from mtkit.config import load_recipe
 from mtkit.errors import CheckpointError
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.loop import train
+from tests.conftest import REPO
 
-TOY = Path(__file__).resolve().parents[1] / "recipes" / "toy.yaml"
+TOY = REPO / "recipes" / "toy.yaml"
 
 
 @pytest.fixture(scope="module")

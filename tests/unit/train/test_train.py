@@ -34,8 +34,8 @@ from mtkit.train.checkpoint import weights_digest
 from mtkit.train.distributed import Dist
 from mtkit.train.loss import LossSums, label_smoothed_nll, perplexity
 from mtkit.train.optim import Schedule, build_optimizer, optimizer_step
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "recipes" / "toy.yaml"
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from synthetic import fit
 
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
-from mtkit.data.batch import Batch, collate
+from mtkit.data.batch import Batch
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
+from tests.helpers import reversal_batch
+from tests.system.synthetic import fit
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -28,9 +29,7 @@ BATCH = 64
 
 
 def _reversal(n: int, g: torch.Generator, lo: int = 3, hi: int = 12) -> Batch:
-    lens = torch.randint(lo, hi + 1, (n,), generator=g).tolist()
-    src = [torch.randint(4, VOCAB, (k,), generator=g).tolist() for k in lens]
-    return collate(src, [s[::-1] for s in src], range(n))
+    return reversal_batch(n, VOCAB, g, lo=lo, hi=hi)
 
 
 def _train(cfg: ModelConfig, *, updates: int, lr: float, seed: int = 0) -> Translator:

@@ -32,8 +32,9 @@ from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
 from mtkit.errors import DataError
+from tests.conftest import REPO
 
-TOY = Path(__file__).resolve().parents[1] / "recipes" / "toy"
+TOY = REPO / "recipes" / "toy"
 
 
 def _toy_lines(name: str) -> list[str]:

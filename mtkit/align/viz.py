@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from io import StringIO
 from pathlib import Path
 
-import matplotlib
 from matplotlib.figure import Figure
 from rich.cells import cell_len
 from rich.color import Color
@@ -22,9 +21,9 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from mtkit.align import AlignMatrix
+from mtkit.align.matrix import AlignMatrix
 from mtkit.errors import MtkitError
-from mtkit.fileio import atomic_write
+from mtkit.fileio import save_figure
 
 FORMATS = ("png", "svg", "pdf")
 DEFAULT_DPI = 100
@@ -95,18 +94,6 @@ def save_heatmap(matrix: AlignMatrix, path: str | Path, *, fmt: str = "png",
 # Metadata that changes from one save to the next (dates, the library version): dropped, so
 # the same figure gives the same bytes and reruns do not churn files. Each backend names its
 # date key differently.
-_NO_DATES = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
-
-
-def save_figure(fig: Figure, path: str | Path, fmt: str, *, dpi: int | None = None) -> None:
-    """Write `fig` to `path` atomically as PNG, SVG or PDF, reproducibly: SVG keeps text as
-    <text> with fixed ids, PDF embeds TrueType, and no save date is stored."""
-    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42,
-                                "svg.hashsalt": "mtkit"}):
-        with atomic_write(path, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=dpi, metadata=_NO_DATES[fmt])
-
-
 def write_heatmap(matrix: AlignMatrix, out_dir: str | Path, index: int, *, fmt: str = "png",
                   dpi: int = DEFAULT_DPI) -> Path:
     """Save sentence `index`'s heatmap as out_dir/align-NNNN.<fmt>, titled with its number."""

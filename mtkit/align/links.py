@@ -1,0 +1,109 @@
+"""Pharaoh links from an alignment matrix: argmax in either direction, their intersection,
+union and grow-diag-final (Koehn et al. 2003), or a threshold; and the ``i-j`` format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from mtkit.align.matrix import Link, as_array
+from mtkit.errors import MtkitError
+
+METHODS = ("argmax-tgt", "argmax-src", "intersection", "union", "grow-diag-final", "threshold")
+DEFAULT_METHOD = "argmax-tgt"
+DEFAULT_THRESHOLD = 0.5
+
+
+# --------------------------------------------------------------------------- link extraction
+
+
+def argmax_tgt(weights: np.ndarray) -> set[Link]:
+    """Each target word j links to its most-attended source word i (the direction in which
+    every target word has exactly one link, like an IBM-model Viterbi alignment). weights:
+    (T, S). All-zero rows get no link; ties go to the lowest source index."""
+    return {(int(np.argmax(row)), j) for j, row in enumerate(weights) if row.max(initial=0) > 0}
+
+
+def argmax_src(weights: np.ndarray) -> set[Link]:
+    """Each source word i links to the target word j that attends to it most. weights: (T, S).
+    All-zero columns get no link; ties go to the lowest target index."""
+    return {(i, int(np.argmax(col))) for i, col in enumerate(weights.T) if col.max(initial=0) > 0}
+
+
+_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def grow_diag_final(forward: set[Link], backward: set[Link]) -> set[Link]:
+    """Symmetrise two directional alignments (Koehn et al. 2005, "Edinburgh system description
+    for the 2005 IWSLT speech translation evaluation"; also Koehn, Och & Marcu 2003, §4.2).
+
+    Start from the intersection; GROW-DIAG repeatedly adds union links that are a horizontal,
+    vertical or diagonal neighbour of a current link and cover a source or a target word that
+    is still unaligned; FINAL(forward) then FINAL(backward) add the remaining links of each
+    direction whose source or target word is still unaligned. Visits links in sorted order, so
+    the result is deterministic.
+    """
+    union, links = forward | backward, forward & backward
+    src_done, tgt_done = {i for i, _ in links}, {j for _, j in links}
+
+    def add(link: Link) -> None:
+        links.add(link)
+        src_done.add(link[0])
+        tgt_done.add(link[1])
+
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(links):
+            for di, dj in _NEIGHBOURS:
+                cand = (i + di, j + dj)
+                if cand in union and cand not in links and (
+                        cand[0] not in src_done or cand[1] not in tgt_done):
+                    add(cand)
+                    grown = True
+    for direction in (forward, backward):
+        for i, j in sorted(direction):
+            if (i, j) not in links and (i not in src_done or j not in tgt_done):
+                add((i, j))
+    return links
+
+
+def extract_links(weights: Any, method: str = DEFAULT_METHOD, *,
+                  threshold: float | None = None) -> set[Link]:
+    """Word alignment links (i, j) from a (T, S) matrix by one of METHODS:
+
+    argmax-tgt (default): one link per target word to its most-attended source word;
+    argmax-src: one link per source word to the target word attending to it most;
+    intersection / union / grow-diag-final: the two argmax directions combined;
+    threshold: every cell with weight >= threshold (default DEFAULT_THRESHOLD; pass it
+    only with this method).
+    """
+    w = as_array(weights)
+    if method not in METHODS:
+        raise MtkitError(f"unknown alignment method {method!r}; expected one of "
+                         f"{', '.join(METHODS)}")
+    if threshold is not None and method != "threshold":
+        raise MtkitError(f"a threshold applies only to method 'threshold', not {method!r}")
+    if method == "threshold":
+        p = DEFAULT_THRESHOLD if threshold is None else threshold
+        if not 0.0 < p <= 1.0:
+            raise MtkitError(f"alignment threshold must be in (0, 1], got {p}")
+        return {(int(i), int(j)) for j, i in zip(*np.nonzero(w >= p), strict=True)}
+    if method == "argmax-tgt":
+        return argmax_tgt(w)
+    if method == "argmax-src":
+        return argmax_src(w)
+    fwd, bwd = argmax_tgt(w), argmax_src(w)
+    if method == "intersection":
+        return fwd & bwd
+    if method == "union":
+        return fwd | bwd
+    return grow_diag_final(fwd, bwd)
+
+
+def format_pharaoh(links: Iterable[Link]) -> str:
+    """Links as one Pharaoh line, 'i-j' pairs sorted by source then target: '0-0 1-2 2-1'."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
+
