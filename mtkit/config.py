@@ -82,10 +82,24 @@ class FileSource:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    """A parallel split: the source-language file and the target-language file."""
+    """A parallel corpus: the source-language file and the target-language file."""
 
     src: FileSource = field(default_factory=FileSource)
     tgt: FileSource = field(default_factory=FileSource)
+
+
+# A split is one corpus (a mapping with `src` and `tgt`) or a list of corpora, concatenated in
+# the order given (real training data is several corpora). A mapping stays a mapping when the
+# recipe is saved, so the data section of a one-corpus recipe hashes as it always did.
+Split = SplitConfig | tuple[SplitConfig, ...]
+
+
+def split_corpora(split: Split) -> list[tuple[str, SplitConfig]]:
+    """The corpora of a split with the suffix naming each in a recipe key: ``""`` for a split
+    given as one mapping, ``"[i]"`` for the i-th corpus of a list."""
+    if isinstance(split, SplitConfig):
+        return [("", split)]
+    return [(f"[{i}]", corpus) for i, corpus in enumerate(split)]
 
 
 @dataclass(frozen=True)
@@ -113,9 +127,9 @@ class SpmConfig:
 class DataConfig:
     src_lang: str = "src"
     tgt_lang: str = "tgt"
-    train: SplitConfig | None = None
-    valid: SplitConfig | None = None
-    test: dict[str, SplitConfig] = field(default_factory=dict)
+    train: Split | None = None
+    valid: Split | None = None
+    test: dict[str, Split] = field(default_factory=dict)
     clean: CleanConfig = field(default_factory=CleanConfig)
     spm: SpmConfig = field(default_factory=SpmConfig)
     # Sequences longer than this (tokens, without BOS/EOS) are truncated at training and
@@ -128,6 +142,10 @@ class DataConfig:
             out.append(("train", "missing: every recipe needs a `train` split"))
         if self.valid is None and valid("valid"):
             out.append(("valid", "missing: every recipe needs a `valid` split"))
+        for name, split in (("train", self.train), ("valid", self.valid),
+                            *((f"test.{n}", t) for n, t in self.test.items())):
+            if split == ():
+                out.append((name, "expected a corpus ({src, tgt}) or a non-empty list of them"))
         for name in self.test:
             if name in ("train", "valid") or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
                 out.append((f"test.{name}", "test set names use letters, digits, '_', '-', '.'"
@@ -407,6 +425,9 @@ def _type_name(tp: Any) -> str:
                            for a in typing.get_args(tp))
     if origin is tuple:
         args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _type_name(args[0]).removeprefix("a ").removeprefix("an ")
+            return f"a list of {item}s"
         return f"a list of {len(args)} items ({', '.join(_type_name(a) for a in args)})"
     if origin is dict:
         return "a mapping"
@@ -431,8 +452,11 @@ def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | No
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1:
-            return _convert(inner[0], value, key, problems, base)
+        shaped = [a for a in inner if _shape_fits(a, value)]
+        if len(inner) == 1 or len(shaped) == 1:
+            # One branch takes this shape of value: convert with it, so that problems deep
+            # inside (a bad sha256 in one corpus of a list) keep their own key and message.
+            return _convert((shaped or inner)[0], value, key, problems, base)
         for a in inner:
             trial = _Problems()
             out = _convert(a, value, key, trial, base)
@@ -440,6 +464,12 @@ def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | No
                 return out
         problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
         return None
+    if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
+        item = typing.get_args(tp)[0]
+        if not isinstance(value, list | tuple):
+            problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+            return None
+        return tuple(_convert(item, v, f"{key}[{i}]", problems, base) for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, list | tuple) or len(value) != len(args):
@@ -459,6 +489,17 @@ def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | No
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key, problems, base)
     return _scalar(tp, value, key, problems)
+
+
+def _shape_fits(tp: Any, value: Any) -> bool:
+    """Whether `value` has the YAML shape `tp` is written in: a list for a tuple, a mapping for
+    a section or a dict. Scalars fit anything else (their conversion checks them)."""
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return isinstance(value, list | tuple)
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return isinstance(value, dict)
+    return not isinstance(value, list | tuple | dict)
 
 
 def _scalar(tp: Any, value: Any, key: str, problems: _Problems) -> Any:

@@ -155,8 +155,49 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
+_BLOCK = 1 << 22  # bytes read at a time by read_line_blocks
+
+
+def _decode_block(block: bytes, first_line: int, report: InvalidUtf8) -> list[str]:
+    """The lines of `block` (complete lines, without the final ``\n``); line `first_line`
+    (from 1) is its first, for the report."""
+    try:
+        # One decode for the whole block; only a block with a bad byte goes line by line.
+        return block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        pass
+    lines = []
+    for number, line in enumerate(block.split(b"\n"), first_line):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            report.note(number)
+            lines.append(line.decode("utf-8", errors="replace"))
+    return lines
+
+
+def read_line_blocks(path: str | Path, report: InvalidUtf8) -> Iterator[list[str]]:
+    """The lines of a plain or gzip text file under the text policy, a few MB of them at a
+    time (bounded memory whatever the file's size; a line longer than a block is joined)."""
+    with open_binary(path) as f:
+        pending: list[bytes] = []  # the start of a line longer than a block, so far
+        done = 0  # lines handed out
+        while block := f.read(_BLOCK):
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                pending.append(block)
+                continue
+            head = b"".join([*pending, block[:cut]]) if pending else block[:cut]
+            pending = [block[cut + 1:]]
+            lines = _decode_block(head, done + 1, report)
+            done += len(lines)
+            yield lines
+        tail = b"".join(pending)
+        if tail:  # a last line without its \n
+            yield _decode_block(tail, done + 1, report)
+
+
 def read_lines(path: str | Path, report: InvalidUtf8 | None = None) -> list[str]:
     """Every line of a plain or gzip text file, under the text policy (see the module doc)."""
     report = report if report is not None else InvalidUtf8(str(path))
-    with open_binary(path) as f:
-        return list(decode_lines(f, report))
+    return [line for block in read_line_blocks(path, report) for line in block]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import torch
 
+from mtkit.data.store import ParallelData
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -109,3 +110,11 @@ def token_batches(sizes: Sequence[int], budget: int) -> Iterator[list[int]]:
         batch.append(i)
     if batch:
         yield batch
+
+
+def iterate_batches(data: ParallelData, sampler: Iterable[Sequence[int]],
+                    max_len: int | None) -> Iterator[Batch]:
+    """Padded `Batch`es for the index batches of `sampler` (a `TokenBatchSampler` or any
+    iterable of index lists), in its order; sentences are truncated to `max_len` ids."""
+    for idx in sampler:  # numpy slices: collate concatenates them without a token loop
+        yield collate([data.src(i) for i in idx], [data.tgt(i) for i in idx], idx, max_len)

@@ -1,15 +1,18 @@
-"""Reading parallel text and cleaning the training split.
+"""Reading a text file whole, and the rules that clean the training split, chunk by chunk.
 
-Reading follows mtkit's text policy (`mtkit.fileio`: only ``\\n`` ends a line, invalid UTF-8
-is replaced and counted) and strips surrounding whitespace. Cleaning happens in two stages,
+`read_lines` reads a whole file under mtkit's text policy (`mtkit.fileio`: only ``\\n`` ends a
+line, invalid UTF-8 is replaced and counted), by the block reader prep streams with
+(`stream.read_blocks`), and strips surrounding whitespace. Cleaning happens in two stages,
 because the length rules count sentencepiece tokens and sentencepiece is trained on the text
 that survives the first stage:
 
-1. text rules (`clean_text`): drop pairs with an empty side; optionally drop exact duplicates;
+1. text rules (`clean_text`): drop pairs with an empty side; optionally drop exact duplicates
+   (remembered by hash, `dedup.SeenPairs`, so that a stream of any length fits in memory);
 2. token rules (`clean_tokens`): drop pairs with a side shorter than ``min_len`` or longer than
    ``max_len`` tokens, or whose longer side has more than ``max_ratio`` times the tokens of the
    shorter side (tokens without BOS/EOS).
 
+Both work on one chunk at a time, count into a `CleanStats`, and return a keep mask.
 Validation and test splits are never cleaned.
 """
 
@@ -17,13 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 
+import numpy as np
 from rich.table import Table
 
-from mtkit import fileio
 from mtkit.config import CleanConfig
-from mtkit.errors import DataError
+from mtkit.data.dedup import SeenPairs, pair_hashes
+from mtkit.data.stream import read_blocks
 from mtkit.fileio import InvalidUtf8
 
 # The rules in the order they are applied; each pair is dropped by the first rule it breaks.
@@ -40,24 +45,12 @@ class TextFile:
 
 
 def read_lines(path: str | Path) -> TextFile:
-    """Read a plain or gzip UTF-8 file under mtkit's text policy (`mtkit.fileio`), each line
-    stripped of surrounding whitespace."""
+    """Read a plain or gzip UTF-8 file whole under mtkit's text policy (`mtkit.fileio`), each
+    line stripped of surrounding whitespace."""
     path = Path(path)
     invalid = InvalidUtf8(str(path))
-    try:
-        lines = [line.strip() for line in fileio.read_lines(path, invalid)]
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read ({e})") from None
-    return TextFile(path, lines, invalid)
-
-
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[TextFile, TextFile]:
-    """Both sides of a split; raises DataError naming both files if line counts differ."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src.lines) != len(tgt.lines):
-        raise DataError(f"line counts differ: {src.path} has {len(src.lines)} lines, "
-                        f"{tgt.path} has {len(tgt.lines)}")
-    return src, tgt
+    return TextFile(path, [line for block in read_blocks(path, invalid) for line in block],
+                    invalid)
 
 
 @dataclass
@@ -72,40 +65,34 @@ class CleanStats:
         return self.read - sum(self.dropped.values())
 
 
-def clean_text(src: Sequence[str], tgt: Sequence[str], cfg: CleanConfig,
-               stats: CleanStats) -> list[int]:
-    """Indices of the pairs that pass the text rules (empty side, duplicates)."""
-    stats.read = len(src)
-    keep: list[int] = []
-    seen: set[tuple[str, str]] = set()
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        if not s or not t:
-            stats.dropped["empty"] += 1
-            continue
-        if cfg.dedup:
-            if (s, t) in seen:
-                stats.dropped["duplicate"] += 1
-                continue
-            seen.add((s, t))
-        keep.append(i)
+def clean_text(src: Sequence[str], tgt: Sequence[str], cfg: CleanConfig, stats: CleanStats,
+               seen: SeenPairs | None) -> np.ndarray:
+    """(N,) bool: the pairs of a chunk that pass the text rules (empty side, duplicates; a pair
+    seen in an earlier chunk, as remembered by `seen`, is a duplicate too)."""
+    stats.read += len(src)
+    n = len(src)
+    keep = np.fromiter(map(bool, src), bool, count=n) & np.fromiter(map(bool, tgt), bool, count=n)
+    stats.dropped["empty"] += len(src) - int(keep.sum())
+    if cfg.dedup:
+        assert seen is not None, "dedup needs the hashes of the pairs kept so far"
+        idx = np.flatnonzero(keep)
+        first = seen.first_seen(pair_hashes(list(compress(src, keep)), list(compress(tgt, keep))))
+        keep[idx[~first]] = False
+        stats.dropped["duplicate"] += len(idx) - int(first.sum())
     return keep
 
 
-def clean_tokens(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], cfg: CleanConfig,
-                 stats: CleanStats) -> list[int]:
-    """Indices of the encoded pairs that pass the token rules (min/max length, ratio)."""
-    keep: list[int] = []
-    for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-        ls, lt = len(s), len(t)
-        if min(ls, lt) < cfg.min_len:
-            stats.dropped["too_short"] += 1
-        elif max(ls, lt) > cfg.max_len:
-            stats.dropped["too_long"] += 1
-        elif max(ls, lt) > cfg.max_ratio * max(min(ls, lt), 1):
-            stats.dropped["ratio"] += 1
-        else:
-            keep.append(i)
-    return keep
+def clean_tokens(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: CleanConfig,
+                 stats: CleanStats) -> np.ndarray:
+    """(N,) bool: the encoded pairs that pass the token rules (min/max length, ratio), given
+    their (N,) token counts; each dropped pair is counted under the first rule it breaks."""
+    short, long_ = np.minimum(src_lens, tgt_lens), np.maximum(src_lens, tgt_lens)
+    too_short = short < cfg.min_len
+    too_long = ~too_short & (long_ > cfg.max_len)
+    ratio = ~too_short & ~too_long & (long_ > cfg.max_ratio * np.maximum(short, 1))
+    for rule, mask in (("too_short", too_short), ("too_long", too_long), ("ratio", ratio)):
+        stats.dropped[rule] += int(mask.sum())
+    return ~(too_short | too_long | ratio)
 
 
 def clean_table(stats: CleanStats, cfg: CleanConfig) -> Table:

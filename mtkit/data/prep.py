@@ -1,10 +1,12 @@
 """`mtkit prep`: raw parallel text to a prepared data directory, once.
 
-Pipeline: resolve every split's files (local, mirror, cache or download; `sources`), read them
-(`clean.read_parallel`), clean the training split's text, train sentencepiece on what is left
-(`spm`), encode every split, apply the token-length rules to the training split, and write the
-binarized splits (`store`) with the sentencepiece model(s) and the text of the validation and
-test splits into ``RUN_DIR/data/``.
+Pipeline, in two streaming passes so that memory does not grow with the corpus: resolve every
+split's files (local, mirror, cache or download; `sources`; a split may be a list of corpora,
+concatenated); first pass (`scan`): read every split, clean the training split's text and draw
+the sentencepiece sample by reservoir sampling; train sentencepiece on the sample (`spm`);
+second pass (`encode`): encode every split chunk by chunk, apply the token-length rules to the
+training split, and write the binarized splits (`store`) with the sentencepiece model(s) and
+the text of the validation and test splits into ``RUN_DIR/data/``.
 
 Idempotence: ``data/manifest.json`` records a hash of the recipe's `data` section and a
 fingerprint of every input file; when both match (and every output file is present with its
@@ -18,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -31,9 +32,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from mtkit.config import DataConfig, Recipe, SplitConfig, dump_recipe, recipe_to_dict
+from mtkit.config import DataConfig, Recipe, SplitConfig, dump_recipe, recipe_to_dict, split_corpora
 from mtkit.data import clean, sources, store
+from mtkit.data.encode import SplitInfo, TrainRules, encode_split
+from mtkit.data.reservoir import Reservoir
 from mtkit.data.sampler import TokenBatchSampler
+from mtkit.data.scan import Corpus, count_lines, scan_train
 from mtkit.data.sources import DownloadProgress
 from mtkit.data.spm import Tokenizer, train_spm
 from mtkit.errors import DataError
@@ -55,17 +59,6 @@ _FORMAT = 1  # bump when the layout of the data directory changes
 
 
 @dataclass
-class SplitInfo:
-    """One prepared split: pairs, ids per side, and sentences over `data.max_len`."""
-
-    pairs: int
-    src_tokens: int
-    tgt_tokens: int
-    src_over_max_len: int
-    tgt_over_max_len: int
-
-
-@dataclass
 class PrepReport:
     """What prep did (or found already done) and the numbers it reports."""
 
@@ -81,6 +74,9 @@ class PrepReport:
     train_batches: int = 0
     padding_efficiency: float = 0.0  # real / padded tokens of the training batches
     files: dict[str, int] = field(default_factory=dict)  # output file -> size in bytes
+    # Seconds of each pass: read (and clean, and sample) every split, train sentencepiece,
+    # encode and write every split. Empty in a manifest written before they were recorded.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def data_hash(data: DataConfig) -> str:
@@ -89,24 +85,34 @@ def data_hash(data: DataConfig) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _splits(data: DataConfig) -> dict[str, SplitConfig]:
+def _splits(data: DataConfig) -> dict[str, list[tuple[str, SplitConfig]]]:
+    """Every split's corpora, each with its name in recipe keys below ``data.``: ``train``,
+    ``train[1]``, ``test.NAME``..."""
     assert data.train is not None and data.valid is not None  # checked by the config
-    return {"train": data.train, "valid": data.valid, **data.test}
+    named = {"train": data.train, "valid": data.valid,
+             **{f"test.{n}": t for n, t in data.test.items()}}
+    return {name.removeprefix("test."): [(name + suffix, corpus)
+                                         for suffix, corpus in split_corpora(split)]
+            for name, split in named.items()}
 
 
 def _fingerprint(data: DataConfig, *, with_sha: bool = False) -> dict[str, dict]:
     """Size and mtime (and, for the manifest, sha256) of every local input. URL inputs are
     pinned by the sha256 in the data section already."""
     out = {}
-    for name, split in _splits(data).items():
-        for side, src in (("src", split.src), ("tgt", split.tgt)):
-            if src.path is not None:
-                p = Path(src.path)
-                st = p.stat() if p.is_file() else None
-                out[f"{name}.{side}"] = {"path": str(p), "size": st and st.st_size,
-                                         "mtime_ns": st and st.st_mtime_ns}
-                if with_sha and st is not None:
-                    out[f"{name}.{side}"]["sha256"] = sources.sha256_file(p)
+    for name, corpora in _splits(data).items():
+        for key, corpus in corpora:
+            # Keyed as before lists of corpora existed: NAME.src for a one-corpus split.
+            prefix = name + key[key.index("["):] if "[" in key else name
+            for side, src in (("src", corpus.src), ("tgt", corpus.tgt)):
+                if src.path is not None:
+                    p = Path(src.path)
+                    st = p.stat() if p.is_file() else None
+                    entry = {"path": str(p), "size": st and st.st_size,
+                             "mtime_ns": st and st.st_mtime_ns}
+                    if with_sha and st is not None:
+                        entry["sha256"] = sources.sha256_file(p)
+                    out[f"{prefix}.{side}"] = entry
     return out
 
 
@@ -149,9 +155,12 @@ def is_prepared(recipe: Recipe, run_dir: str | Path) -> bool:
 
 def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = None,
             console: Console | None = None, on_download: DownloadProgress | None = None,
-            force: bool = False) -> PrepReport:
+            force: bool = False, batching: bool = True) -> PrepReport:
     """Prepare ``run_dir/data`` for `recipe` unless it is up to date (or `force`), write
-    ``run_dir/recipe.yaml``, and report (to `console`, if given) what was done.
+    ``run_dir/recipe.yaml``, and report (to `console`, if given) what was done. With
+    `batching`, also cut the training batches once to report their count and padding
+    efficiency (seconds on 10M pairs: training, which cuts its own, skips it when it prints
+    no report).
 
     Refuses a `run_dir` that is not mtkit's (`mtkit.run`), and one that another process is
     preparing or training in."""
@@ -168,7 +177,8 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
                             on_download=on_download)
         with atomic_write(run_dir / RECIPE) as f:
             f.write(f"{RECIPE_HEADER}\n{dump_recipe(recipe)}")
-    _add_batching(report, recipe)
+    if batching:
+        _add_batching(report, recipe)
     if console is not None:
         _print_report(report, recipe, console)
     else:
@@ -214,77 +224,67 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
     data = recipe.data
     # Taken before reading, so that a file changed meanwhile is redone next time.
     fingerprint = _fingerprint(data, with_sha=True)
-    texts = _read_splits(data, mirror=mirror, on_download=on_download)
-    stats = clean.CleanStats()
-    src_lines, tgt_lines = texts["train"][0].lines, texts["train"][1].lines
-    keep = clean.clean_text(src_lines, tgt_lines, data.clean, stats)
-    train_src = [src_lines[i] for i in keep]
-    train_tgt = [tgt_lines[i] for i in keep]
-    tok = _train_tokenizer(train_src, train_tgt, recipe)
-    encoded = {"train": (tok.encode_src_lines(train_src), tok.encode_tgt_lines(train_tgt))}
-    keep = clean.clean_tokens(*encoded["train"], data.clean, stats)
-    encoded["train"] = tuple([side[i] for i in keep] for side in encoded["train"])
-    for name, (s, t) in texts.items():
-        if name != "train":
-            encoded[name] = (tok.encode_src_lines(s.lines), tok.encode_tgt_lines(t.lines))
+    files = _resolve_splits(data, mirror=mirror, on_download=on_download)
+    invalid: dict[str, InvalidUtf8] = {}
+    _check_eval_splits(data, files, invalid)
+    scan = scan_train(files["train"], data, invalid)
+    phases = {"read": time.perf_counter() - t0}
+    tok = _train_tokenizer(scan.samples, recipe)
+    phases["sentencepiece"] = time.perf_counter() - t0 - phases["read"]
     ddir = data_dir(run_dir)
     with _staging(ddir) as tmp:
-        files = _write_all(tmp, tok, texts, encoded)
+        paths = tok.save(tmp)
+        splits = {}
+        for name, corpora in files.items():
+            rules = TrainRules(scan.keep, data.clean, scan.stats) if name == "train" else None
+            splits[name], written = encode_split(name, corpora, tok, tmp, max_len=data.max_len,
+                                                 train=rules)
+            paths += written
         report = PrepReport(
-            data_dir=ddir, skipped=False, seconds=0.0, clean=stats,
-            splits={n: _split_info(s, t, data.max_len) for n, (s, t) in encoded.items()},
-            invalid_utf8=[f.invalid for pair in texts.values() for f in pair
-                          if f.invalid.lines],
-            src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size, files=files)
+            data_dir=ddir, skipped=False, seconds=0.0, clean=scan.stats, splits=splits,
+            invalid_utf8=[f for f in invalid.values() if f.lines],
+            src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size,
+            files=_publish(paths), phases=phases)
         report.seconds = time.perf_counter() - t0
+        phases["encode"] = report.seconds - phases["read"] - phases["sentencepiece"]
         _write_manifest(tmp, report, recipe, fingerprint)
     return report
 
 
-def _read_splits(data: DataConfig, *, mirror: str | Path | None,
-                 on_download: DownloadProgress | None) -> dict[str, tuple]:
-    out = {}
-    for name, split in _splits(data).items():
-        key = f"data.{name}" if name in ("train", "valid") else f"data.test.{name}"
-        src = sources.resolve(split.src, mirror=mirror, on_download=on_download,
-                              key=f"{key}.src")
-        tgt = sources.resolve(split.tgt, mirror=mirror, on_download=on_download,
-                              key=f"{key}.tgt")
-        out[name] = clean.read_parallel(src, tgt)
-        if name != "train" and not out[name][0].lines:
-            raise DataError(f"{src}: the {name} split ({key}.src) is empty; validation and "
-                            "test need at least one sentence pair")
-    return out
+def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
+                    on_download: DownloadProgress | None) -> dict[str, list[Corpus]]:
+    """Every split's corpora as verified local (source, target) files."""
+    def get(src, key: str) -> Path:
+        return sources.resolve(src, mirror=mirror, on_download=on_download, key=f"data.{key}")
+
+    return {name: [(get(c.src, f"{key}.src"), get(c.tgt, f"{key}.tgt")) for key, c in corpora]
+            for name, corpora in _splits(data).items()}
 
 
-def _train_tokenizer(train_src: list[str], train_tgt: list[str], recipe: Recipe) -> Tokenizer:
+def _check_eval_splits(data: DataConfig, files: dict[str, list[Corpus]],
+                       invalid: dict[str, InvalidUtf8]) -> None:
+    """Read the validation and test splits once (they are small, and read before the long
+    training pass so that a broken one fails fast); each needs at least one pair."""
+    for name, corpora in files.items():
+        if name != "train" and count_lines(corpora, invalid) == 0:
+            key = f"data.{_splits(data)[name][0][0]}"
+            raise DataError(f"{corpora[0][0]}: the {name} split ({key}.src) is empty; "
+                            "validation and test need at least one sentence pair")
+
+
+def _train_tokenizer(samples: list[Reservoir], recipe: Recipe) -> Tokenizer:
     cfg = recipe.data.spm
-    if not train_src:
+    if not len(samples[0]):
         raise DataError("the training split is empty after cleaning; nothing to train "
                         "sentencepiece on")
     if cfg.joint:
-        return Tokenizer(train_spm(itertools.chain(train_src, train_tgt), cfg))
-    return Tokenizer(train_spm(train_src, cfg, what=f"source ({recipe.data.src_lang})"),
-                     train_spm(train_tgt, cfg, what=f"target ({recipe.data.tgt_lang})"))
+        return Tokenizer(train_spm(samples[0].drain(), cfg))
+    return Tokenizer(train_spm(samples[0].drain(), cfg, what=f"source ({recipe.data.src_lang})"),
+                     train_spm(samples[1].drain(), cfg, what=f"target ({recipe.data.tgt_lang})"))
 
 
-def _split_info(src: list[list[int]], tgt: list[list[int]], max_len: int) -> SplitInfo:
-    return SplitInfo(pairs=len(src), src_tokens=sum(map(len, src)),
-                     tgt_tokens=sum(map(len, tgt)),
-                     src_over_max_len=sum(len(s) > max_len for s in src),
-                     tgt_over_max_len=sum(len(t) > max_len for t in tgt))
-
-
-def _write_all(tmp: Path, tok: Tokenizer, texts: dict[str, tuple],
-               encoded: dict[str, tuple]) -> dict[str, int]:
-    """Write models, binarized splits and evaluation text into `tmp`; name -> size."""
-    paths = tok.save(tmp)
-    for name, (s, t) in encoded.items():
-        paths += store.write_side(tmp, name, "src", s, tok.src_vocab_size)
-        paths += store.write_side(tmp, name, "tgt", t, tok.tgt_vocab_size)
-        if name != "train":
-            paths.append(store.write_text(tmp, name, "src", texts[name][0].lines))
-            paths.append(store.write_text(tmp, name, "tgt", texts[name][1].lines))
+def _publish(paths: list[Path]) -> dict[str, int]:
+    """Give the written files a plain file's permissions; name -> size in bytes."""
     mode = 0o666 & ~umask()
     for p in paths:
         os.chmod(p, mode)  # temporary files are created private; data is not
@@ -305,7 +305,8 @@ def _report_fields(report: PrepReport) -> dict:
             "clean": {"read": report.clean.read, "dropped": report.clean.dropped},
             "invalid_utf8": [dataclasses.asdict(f) for f in report.invalid_utf8],
             "src_vocab_size": report.src_vocab_size,
-            "tgt_vocab_size": report.tgt_vocab_size, "files": report.files}
+            "tgt_vocab_size": report.tgt_vocab_size, "files": report.files,
+            "phases": {k: round(v, 3) for k, v in report.phases.items()}}
 
 
 def _report_from_manifest(man: dict, ddir: Path) -> PrepReport:
@@ -316,7 +317,7 @@ def _report_from_manifest(man: dict, ddir: Path) -> PrepReport:
         clean=clean.CleanStats(read=man["clean"]["read"], dropped=man["clean"]["dropped"]),
         invalid_utf8=_invalid_from_manifest(man["invalid_utf8"]),
         src_vocab_size=man["src_vocab_size"], tgt_vocab_size=man["tgt_vocab_size"],
-        files=man["files"])
+        files=man["files"], phases=man.get("phases", {}))
 
 
 def _invalid_from_manifest(value: list | dict) -> list[InvalidUtf8]:
@@ -372,7 +373,8 @@ def _print_report(report: PrepReport, recipe: Recipe, console: Console) -> None:
                   f"{report.batch_tokens} tokens per side; padding efficiency "
                   f"{report.padding_efficiency:.3f} (real / padded tokens)")
     if not report.skipped:
-        console.print(f"prep: wrote {report.data_dir} in {report.seconds:.1f} s")
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in report.phases.items())
+        console.print(f"prep: wrote {report.data_dir} in {report.seconds:.1f} s ({phases})")
 
 
 def _splits_table(report: PrepReport, recipe: Recipe) -> Table:

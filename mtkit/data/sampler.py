@@ -10,7 +10,12 @@ batch order. Both come from a generator seeded with ``seed + epoch`` (all ranks 
 Tokens are counted as the model sees them: a source of n ids is n + 1 with EOS, a target of n
 ids is n + 1 with BOS (decoder input) or EOS (output). A sentence alone over the budget forms
 a batch of its own. With `max_len`, lengths are counted after truncation to `max_len` ids, as
-`iterate_batches` truncates.
+`batch.iterate_batches` truncates.
+
+Everything is numpy over length arrays, with no per-sentence Python object, so that a corpus
+of 10M pairs is ready to train in about a second: lengths are kept as uint16 (or wider when
+they do not fit), sorting is three stable radix passes, and batches are cut with one
+vectorised search per batch.
 
 Sharding: for rank r of w, the epoch's shuffled batches are cut to a multiple of w and rank r
 takes every w-th. The remainder (fewer than w batches, different ones each epoch because the
@@ -20,12 +25,9 @@ every sentence appears exactly once per epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
-
-from mtkit.data.batch import Batch, collate
-from mtkit.data.store import ParallelData
 
 
 class TokenBatchSampler:
@@ -37,17 +39,15 @@ class TokenBatchSampler:
                  max_len: int | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, {world_size})")
-        src = np.asarray(src_lens, dtype=np.int64)
-        tgt = np.asarray(tgt_lens, dtype=np.int64)
-        assert src.shape == tgt.shape, "source and target length arrays differ in size"
-        if max_len is not None:
-            src, tgt = np.minimum(src, max_len), np.minimum(tgt, max_len)
-        self.src_tokens, self.tgt_tokens = src + 1, tgt + 1  # with EOS / BOS
+        assert np.shape(src_lens) == np.shape(tgt_lens), "length arrays differ in size"
+        self.src_tokens = _tokens(src_lens, max_len)  # with EOS
+        self.tgt_tokens = _tokens(tgt_lens, max_len)  # with BOS (or EOS)
         self.batch_tokens = batch_tokens
         self.seed, self.shuffle = seed, shuffle
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
-        self._order = self._sorted(np.arange(len(src)))
+        self._rank = _length_rank(self.src_tokens, self.tgt_tokens)
+        self._order = self._sorted(np.arange(len(self.src_tokens), dtype=np.int32))
         self._bounds = _cut(self.src_tokens[self._order], self.tgt_tokens[self._order],
                             batch_tokens)
 
@@ -56,9 +56,9 @@ class TokenBatchSampler:
         self.epoch = epoch
 
     def _sorted(self, perm: np.ndarray) -> np.ndarray:
-        # lexsort is stable: sentences with equal lengths keep their order in `perm`.
-        s, t = self.src_tokens[perm], self.tgt_tokens[perm]
-        return perm[np.lexsort((s, t, np.maximum(s, t)))]
+        """`perm` sorted by (longer side, target, source) tokens; sentences with equal
+        lengths keep their order in `perm` (the order ``np.lexsort`` gives)."""
+        return perm[np.argsort(self._rank[perm], kind="stable")]
 
     def batches(self) -> list[np.ndarray]:
         """This epoch's batches for this rank, in the order they are yielded."""
@@ -66,7 +66,8 @@ class TokenBatchSampler:
             return []
         if self.shuffle:
             rng = np.random.default_rng([self.seed, self.epoch])
-            order = self._sorted(rng.permutation(len(self.src_tokens)))
+            # int32 indices: half the memory of a 10M-pair epoch's order (the same values).
+            order = self._sorted(rng.permutation(len(self.src_tokens)).astype(np.int32))
         else:
             order = self._order
         batches = np.split(order, self._bounds)
@@ -93,22 +94,68 @@ class TokenBatchSampler:
         return float((s.sum() + t.sum()) / padded.sum())
 
 
+def _tokens(lens: np.ndarray, max_len: int | None) -> np.ndarray:
+    """Lengths truncated to `max_len`, plus one (EOS or BOS), in the narrowest dtype of
+    uint16, uint32 and int64 that holds them (a narrow key radix-sorts)."""
+    lens = np.asarray(lens)
+    top = int(lens.max(initial=0))
+    if max_len is not None:
+        top = min(top, max_len)
+    dtype = next(d for d in (np.uint16, np.uint32, np.int64) if top + 1 <= np.iinfo(d).max)
+    out = lens.astype(dtype)
+    if max_len is not None:
+        np.minimum(out, max_len, out=out)
+    out += 1
+    return out
+
+
+def _length_rank(src_tokens: np.ndarray, tgt_tokens: np.ndarray) -> np.ndarray:
+    """Each sentence's rank among the distinct (longer side, target, source) lengths of the
+    corpus, in that order: sorting by it sorts by the three. There are few distinct lengths,
+    so the rank is usually 16-bit, which numpy sorts stably by radix (a 10M-pair epoch in
+    about 0.1 s, where a three-key lexsort took seconds)."""
+    width = int(max(src_tokens.max(initial=0), tgt_tokens.max(initial=0))) + 1
+    if width > 4096:  # lengths beyond any max_len in use: rank by sorting the keys
+        s, t = src_tokens.astype(np.int64), tgt_tokens.astype(np.int64)
+        key = (np.maximum(s, t) * width + t) * width + s
+        rank = np.unique(key, return_inverse=True)[1].reshape(-1)
+        return rank.astype(np.uint16 if int(rank.max(initial=0)) < 1 << 16 else np.uint32)
+    # Every (target, source) length combination, in sort order, and the rank of those present.
+    combo = tgt_tokens.astype(np.int32) * width + src_tokens  # (N,) int32
+    t, s = np.divmod(np.arange(width * width), width)
+    order = np.lexsort((s, t, np.maximum(s, t)))
+    present = np.bincount(combo, minlength=width * width)[order] > 0
+    dtype = np.uint16 if int(present.sum()) <= 1 << 16 else np.uint32
+    rank_of = np.empty(width * width, dtype=dtype)
+    rank_of[order] = np.cumsum(present) - 1
+    return rank_of[combo]
+
+
 def _cut(src_tokens: np.ndarray, tgt_tokens: np.ndarray, batch_tokens: int) -> np.ndarray:
-    """Greedy batch boundaries along sorted lengths: start positions of batches 2..n."""
-    bounds = []
-    n = width = 0  # sentences in the batch so far, and its padded width (either side)
-    for i, (s, t) in enumerate(zip(src_tokens.tolist(), tgt_tokens.tolist(), strict=True)):
-        w = max(width, s, t)
-        if n and (n + 1) * w > batch_tokens:
-            bounds.append(i)
-            n, w = 0, max(s, t)
-        n, width = n + 1, w
-    return np.asarray(bounds, dtype=np.int64)
+    """Greedy batch boundaries along sorted lengths: start positions of batches 2..n.
 
-
-def iterate_batches(data: ParallelData, sampler: Iterable[Sequence[int]],
-                    max_len: int | None) -> Iterator[Batch]:
-    """Padded `Batch`es for the index batches of `sampler` (a `TokenBatchSampler` or any
-    iterable of index lists), in its order; sentences are truncated to `max_len` ids."""
-    for idx in sampler:  # numpy slices: collate concatenates them without a token loop
-        yield collate([data.src(i) for i in idx], [data.tgt(i) for i in idx], idx, max_len)
+    Sentences are sorted by their longer side first, so a batch's padded width is the longer
+    side of its last sentence, and (sentences so far) x (width) only grows along the order.
+    Within a run of one width w every batch holds budget // w sentences (one arange per run);
+    a batch that starts near a run's end and reaches into wider runs ends at the last position
+    where it still fits (one searchsorted). So the loop turns about twice per distinct width,
+    not once per batch."""
+    width = np.maximum(src_tokens, tgt_tokens).astype(np.int64)
+    n, start = len(width), 0
+    run_ends = np.append(np.flatnonzero(np.diff(width)) + 1, n)
+    bounds: list[np.ndarray] = []
+    while start < n:
+        w = int(width[start])
+        size = max(1, batch_tokens // w)
+        end = int(run_ends[np.searchsorted(run_ends, start, side="right")])
+        full = (end - start) // size
+        if full:
+            bounds.append(start + size * np.arange(1, full + 1))
+            start += size * full
+        if start == end:
+            continue
+        reach = min(n, start + size)
+        padded = np.arange(1, reach - start + 1) * width[start:reach]  # increasing
+        start += max(1, int(np.searchsorted(padded, batch_tokens, side="right")))
+        bounds.append(np.array([start]))
+    return np.concatenate(bounds)[:-1] if bounds else np.zeros(0, dtype=np.int64)

@@ -26,8 +26,8 @@ import torch
 from rich.console import Console
 
 from mtkit.config import Recipe, parse_duration
+from mtkit.data.batch import iterate_batches
 from mtkit.data.prep import data_dir, is_prepared, prepare
-from mtkit.data.sampler import iterate_batches
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
@@ -98,7 +98,8 @@ def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path
         log.warning("%s is missing or its inputs changed: preparing it again before "
                     "resuming", data_dir(run_dir))
     # Data prepared already (by `mtkit prep`, which printed its report): one line.
-    prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console)
+    prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console,
+            batching=not prepared)
     if prepared:
         console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
                       soft_wrap=True)

@@ -15,8 +15,8 @@ import sacrebleu
 import torch
 
 from mtkit.config import Recipe
-from mtkit.data.batch import Batch
-from mtkit.data.sampler import TokenBatchSampler, iterate_batches
+from mtkit.data.batch import Batch, iterate_batches
+from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
 from mtkit.decode import decode_batch

@@ -17,6 +17,7 @@ from mtkit.config import (
     parse_duration,
     recipe_from_dict,
     recipe_from_yaml_text,
+    split_corpora,
 )
 from mtkit.errors import ConfigError
 from tests.conftest import REPO
@@ -98,9 +99,34 @@ def _error(raw: dict) -> str:
     ({"decode.min_len": 30, "decode.max_len_b": 5, "decode.max_len_a": 1.5},
      "r.yaml: decode.min_len: 30 is more than the output limit for a one-token source"),
     ({"train": [1, 2]}, "r.yaml: train: expected a mapping, got [1, 2]"),
+    ({"data.train": [{"src": "a", "tgt": "b"}, {"src": {"url": "https://example.org/c.gz"},
+                                                 "tgt": "d"}]},
+     "r.yaml: data.train[1].src.sha256: a URL source needs its sha256 checksum"),
+    ({"data.valid": [{"src": "a", "tgt": "b", "sorce": "c"}]},
+     "r.yaml: data.valid[0].sorce: unknown key; did you mean `data.valid[0].src`?"),
+    ({"data.train": []}, "r.yaml: data.train: expected a corpus ({src, tgt}) or a non-empty "
+     "list of them"),
+    ({"data.train": "a.txt"}, "r.yaml: data.train: expected a mapping or a list of mappings"),
 ])
 def test_each_error_names_key_and_expectation(dotted: dict, message: str) -> None:
     assert _error(_with(**dotted)).startswith(message)
+
+
+def test_a_split_is_one_corpus_or_a_list_of_them(tmp_path: Path) -> None:
+    raw = _with(**{"data.train": [{"src": "a.en", "tgt": "a.de"},
+                                  {"src": {"url": "https://example.org/b.en", "sha256": "1" * 64},
+                                   "tgt": "b.de"}],
+                   "data.test": {"t1": {"src": "t.en", "tgt": "t.de"},
+                                 "t2": [{"src": "u.en", "tgt": "u.de"}]}})
+    r = recipe_from_dict(raw, source="r.yaml", base=tmp_path)
+    assert isinstance(r.data.train, tuple) and len(r.data.train) == 2
+    assert r.data.train[0].src.path == str(tmp_path / "a.en")
+    assert r.data.train[1].src.url == "https://example.org/b.en"
+    assert [k for k, _ in split_corpora(r.data.train)] == ["[0]", "[1]"]
+    assert [k for k, _ in split_corpora(r.data.test["t1"])] == [""]
+    assert isinstance(r.data.test["t2"], tuple)
+    # Saved and loaded again (recipe.yaml, checkpoints): the same recipe, lists stay lists.
+    assert recipe_from_yaml_text(dump_recipe(r), source="saved") == r
 
 
 def test_all_problems_reported_at_once() -> None:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mtkit.data.batch import Batch
+from mtkit.data.batch import Batch, iterate_batches
 from mtkit.data.prep import data_dir
-from mtkit.data.sampler import TokenBatchSampler, iterate_batches
+from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.store import ParallelData
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -148,3 +148,45 @@ def test_padding_efficiency_on_multi30k(multi30k_run) -> None:
     real = sum(int(data.src_lens[b].sum() + data.tgt_lens[b].sum()) + 2 * len(b) for b in s)
     padded = sum(_padded(b, data.src_lens) + _padded(b, data.tgt_lens) for b in s)
     assert eff == pytest.approx(real / padded)
+
+
+def _reference_batches(src: np.ndarray, tgt: np.ndarray, batch_tokens: int, seed: int,
+                       epoch: int, max_len: int | None) -> list[list[int]]:
+    """The sampler as first written, one Python step per sentence: lexsort on (longer side,
+    target, source) of a seeded permutation, greedy cut along the sorted order, batch order
+    shuffled by the same generator."""
+    s, t = np.asarray(src, np.int64), np.asarray(tgt, np.int64)
+    if max_len is not None:
+        s, t = np.minimum(s, max_len), np.minimum(t, max_len)
+    s, t = s + 1, t + 1
+    if not len(s):
+        return []
+    first = np.arange(len(s))
+    first = first[np.lexsort((s[first], t[first], np.maximum(s[first], t[first])))]
+    bounds, n, width = [], 0, 0
+    for i, (a, b) in enumerate(zip(s[first].tolist(), t[first].tolist(), strict=True)):
+        w = max(width, a, b)
+        if n and (n + 1) * w > batch_tokens:
+            bounds.append(i)
+            n, w = 0, max(a, b)
+        n, width = n + 1, w
+    rng = np.random.default_rng([seed, epoch])
+    perm = rng.permutation(len(s))
+    order = perm[np.lexsort((s[perm], t[perm], np.maximum(s[perm], t[perm])))]
+    batches = np.split(order, bounds)
+    return [batches[i].tolist() for i in rng.permutation(len(batches))]
+
+
+@pytest.mark.parametrize("max_len", [None, 12])
+def test_numpy_sampler_gives_the_batches_of_the_sentence_by_sentence_one(max_len) -> None:
+    """Same batches in the same order (so a checkpoint's position resumes exactly), with
+    lengths that repeat a lot, lengths over 4096 (the sorting fallback) and tiny budgets
+    (sentences alone over the budget)."""
+    rng = np.random.default_rng(7)
+    cases = [_lens(3000, seed=1), (rng.integers(0, 9, 500), rng.integers(0, 9, 500)),
+             (rng.integers(1, 6000, 300), rng.integers(1, 6000, 300)), _lens(0)]
+    for (src, tgt), budget in zip(cases, (400, 16, 9000, 100), strict=True):
+        sampler = TokenBatchSampler(src, tgt, batch_tokens=budget, seed=5, max_len=max_len)
+        for epoch in (1, 2):
+            sampler.set_epoch(epoch)
+            assert list(sampler) == _reference_batches(src, tgt, budget, 5, epoch, max_len)

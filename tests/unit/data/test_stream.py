@@ -1,0 +1,147 @@
+"""Streaming prep's parts, without sentencepiece: the chunked reader, duplicate hashes, the
+reservoir sample and the streamed .npy writer."""
+
+from __future__ import annotations
+
+import gzip
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtkit import fileio
+from mtkit.data import stream
+from mtkit.data.clean import read_lines
+from mtkit.data.dedup import SeenPairs, pair_hashes
+from mtkit.data.reservoir import Reservoir
+from mtkit.data.store import SideWriter, ids_path, offsets_path
+from mtkit.errors import DataError
+from mtkit.fileio import InvalidUtf8
+
+TEXTS = [b"", b"\n", b"a\nb\n", b"a\nb", b"a\n\n", b"\n\n\n", b"  a\xe2\x80\xa8b \r\n\n c\tc\n",
+         b"x\xff\ny\n\xc3\x28 z", "gr\u00fc\u00dfe \u00e9t\u00e9\nzw\u00f6lf\n".encode() * 9]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("gz", [False, True])
+def test_blocks_follow_the_reading_rules_at_any_block_size(text: bytes, gz: bool, tmp_path: Path,
+                                                           monkeypatch) -> None:
+    """Lines split on \\n only, stripped, bad UTF-8 replaced and counted, final newline ends
+    the last line: the same lines whether a block holds 3 bytes (cutting through lines and
+    multi-byte characters) or the whole file."""
+    path = tmp_path / "f"
+    path.write_bytes(gzip.compress(text) if gz else text)
+    raw = text.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()
+    expected = [b.decode("utf-8", errors="replace").strip() for b in raw]
+    bad = sum(b.decode("utf-8", errors="replace").encode() != b for b in raw)
+    for block in (3, 1 << 22):
+        monkeypatch.setattr(fileio, "_BLOCK", block)
+        invalid = InvalidUtf8(str(path))
+        assert [line for b in stream.read_blocks(path, invalid) for line in b] == expected
+        assert invalid.lines == bad and read_lines(path).lines == expected
+        if bad:
+            first_bad = next(i for i, b in enumerate(raw, 1)
+                             if b.decode("utf-8", errors="replace").encode() != b)
+            assert invalid.first == first_bad
+
+
+def test_pairs_come_in_aligned_chunks(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(fileio, "_BLOCK", 5)
+    (tmp_path / "s").write_text("".join(f"s{i}\n" for i in range(23)))
+    (tmp_path / "t").write_text("".join(f"t{i}\n" for i in range(23)))
+    chunks = list(stream.read_pairs(tmp_path / "s", tmp_path / "t", {}, chunk=10))
+    assert [len(s) for s, _ in chunks] == [10, 10, 3]
+    assert [x for s, _ in chunks for x in s] == [f"s{i}" for i in range(23)]
+    assert [x for _, t in chunks for x in t] == [f"t{i}" for i in range(23)]
+
+
+def test_differing_line_counts_name_both_files_with_full_counts(tmp_path: Path) -> None:
+    (tmp_path / "s").write_text("a\n" * 25)
+    (tmp_path / "t").write_text("b\n" * 12)
+    with pytest.raises(DataError) as e:
+        list(stream.read_pairs(tmp_path / "s", tmp_path / "t", {}, chunk=10))
+    assert str(e.value) == (f"line counts differ: {tmp_path / 's'} has 25 lines, "
+                            f"{tmp_path / 't'} has 12")
+
+
+def test_a_corrupt_gzip_file_is_a_data_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.gz"
+    path.write_bytes(gzip.compress(b"hello\n" * 1000)[:-30] + b"garbage" * 5)
+    with pytest.raises(DataError, match=r"x\.gz: cannot read"):
+        list(stream.read_blocks(path, InvalidUtf8(str(path))))
+
+
+def test_seen_pairs_find_duplicates_across_and_within_chunks() -> None:
+    rng = np.random.default_rng(0)
+    seen, reference = SeenPairs(), set()
+    for _ in range(300):
+        hashes = rng.integers(0, 4000, size=int(rng.integers(1, 200)))
+        expected = []
+        for h in hashes.tolist():
+            expected.append(h not in reference)
+            reference.add(h)
+        assert seen.first_seen(hashes).tolist() == expected
+    assert len(seen) == len(reference)
+    assert len(seen._runs) <= 2 * np.log2(len(reference))  # merged, not one run per chunk
+
+
+def test_pair_hashes_tell_pairs_apart() -> None:
+    h = pair_hashes(["a", "a", "ab", "a"], ["b", "b", "", "c"])
+    assert h[0] == h[1] and len(set(h.tolist())) == 3
+
+
+def test_reservoir_keeps_a_stream_that_fits_whole_and_in_key_order() -> None:
+    r = Reservoir(10, seed=1)
+    r.add(["s0", "s1"], np.array([0, 1]))
+    r.add(["t0", "t1", "s2"], np.array([100, 101, 2]))
+    assert list(r.drain()) == ["s0", "s1", "s2", "t0", "t1"]
+    every = Reservoir(0, seed=1)  # size 0: no sampling
+    every.add([str(i) for i in range(50)], np.arange(50))
+    assert len(every) == 50
+
+
+def _draw(seed: int) -> list[int]:
+    """A 10-item sample of the stream 0..39, offered in chunks of 7."""
+    r = Reservoir(10, seed=seed)
+    for start in range(0, 40, 7):
+        items = list(range(start, min(40, start + 7)))
+        r.add([str(i) for i in items], np.array(items))
+    return [int(x) for x in r.drain()]
+
+
+def test_reservoir_sample_is_uniform_and_reproducible() -> None:
+    """Each of 40 items lands in a 10-item sample with probability 1/4; a chi-square
+    statistic over 600 samples stays below its 0.1% tail. One seed, one sample."""
+    counts = np.zeros(40)
+    for seed in range(600):
+        sample = _draw(seed)
+        assert len(set(sample)) == 10 and sample == sorted(sample)
+        counts[sample] += 1
+    expected = 600 * 10 / 40
+    assert ((counts - expected) ** 2 / expected).sum() < 72.1  # chi2(39) 0.999 quantile
+    # Algorithm R's classic mistake (drawing from [0, t) instead of [0, t]) or keeping the
+    # first items shows here: the last item would be sampled far less, or never.
+    assert counts[-1] > expected / 2
+    assert _draw(5) == _draw(5) and _draw(5) != _draw(6)
+
+
+def test_side_writer_writes_what_np_save_writes(tmp_path: Path) -> None:
+    sents = [[5, 6, 7], [], [8], [9, 10]]
+    w = SideWriter(tmp_path, "train", "src", 8000)
+    w.append(np.array([5, 6, 7], dtype=np.uint16), np.array([3, 0]))
+    w.append(np.array([8, 9, 10], dtype=np.uint16), np.array([1, 2]))
+    assert w.close() == [ids_path(tmp_path, "train", "src"), offsets_path(tmp_path, "train", "src")]
+    for path, array in ((ids_path(tmp_path, "train", "src"),
+                         np.array([i for s in sents for i in s], dtype=np.uint16)),
+                        (offsets_path(tmp_path, "train", "src"),
+                         np.array([0, 3, 3, 4, 6], dtype=np.int64))):
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        assert path.read_bytes() == buf.getvalue()
+    big = SideWriter(tmp_path, "x", "tgt", 70000)  # ids over 16 bits: int32
+    big.append(np.array([69999], dtype=np.int32), np.array([1]))
+    big.close()
+    assert np.load(ids_path(tmp_path, "x", "tgt")).tolist() == [69999]
