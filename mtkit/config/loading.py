@@ -1,0 +1,312 @@
+"""Loading recipes: YAML and ``--set`` overrides to the typed sections of `sections`, every
+problem collected and reported at once (see the package's doc); and back to YAML."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from mtkit.config.sections import FileSource, Recipe
+from mtkit.errors import ConfigError
+
+# --------------------------------------------------------------------------- loading
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, key: str, msg: str) -> None:
+        self.items.append((key, msg))
+
+
+class Valid:
+    """Which fields of the object being validated converted without a problem, for its
+    cross-field rules: ``valid("d_model", "heads")`` is False when either (or anything under
+    it) has a problem, so a rule never reasons from a default that stands in for a bad value."""
+
+    def __init__(self, bad_keys: list[str]) -> None:
+        self._bad = bad_keys
+
+    def __call__(self, *names: str) -> bool:
+        return not any(k == n or k.startswith((n + ".", n + "["))
+                       for k in self._bad for n in names)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix and key else prefix or key
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a)
+                           for a in typing.get_args(tp))
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _type_name(args[0]).removeprefix("a ").removeprefix("an ")
+            return f"a list of {item}s"
+        return f"a list of {len(args)} items ({', '.join(_type_name(a) for a in args)})"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        tp, str(tp))
+
+
+def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | None) -> Any:
+    """Convert a YAML value to `tp`, recording problems; returns a usable value or None."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value in choices:
+            return value
+        problems.add(key, f"invalid choice {value!r}; expected one of "
+                     + ", ".join(str(c) for c in choices))
+        return None
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        shaped = [a for a in inner if _shape_fits(a, value)]
+        if len(inner) == 1 or len(shaped) == 1:
+            # One branch takes this shape of value: convert with it, so that problems deep
+            # inside (a bad sha256 in one corpus of a list) keep their own key and message.
+            return _convert((shaped or inner)[0], value, key, problems, base)
+        for a in inner:
+            trial = _Problems()
+            out = _convert(a, value, key, trial, base)
+            if not trial.items:
+                return out
+        problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+        return None
+    if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
+        item = typing.get_args(tp)[0]
+        if not isinstance(value, list | tuple):
+            problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+            return None
+        return tuple(_convert(item, v, f"{key}[{i}]", problems, base) for i, v in enumerate(value))
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+            return None
+        return tuple(_convert(a, v, f"{key}[{i}]", problems, base)
+                     for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    if origin is dict:
+        _, vtype = typing.get_args(tp)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            problems.add(key, f"expected a mapping, got {value!r}")
+            return {}
+        return {str(k): _convert(vtype, v, _join(key, str(k)), problems, base)
+                for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key, problems, base)
+    return _scalar(tp, value, key, problems)
+
+
+def _shape_fits(tp: Any, value: Any) -> bool:
+    """Whether `value` has the YAML shape `tp` is written in: a list for a tuple, a mapping for
+    a section or a dict. Scalars fit anything else (their conversion checks them)."""
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return isinstance(value, list | tuple)
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return isinstance(value, dict)
+    return not isinstance(value, list | tuple | dict)
+
+
+def _scalar(tp: Any, value: Any, key: str, problems: _Problems) -> Any:
+    if tp is float and isinstance(value, str):
+        # YAML 1.1 reads "1e-3" (no dot) as a string; accept what Python reads as a number.
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    ok = (
+        (tp is bool and isinstance(value, bool))
+        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
+        or (tp is float and isinstance(value, int | float) and not isinstance(value, bool))
+        or (tp is str and isinstance(value, str | int | float) and not isinstance(value, bool))
+    )
+    if not ok:
+        problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+        return None
+    return tp(value)
+
+
+def _check_range(meta: Any, value: Any, key: str, problems: _Problems) -> None:
+    if value is None or not isinstance(value, int | float):
+        return
+    tests = {"ge": (lambda b: value >= b, ">="), "gt": (lambda b: value > b, ">"),
+             "le": (lambda b: value <= b, "<="), "lt": (lambda b: value < b, "<")}
+    for name, (test, sym) in tests.items():
+        if name in meta and not test(meta[name]):
+            problems.add(key, f"out of range: expected a value {sym} {meta[name]}, got {value!r}")
+
+
+def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | None) -> Any:
+    coerce = getattr(cls, "_coerce", None)
+    if coerce is not None:
+        value = coerce(value)
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        problems.add(prefix or "(top level)", f"expected a mapping, got {value!r}")
+        value = {}
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for k in value:
+        if k not in fields:
+            close = difflib.get_close_matches(str(k), list(fields), n=1, cutoff=0.6)
+            hint = f"; did you mean `{_join(prefix, close[0])}`?" if close else \
+                f"; valid keys: {', '.join(fields)}"
+            problems.add(_join(prefix, str(k)), f"unknown key{hint}")
+    kwargs = {}
+    before = len(problems.items)
+    for name, f in fields.items():
+        key = _join(prefix, name)
+        if name not in value:
+            if dataclasses.is_dataclass(hints[name]):  # a missing section: check its defaults
+                _build(hints[name], {}, key, problems, base)
+            continue
+        converted = _convert(hints[name], value[name], key, problems, base)
+        _check_range(f.metadata, converted, key, problems)
+        if converted is not None or value[name] is None:
+            kwargs[name] = converted
+    if cls is FileSource and base is not None and kwargs.get("path"):
+        p = Path(kwargs["path"]).expanduser()
+        kwargs["path"] = str(p if p.is_absolute() else (base / p).resolve())
+    try:
+        obj = cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - a field left None by a reported problem
+        problems.add(prefix, str(e))
+        return None
+    if hasattr(obj, "_problems"):
+        bad = [_relative(key, prefix) for key, _ in problems.items[before:]]
+        for key, msg in obj._problems(Valid(bad)):
+            problems.add(_join(prefix, key) or "(top level)", msg)
+    return obj
+
+
+def _relative(key: str, prefix: str) -> str:
+    """`key` relative to the object at `prefix` ("" for a problem of the object itself)."""
+    if not prefix:
+        return key
+    return key[len(prefix) + 1:] if key.startswith(prefix + ".") else ""
+
+
+def apply_override(raw: dict, assignment: str) -> None:
+    """Apply one ``dotted.key=value`` override in place; the value is parsed as YAML."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
+    key, text = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {assignment!r}: empty key part in {key!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for i, p in enumerate(parts[:-1]):
+        child = node.get(p)
+        if child is None:
+            child = node[p] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"--set {assignment!r}: `{'.'.join(parts[:i + 1])}` is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None,
+                     overrides: tuple[str, ...] = ()) -> Recipe:
+    """Validate a raw mapping into a `Recipe`, raising one ConfigError listing every problem.
+    A problem at a key that an override set is attributed to that ``--set`` instead of the
+    recipe file."""
+    problems = _Problems()
+    recipe = _build(Recipe, raw, "", problems, base)
+    if problems.items:
+        lines = [f"{_origin(key, msg, source, overrides)}: {key}: {msg}"
+                 for key, msg in problems.items]
+        head = f"{len(lines)} problems in recipe:\n" if len(lines) > 1 else ""
+        raise ConfigError(head + "\n".join(lines))
+    return recipe
+
+
+def section_from_dict(cls: Any, raw: dict, *, source: str, prefix: str) -> Any:
+    """Validate one section (e.g. `DecodeConfig` built from a recipe plus command-line options)."""
+    problems = _Problems()
+    obj = _build(cls, raw, prefix, problems, None)
+    if problems.items:
+        raise ConfigError("\n".join(f"{source}: {key}: {msg}" for key, msg in problems.items))
+    return obj
+
+
+def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...]) -> str:
+    for o in reversed(overrides):  # the last --set of a key wins
+        k = o.split("=", 1)[0].strip()
+        if key == k or key.startswith((k + ".", k + "[")):
+            return f"--set {o}"
+        if k.startswith(key + ".") and msg.startswith("unknown key"):
+            return f"--set {o}"  # the override created an unknown section
+    return source
+
+
+def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """Read a YAML recipe, apply ``--set`` overrides, validate. Relative paths in the recipe
+    are relative to the recipe file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: recipe file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', e)})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
+    for o in overrides:
+        apply_override(raw, o)
+    return recipe_from_dict(raw, source=str(path), base=path.resolve().parent,
+                            overrides=tuple(overrides))
+
+
+def recipe_to_dict(recipe: Any) -> Any:
+    """A plain, YAML-safe structure of a recipe or section (tuples become lists)."""
+    if dataclasses.is_dataclass(recipe):
+        return {f.name: recipe_to_dict(getattr(recipe, f.name))
+                for f in dataclasses.fields(recipe)}
+    if isinstance(recipe, dict):
+        return {k: recipe_to_dict(v) for k, v in recipe.items()}
+    if isinstance(recipe, list | tuple):
+        return [recipe_to_dict(v) for v in recipe]
+    return recipe
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    """The resolved recipe as YAML: every field, defaults included, paths absolute."""
+    return yaml.safe_dump(recipe_to_dict(recipe), sort_keys=False, allow_unicode=True)
+
+
+def recipe_from_yaml_text(text: str, *, source: str) -> Recipe:
+    """Rebuild a recipe saved by `dump_recipe` (e.g. inside a checkpoint)."""
+    return recipe_from_dict(yaml.safe_load(text), source=source)
