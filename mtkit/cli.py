@@ -233,7 +233,7 @@ def train(
     from rich.console import Console
 
     from mtkit.config import load_recipe
-    from mtkit.train.loop import train as run_training
+    from mtkit.train.session import train as run_training
 
     flags = {"--device": device, "--threads": threads}  # the recipe fields they set
     sets = list(overrides or []) + [f"train.{flag[2:]}={value}"

@@ -101,7 +101,7 @@ def train_toy(toy_run: Path, run: Path, overrides: list[str]) -> Path:
 
     from rich.console import Console
 
-    from mtkit.train.loop import train
+    from mtkit.train.session import train
 
     shutil.copytree(toy_run, run)
     recipe = load_recipe(RECIPES / "toy.yaml", ["train.max_time=null", *overrides])

@@ -1,4 +1,4 @@
-"""`mtkit train`: prepare the data if needed, build the model, train it, validate, checkpoint.
+"""The training loop: a `Trainer` runs updates over a built `Setup`, validates, checkpoints.
 
 The loop keeps the GPU busy: an update's losses, gradient norm and skip flag stay on the
 device and are read back in bulk at "sync points" (every update on a CPU, where reading is
@@ -12,13 +12,11 @@ resumed run draws the same batches and the same dropout masks as an uninterrupte
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,114 +25,22 @@ from rich.console import Console
 
 from mtkit.config import Recipe, parse_duration
 from mtkit.data.batch import iterate_batches
-from mtkit.data.prep import data_dir, is_prepared, prepare
-from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
 from mtkit.run import (
     AVERAGED,
-    check_writable_run_dir,
     load_checkpoint,
-    remove_stale_temporaries,
-    run_lock,
 )
 from mtkit.train import checkpoint as ckpt
-from mtkit.train.distributed import Dist, destroy_process_group, dist_from_env, init_process_group
+from mtkit.train.distributed import Dist
+from mtkit.train.progress import Progress, TrainResult, Window
 from mtkit.train.report import Reporter
-from mtkit.train.setup import Setup, build_setup, check_fresh, resume_state
+from mtkit.train.setup import Setup
 from mtkit.train.signals import GracefulStop
 from mtkit.train.step import finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """How a run ended. reason: max_updates, max_epochs, max_time, patience or interrupted."""
-
-    run_dir: Path
-    reason: str
-    update: int
-    epoch: int
-    checkpoint: Path | None  # the newest checkpoint written
-    best: float | None  # best validation value of train.valid_metric
-    averaged: Path | None = None
-
-
-def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
-          mirror: str | Path | None = None, console: Console | None = None) -> TrainResult:
-    """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
-    data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
-    lock from start to end (`mtkit.run`)."""
-    run_dir, console = Path(run_dir), console or Console(stderr=True)
-    dist = dist_from_env()
-    device = resolve_device(recipe.train.device,
-                            local_rank=dist.local_rank if dist.enabled else None)
-    setup_backend(device, recipe.train)
-    init_process_group(dist, device)
-    try:
-        if dist.is_main:
-            check_writable_run_dir(run_dir)
-        with run_lock(run_dir, "train") if dist.is_main else contextlib.nullcontext():
-            if dist.is_main:
-                remove_stale_temporaries(run_dir)
-            state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
-            if dist.is_main:
-                _prepare(recipe, run_dir, resumed=state is not None, mirror=mirror,
-                         console=console)
-            dist.barrier()
-            setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state)
-            return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
-                           console=console).run()
-    finally:
-        destroy_process_group(dist)
-
-
-def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path | None,
-             console: Console) -> None:
-    prepared = is_prepared(recipe, run_dir)
-    if resumed and not prepared:
-        log.warning("%s is missing or its inputs changed: preparing it again before "
-                    "resuming", data_dir(run_dir))
-    # Data prepared already (by `mtkit prep`, which printed its report): one line.
-    prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console,
-            batching=not prepared)
-    if prepared:
-        console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
-                      soft_wrap=True)
-
-
-@dataclass
-class _Window:
-    """Host-side sums since the last log line."""
-
-    start: float = field(default_factory=time.monotonic)
-    loss: float = 0.0
-    nll: float = 0.0
-    tokens: int = 0  # target tokens of the updates that were applied
-    all_tokens: int = 0  # every target token trained on, for throughput
-    gnorm: float = 0.0
-    updates: int = 0
-    skipped: int = 0
-
-
-@dataclass
-class _Progress:
-    """Where training stands; all of it goes into a checkpoint."""
-
-    update: int = 0
-    epoch: int = 1
-    position: int = 0  # batches of this epoch already consumed (by this rank)
-    tokens: int = 0  # target tokens trained on (this rank)
-    seconds: float = 0.0  # wall-clock of earlier sessions of this run
-    best: float | None = None
-    best_update: int = 0
-    bad: int = 0  # validations since the best
-    valid_update: int = -1  # update of the latest validation
-    saved_update: int = -1  # update of the latest checkpoint
-    nonfinite_run: int = 0  # consecutive skipped updates
-
 
 class Trainer:
     """One training run over a built `Setup`. `run` is the whole of it; the methods below
@@ -149,7 +55,7 @@ class Trainer:
         # Reading device values back stalls a GPU's queue; on a CPU it costs nothing.
         self.sync_every = self.cfg.log_every if device.type == "cuda" else 1
         self.pending: list[tuple[int, torch.Tensor, int, float]] = []
-        self.p = _Progress()
+        self.p = Progress()
         self.last_checkpoint: Path | None = None
         self.last_good_checkpoint: Path | None = None  # written after a finite update
         if state is not None:
@@ -159,7 +65,7 @@ class Trainer:
         self.rep = Reporter(run_dir, console, enabled=dist.is_main,
                             resumed_at=self.p.update if state is not None else None)
         self.resumed = state is not None
-        self.window = _Window()
+        self.window = Window()
         self.t0, self.session_update0 = time.monotonic(), self.p.update
         self.lr = self.s.schedule.lr_at(self.p.update)  # of the latest update
         self.last_loss: float | None = None  # mean loss of the latest log window
@@ -173,7 +79,7 @@ class Trainer:
             with self.rep, self.stop:
                 self._log_start()
                 self.t0, self.session_update0 = time.monotonic(), self.p.update
-                self.window = _Window()
+                self.window = Window()
                 return self._finish(self._loop())
         except WriteError as e:  # disk full, read-only: say what is still usable
             last = self.last_checkpoint or "none (no checkpoint was written)"
@@ -182,7 +88,7 @@ class Trainer:
     def _restore(self, state: dict) -> None:
         """Progress and random generators of a resumed run (weights: `build_setup`)."""
         saved_world = state["progress"].pop("world_size")
-        self.p = _Progress(**state["progress"])
+        self.p = Progress(**state["progress"])
         self.last_checkpoint = self.run_dir / f"checkpoint_{self.p.update}.pt"
         if self.p.nonfinite_run == 0:
             self.last_good_checkpoint = self.last_checkpoint
@@ -342,7 +248,7 @@ class Trainer:
                  rec["gnorm"], f"{rec['tgt_tokens_per_s']:,.0f}",
                  f" | {w.skipped} skipped" if w.skipped else "")
         self.last_loss, self.tok_s = mean, rec["tgt_tokens_per_s"]
-        self.window = _Window()
+        self.window = Window()
 
     def _planned_updates(self) -> int | None:
         """The update training stops at, if a limit in updates or epochs says so."""

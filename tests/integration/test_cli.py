@@ -166,7 +166,7 @@ def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypat
 
     from typer.testing import CliRunner
 
-    import mtkit.train.loop
+    import mtkit.train.session
     from mtkit.cli import app
 
     seen = {}
@@ -175,7 +175,7 @@ def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypat
         seen["recipe"] = recipe
         return SimpleNamespace(reason="interrupted", update=3, checkpoint=run_dir / "last.pt")
 
-    monkeypatch.setattr(mtkit.train.loop, "train", fake_train)
+    monkeypatch.setattr(mtkit.train.session, "train", fake_train)
     toy = REPO / "recipes" / "toy.yaml"
     result = CliRunner().invoke(app, ["train", str(toy), "--run-dir", str(tmp_path),
                                       "--device", "cpu", "--threads", "3"])

@@ -636,7 +636,7 @@ def test_interrupted_encoding_leaves_nothing(tmp_path: Path, monkeypatch) -> Non
 def test_training_start_skips_the_report_batching(tmp_path: Path, monkeypatch) -> None:
     """`mtkit train` on prepared data prints no prep report, so prep does not cut the
     training batches for one (the trainer cuts its own)."""
-    from mtkit.train import loop
+    from mtkit.train import session
 
     _toy_copy(tmp_path)
     recipe = _recipe(tmp_path, "train.src", "train.tgt")
@@ -648,4 +648,4 @@ def test_training_start_skips_the_report_batching(tmp_path: Path, monkeypatch) -
 
     monkeypatch.setattr(prep_mod, "TokenBatchSampler", no_sampler)
     assert prepare(recipe, run, batching=False).train_batches == 0
-    loop._prepare(recipe, run, resumed=False, mirror=None, console=Console(file=io.StringIO()))
+    session._prepare(recipe, run, resumed=False, mirror=None, console=Console(file=io.StringIO()))

@@ -19,7 +19,7 @@ from mtkit.cli import app
 from mtkit.config import load_recipe
 from mtkit.errors import CheckpointError
 from mtkit.train import checkpoint as ckpt
-from mtkit.train.loop import train
+from mtkit.train.session import train
 from tests.conftest import REPO
 
 TOY = REPO / "recipes" / "toy.yaml"

@@ -29,19 +29,20 @@ from mtkit.device import Amp
 from mtkit.errors import CheckpointError, MtkitError
 from mtkit.models.build import build_model
 from mtkit.run import load_checkpoint
-from mtkit.train import loop, step
+from mtkit.train import loop, session, step
 from mtkit.train.checkpoint import weights_digest
 from mtkit.train.distributed import Dist
 from mtkit.train.loss import LossSums, label_smoothed_nll, perplexity
 from mtkit.train.optim import Schedule, build_optimizer, optimizer_step
+from mtkit.train.progress import TrainResult
 from tests.conftest import REPO
 
 TOY = REPO / "recipes" / "toy.yaml"
 
 
-def _train(run_dir: Path, *sets: str, resume: bool = False) -> loop.TrainResult:
+def _train(run_dir: Path, *sets: str, resume: bool = False) -> TrainResult:
     recipe = load_recipe(TOY, ["train.max_time=null", *sets])
-    return loop.train(recipe, run_dir, resume=resume, console=Console(file=io.StringIO()))
+    return session.train(recipe, run_dir, resume=resume, console=Console(file=io.StringIO()))
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -353,7 +354,7 @@ def test_max_time_ends_with_a_checkpoint_and_a_final_validation(tmp_path: Path) 
     recipe = load_recipe(TOY, ["train.max_time=2s", "train.max_updates=0",
                                "train.valid_every=100000"])
     run = tmp_path / "run"
-    res = loop.train(recipe, run, console=Console(file=io.StringIO()))
+    res = session.train(recipe, run, console=Console(file=io.StringIO()))
     assert res.reason == "max_time" and res.update > 0
     recs = _metrics(run)
     assert [r["update"] for r in recs if r["kind"] == "valid"] == [res.update]

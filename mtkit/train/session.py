@@ -1,0 +1,64 @@
+"""`mtkit train`: one training session, from the run directory's lock to the last checkpoint:
+prepare the data if needed, build the `Setup`, run the `Trainer`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+from rich.console import Console
+
+from mtkit.config import Recipe
+from mtkit.data.prep import data_dir, is_prepared, prepare
+from mtkit.device import resolve_device, setup_backend
+from mtkit.run import check_writable_run_dir, remove_stale_temporaries, run_lock
+from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
+from mtkit.train.loop import Trainer
+from mtkit.train.progress import TrainResult
+from mtkit.train.setup import build_setup, check_fresh, resume_state
+
+log = logging.getLogger(__name__)
+
+
+def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
+          mirror: str | Path | None = None, console: Console | None = None) -> TrainResult:
+    """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
+    data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
+    lock from start to end (`mtkit.run`)."""
+    run_dir, console = Path(run_dir), console or Console(stderr=True)
+    dist = dist_from_env()
+    device = resolve_device(recipe.train.device,
+                            local_rank=dist.local_rank if dist.enabled else None)
+    setup_backend(device, recipe.train)
+    init_process_group(dist, device)
+    try:
+        if dist.is_main:
+            check_writable_run_dir(run_dir)
+        with run_lock(run_dir, "train") if dist.is_main else contextlib.nullcontext():
+            if dist.is_main:
+                remove_stale_temporaries(run_dir)
+            state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
+            if dist.is_main:
+                _prepare(recipe, run_dir, resumed=state is not None, mirror=mirror,
+                         console=console)
+            dist.barrier()
+            setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state)
+            return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
+                           console=console).run()
+    finally:
+        destroy_process_group(dist)
+
+
+def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path | None,
+             console: Console) -> None:
+    prepared = is_prepared(recipe, run_dir)
+    if resumed and not prepared:
+        log.warning("%s is missing or its inputs changed: preparing it again before "
+                    "resuming", data_dir(run_dir))
+    # Data prepared already (by `mtkit prep`, which printed its report): one line.
+    prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console,
+            batching=not prepared)
+    if prepared:
+        console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
+                      soft_wrap=True)
