@@ -1,4 +1,4 @@
-"""User-facing errors: `cli.py` turns each into one line on stderr and exit code 2."""
+"""User-facing errors: `mtkit.cli` turns each into one line on stderr and exit code 2."""
 
 
 class MtkitError(Exception):

@@ -22,7 +22,7 @@ from mtkit.config.loading import (
     recipe_from_dict,
     recipe_from_yaml_text,
     recipe_to_dict,
-    section_from_dict,
+    updated_section,
 )
 from mtkit.config.sections import (
     CleanConfig,
@@ -43,4 +43,4 @@ from mtkit.config.sections import (
 __all__ = ["CleanConfig", "DataConfig", "DecodeConfig", "FileSource", "ModelConfig", "RNNConfig",
            "Recipe", "SplitConfig", "SpmConfig", "TrainConfig", "TransformerConfig", "Valid",
            "apply_override", "dump_recipe", "load_recipe", "parse_duration", "recipe_from_dict",
-           "recipe_from_yaml_text", "recipe_to_dict", "section_from_dict", "split_corpora"]
+           "recipe_from_yaml_text", "recipe_to_dict", "split_corpora", "updated_section"]

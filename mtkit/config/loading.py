@@ -247,12 +247,25 @@ def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = 
     return recipe
 
 
-def section_from_dict(cls: Any, raw: dict, *, source: str, prefix: str) -> Any:
-    """Validate one section (e.g. `DecodeConfig` built from a recipe plus command-line options)."""
+def updated_section(section: Any, changes: dict[str, Any], *, prefix: str, source: str,
+                    origins: dict[str, str]) -> Any:
+    """`section` (a recipe section, e.g. the recipe's `DecodeConfig`) with `changes` applied,
+    validated again like a recipe section: one ConfigError listing every problem. A problem at
+    a changed field is named by its origin (``origins[field]``, e.g. the command-line flag that
+    set it: ``--beam (decode.beam_size): ...``), any other by `source`."""
+    raw = recipe_to_dict(section)
+    raw.update(changes)
     problems = _Problems()
-    obj = _build(cls, raw, prefix, problems, None)
+    obj = _build(type(section), raw, prefix, problems, None)
     if problems.items:
-        raise ConfigError("\n".join(f"{source}: {key}: {msg}" for key, msg in problems.items))
+        lines = []
+        for key, msg in problems.items:
+            name = _relative(key, prefix)
+            if name in changes and name in origins:
+                lines.append(f"{origins[name]} ({key}): {msg}")
+            else:
+                lines.append(f"{source}: {key}: {msg}")
+        raise ConfigError("\n".join(lines))
     return obj
 
 

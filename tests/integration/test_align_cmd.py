@@ -347,6 +347,8 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "-t", "{tgt}", "--print", "--pharaoh", "-"], "both write to stdout"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--device", "gpu"],
      "--device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
+    (["-s", "{src}", "--print", "--beam", "0"], "--beam (decode.beam_size): out of range"),
+    (["-s", "{src}", "--print", "--greedy", "--alpha", "-1"], "--alpha (decode.alpha): out of"),
 ])
 def test_bad_input_is_one_line_and_exit_2(trained, pairs, tmp_path, args, fragment):
     names = {k: str(v) for k, v in pairs.items()} | {"tmp": str(tmp_path)}

@@ -48,14 +48,14 @@ def test_user_errors_keep_exit_code_2_through_the_entry_point(tmp_path):
 
 
 def test_greedy_on_the_command_line_overrides_a_recipe_nbest():
-    from mtkit.cli import _flag_decode_config
+    from mtkit.cli.options import DecodeFlags
     from mtkit.config import DecodeConfig
     from mtkit.errors import ConfigError
 
     recipe_decode = DecodeConfig(nbest=3)
-    assert _flag_decode_config(recipe_decode, method="greedy", nbest=None).nbest == 1
+    assert DecodeFlags(method="greedy").over(recipe_decode).nbest == 1
     with pytest.raises(ConfigError, match=r"--nbest \(decode\.nbest\): greedy search gives one"):
-        _flag_decode_config(recipe_decode, method="greedy", nbest=2)
+        DecodeFlags(method="greedy", nbest=2).over(recipe_decode)
 
 
 # --------------------------------------------------------------------------- help screens

@@ -1,0 +1,112 @@
+"""The `mtkit` command line: parse arguments into typed requests, call one library function,
+and turn user errors into one line on stderr with exit code 2. No ML logic lives here.
+
+One module per command group: `data` (prep, train, average), `translate` (translate,
+export), `score`, `align`; `options` holds what they share. The commands are registered below,
+in the order `mtkit --help` lists them."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from mtkit import __version__
+from mtkit.cli import align, data, score, translate
+from mtkit.cli.options import HelpOpt, flag
+from mtkit.errors import MtkitError
+
+# How the help reads. Markdown: a source line break inside a paragraph is a space, in the
+# command list too (typer's "rich" mode keeps it there, and breaks sentences).
+app = typer.Typer(
+    name="mtkit",
+    help="Neural machine translation: prep data, train RNN or Transformer models, translate, "
+    "score and look at attention.",
+    no_args_is_help=True,
+    add_completion=False,
+    add_help_option=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+
+_DEBUG = {"on": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mtkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, flag("--debug", help="Show full tracebacks on errors.")] = False,
+    version: Annotated[bool, flag("--version", callback=_version, is_eager=True,
+                                  help="Print the version and exit.")] = False,
+    _help: HelpOpt = False,
+) -> None:
+    _DEBUG["on"] = debug or os.environ.get("MTKIT_DEBUG") == "1"
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map MtkitError (and a few OS errors a user causes) to one stderr line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MtkitError as e:
+            if _DEBUG["on"]:
+                raise
+            typer.echo(f"mtkit: error: {e}", err=True)
+            raise typer.Exit(2) from None
+        except BrokenPipeError:
+            # `mtkit translate ... | head` closes our stdout early: not an error.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise typer.Exit(0) from None
+        except OSError as e:
+            # A file the user named that the system refuses (permissions, a folder in the
+            # way); writes are reported by fileio.WriteError, this is the last resort.
+            if _DEBUG["on"] or e.filename is None:
+                raise
+            typer.echo(f"mtkit: error: {e.filename}: {e.strerror or e}", err=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            typer.echo("mtkit: interrupted", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+for _command in (data.prep, data.train, data.average, score.score, translate.translate,
+                 translate.export, align.align):
+    app.command(add_help_option=False)(user_errors(_command))
+
+
+def main() -> None:
+    """The console script: like `app()`, but a usage error (unknown option, bad or missing
+    argument) is one line on stderr, exit code 2, as every other user error."""
+    try:  # typer >= 0.20 raises its vendored click's exceptions; older typer, click's own
+        from typer._click.exceptions import ClickException, UsageError
+    except ImportError:
+        from click.exceptions import ClickException, UsageError
+
+    try:
+        rc = app(standalone_mode=False)
+    except UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `mtkit`: the help is already shown
+            sys.exit(e.exit_code)
+        where = e.ctx.command_path if e.ctx is not None else "mtkit"
+        typer.echo(f"mtkit: error: {e.format_message()} (see `{where} --help`)", err=True)
+        sys.exit(2)
+    except ClickException as e:
+        typer.echo(f"mtkit: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,206 @@
+"""`mtkit align`: show a model's attention and extract word alignments from it."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit.cli.options import (
+    DecodeFlags,
+    HelpOpt,
+    InferenceDeviceOpt,
+    InferenceThreadsOpt,
+    flag,
+    refuse,
+    search_method,
+)
+from mtkit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class AlignFlags:
+    """The flags of `mtkit align` beside the decoding ones, as a request."""
+
+    forced: bool  # -t given: align the given targets, search nothing
+    search: tuple[str, ...]  # the search flags given (--beam, --greedy, ...)
+    greedy: bool
+    beam: int | None
+    self_attention: str | None
+    heatmap_format: str | None
+    heatmap: Path | None
+    one_based: bool
+    gold: Path | None
+    method: str | None
+    threshold: float | None
+    show: bool
+    links: bool  # some output of links: --pharaoh, --json or --gold
+    stdout_links: bool  # --pharaoh -
+
+    def problems(self) -> list[str]:
+        """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
+        from mtkit.align import METHODS
+        from mtkit.align.viz import FORMATS
+
+        fmt, method = self.heatmap_format, self.method
+        checks = [
+            (self.forced and bool(self.search), f"{', '.join(self.search)}: search options "
+             "apply only without -t (with -t the given targets are aligned, nothing is "
+             "searched)"),
+            (self.greedy and self.beam is not None, "--greedy and --beam exclude each other"),
+            (self.self_attention not in (None, "encoder", "decoder"), "--self-attention: "
+             f"invalid choice {self.self_attention!r}; expected encoder or decoder"),
+            (fmt is not None and self.heatmap is None,
+             "--heatmap-format applies to --heatmap DIR"),
+            (fmt not in (None, *FORMATS), f"--heatmap-format: invalid choice {fmt!r}; expected "
+             f"one of {', '.join(FORMATS)}"),
+            (method not in (None, *METHODS), f"--align-method: invalid choice {method!r}; "
+             f"expected one of {', '.join(METHODS)}"),
+            (self.one_based and self.gold is None, "--one-based applies to --gold FILE"),
+            (self.gold is not None and not self.forced, "--gold needs -t: gold links refer to "
+             "given target sentences, not to translations"),
+            ((method is not None or self.threshold is not None) and not self.links,
+             "--align-method and --threshold apply to links: add --pharaoh, --json or --gold"),
+            (self.threshold is not None and method != "threshold",
+             "--threshold needs --align-method threshold"),
+            (self.show and self.stdout_links,
+             "--print and --pharaoh - both write to stdout; give a file"),
+        ]
+        return [message for bad, message in checks if bad]
+
+
+def _head(value: str | None) -> int | str | None:
+    if value is None or value == "mean":
+        return value
+    if value.isdigit():
+        return int(value)
+    raise ConfigError(f"--head: expected a head number (0, 1, ...) or mean, got {value!r}")
+
+
+def align(
+    model: Annotated[Path, typer.Argument(
+        metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
+    src: Annotated[Path, typer.Option(
+        "-s", "--src", metavar="FILE", help="Source sentences, one per line.",
+        show_default=False)],
+    tgt: Annotated[Path | None, typer.Option(
+        "-t", "--tgt", metavar="FILE", help="Target sentences, one per line, aligned by forced "
+        "decoding; without -t the source is translated first and aligned with the "
+        "translation.")] = None,
+    show: Annotated[bool, flag(
+        "--print", help="Print each matrix as a shaded table (target rows, source columns).")]
+    = False,
+    heatmap: Annotated[Path | None, typer.Option(
+        "--heatmap", metavar="DIR", help="Write one heatmap per pair into this folder "
+        "(align-0000.png, ...).")] = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--heatmap-format", metavar="FORMAT", help="Heatmap image format: png, svg or pdf "
+        "(default: png).")] = None,
+    pharaoh: Annotated[Path | None, typer.Option(
+        "--pharaoh", metavar="FILE", help="Write Pharaoh links 'i-j' (0-based source i, "
+        "target j), one line per pair, to this file (- for standard output).")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", metavar="FILE", help="Write matrices, tokens, links (and gold scores) as "
+        "JSON.")] = None,
+    level: Annotated[str, typer.Option(
+        "--level", metavar="LEVEL", show_default=False, help="word (pieces merged, EOS "
+        "dropped) or subword (pieces); applies to every output (default: word).")] = "word",
+    method: Annotated[str | None, typer.Option(
+        "--align-method", metavar="METHOD", help="Link extraction: argmax-tgt, argmax-src, "
+        "intersection, union, grow-diag-final or threshold (default: argmax-tgt).")] = None,
+    threshold: Annotated[float | None, typer.Option(
+        "--threshold", metavar="W", help="Least attention weight of a link, for "
+        "--align-method threshold (default: 0.5).")] = None,
+    layer: Annotated[int | None, typer.Option(
+        "--layer", metavar="N", help="Transformer layer, negative from the top (default: -1, "
+        "the top layer: it aligned best on synthetic reversal and permutation tasks).")]
+    = None,
+    head: Annotated[str | None, typer.Option(
+        "--head", metavar="HEAD", help="Transformer head number, or mean (default: mean).")]
+    = None,
+    self_attention: Annotated[str | None, typer.Option(
+        "--self-attention", metavar="SIDE", help="encoder or decoder: show that "
+        "self-attention instead of the cross-attention.")] = None,
+    gold: Annotated[Path | None, typer.Option(
+        "--gold", metavar="FILE", help="Gold links of the -t pairs (sure i-j, possible i?j "
+        "or ipj), one line per pair: print AER, precision and recall.")] = None,
+    one_based: Annotated[bool, flag("--one-based", help="Gold links count from 1.")] = False,
+    beam: Annotated[int | None, typer.Option(
+        "-b", "--beam", metavar="N", help="Without -t: beam size (default: the recipe's "
+        "decode.beam_size).")] = None,
+    greedy: Annotated[bool, flag("--greedy", help="Without -t: greedy search.")] = False,
+    length_penalty: Annotated[str | None, typer.Option(
+        "--length-penalty", metavar="PENALTY", help="Without -t: gnmt, average or none "
+        "(default: the recipe's decode.length_penalty).")] = None,
+    alpha: Annotated[float | None, typer.Option(
+        "--alpha", metavar="A", help="Without -t: exponent of the gnmt length penalty "
+        "(default: the recipe's decode.alpha).")] = None,
+    max_len_a: Annotated[float | None, typer.Option(
+        "--max-len-a", metavar="A", help="Without -t: output limit A·source length + B: A "
+        "(default: the recipe's decode.max_len_a).")] = None,
+    max_len_b: Annotated[int | None, typer.Option(
+        "--max-len-b", metavar="B", help="Without -t: output limit A·source length + B: B "
+        "(default: the recipe's decode.max_len_b).")] = None,
+    min_len: Annotated[int | None, typer.Option(
+        "--min-len", metavar="N", help="Without -t: tokens before the end of sentence "
+        "(default: the recipe's decode.min_len).")] = None,
+    batch_tokens: Annotated[int | None, typer.Option(
+        "--batch-tokens", metavar="N", help="Padded tokens per batch (default: the recipe's "
+        "decode.batch_tokens).")] = None,
+    device: InferenceDeviceOpt = "auto",
+    threads: InferenceThreadsOpt = 0,
+    _help: HelpOpt = False,
+) -> None:
+    """Show and extract word alignments from a model's attention.
+
+    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file. Outputs:
+    terminal tables, heatmaps, Pharaoh links, JSON, and AER against gold links.
+
+    Example: mtkit align runs/en-de-multi30k -s test.en -t test.de --pharaoh test.align
+    --gold gold.txt
+
+    Without -t: mtkit align runs/en-de-multi30k -s test.en --beam 5 --print --heatmap maps/
+    """
+    import torch
+    from rich.console import Console
+
+    from mtkit.align import DEFAULT_METHOD
+    from mtkit.align import run as ar
+    from mtkit.device import inference_device
+    from mtkit.run import load_model
+
+    search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
+              "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
+              "--min-len": min_len}
+    refuse(AlignFlags(
+        forced=tgt is not None,
+        search=tuple(name for name, value in search.items() if value not in (None, False)),
+        greedy=greedy, beam=beam, self_attention=self_attention, heatmap_format=fmt,
+        heatmap=heatmap, one_based=one_based, gold=gold, method=method, threshold=threshold,
+        show=show, links=pharaoh is not None or json_out is not None or gold is not None,
+        stdout_links=str(pharaoh) == "-").problems())
+    outputs = ar.AlignOutputs(
+        show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
+        json=json_out, gold=gold, one_based=one_based, level=level,  # type: ignore[arg-type]
+        method=method or DEFAULT_METHOD, threshold=threshold)
+    outputs.check()
+    ar.check_inputs(src, tgt, gold)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    dev = inference_device(device)
+    net, recipe, tok = load_model(model, dev)
+    choice = net.choose_attention(self_attention or "cross", layer, _head(head))
+    cfg = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam, nbest=1,
+                      length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
+                      max_len_b=max_len_b, min_len=min_len,
+                      batch_tokens=batch_tokens).over(recipe.decode)
+    report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
+                            device=dev, console=Console(highlight=False), stdout=sys.stdout)
+    for invalid in report.invalid_utf8:
+        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
+    if report.scores is not None:  # on stderr when stdout carries the links
+        typer.echo(ar.format_scores(report.scores), err=str(pharaoh) == "-")
+    typer.echo(f"mtkit: {report.summary()}", err=True)

@@ -1,0 +1,162 @@
+"""`mtkit prep`, `mtkit train` and `mtkit average`: the commands that write a run directory."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mtkit.cli.options import (
+    HelpOpt,
+    MirrorOpt,
+    RecipeArg,
+    RunDirOpt,
+    SetOpt,
+    at_least,
+    flag,
+)
+from mtkit.errors import MtkitError
+
+
+def run_dir_for(recipe_name: str, run_dir: Path | None) -> Path:
+    return run_dir if run_dir is not None else Path("runs") / recipe_name
+
+
+class _DownloadBars:
+    """A rich progress bar per downloaded file, on stderr; started by the first download."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+
+        self._bar = Progress(*Progress.get_default_columns(), DownloadColumn(),
+                             TransferSpeedColumn(), console=console)
+        self._console = console
+        self._tasks: dict[str, Any] = {}
+        self._verified: dict[str, int] = {}
+
+    def __call__(self, name: str, done: int, total: int | None) -> None:
+        if not self._tasks:
+            self._bar.start()
+        if name not in self._tasks:
+            self._tasks[name] = self._bar.add_task(f"download {name}", total=total)
+        self._bar.update(self._tasks[name], completed=done, total=total)
+
+    def verified(self, name: str, size: int) -> None:
+        self._verified[name] = size
+
+    def close(self) -> None:
+        if self._tasks:
+            self._bar.stop()
+            if not self._console.is_terminal:  # no bar was drawn: say what was fetched
+                for name, size in self._verified.items():
+                    self._console.print(f"downloaded {name} ({size} bytes)")
+
+
+def prep(
+    recipe: RecipeArg,
+    overrides: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    mirror: MirrorOpt = None,
+    force: Annotated[bool, flag("--force", help="Prepare again even if up to date.")] = False,
+    _help: HelpOpt = False,
+) -> None:
+    """Prepare a recipe's data: fetch, clean, train sentencepiece, binarize, report batching.
+
+    RECIPE is a recipe YAML file, e.g. recipes/en-de.yaml. Writes data/ and recipe.yaml into
+    the run directory (--run-dir); does nothing when they are up to date.
+
+    Example: MTKIT_DATA_MIRROR=../shared/data/multi30k mtkit prep recipes/en-de.yaml
+    """
+    from rich.console import Console
+
+    from mtkit.config import load_recipe
+    from mtkit.data.prep import prepare
+
+    rec = load_recipe(recipe, overrides or [])
+    console = Console(stderr=True)
+    bars = _DownloadBars(console)
+    try:
+        prepare(rec, run_dir_for(rec.name, run_dir), mirror=mirror, console=console,
+                on_download=bars, force=force)
+    finally:
+        bars.close()
+
+
+def train(
+    recipe: RecipeArg,
+    overrides: SetOpt = None,
+    run_dir: RunDirOpt = None,
+    mirror: MirrorOpt = None,
+    resume: Annotated[bool, flag(
+        "--resume", help="Continue the run in the run directory from its last.pt (same "
+        "recipe).")] = False,
+    device: Annotated[str | None, typer.Option(
+        "--device", metavar="DEVICE", help="auto (CUDA, then MPS, then CPU), cpu, cuda, "
+        "cuda:N or mps; sets train.device (default: the recipe's).")] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", metavar="N", parser=at_least(0), help="CPU threads, 0 for torch's "
+        "default; sets train.threads (default: the recipe's).")] = None,
+    _help: HelpOpt = False,
+) -> None:
+    """Train a model: prepare the data if needed, then train, validate and checkpoint.
+
+    RECIPE is a recipe YAML file, e.g. recipes/en-de.yaml. Writes into the run directory
+    (--run-dir): recipe.yaml, data/, the checkpoints, metrics.jsonl and train.log.
+
+    Example: mtkit train recipes/en-de.yaml --set train.max_time=10m
+
+    On several GPUs: torchrun --nproc_per_node=4 -m mtkit train recipes/en-de.yaml
+    """
+    from rich.console import Console
+
+    from mtkit.config import load_recipe
+    from mtkit.train.session import train as run_training
+
+    flags = {"--device": device, "--threads": threads}  # the recipe fields they set
+    sets = list(overrides or []) + [f"train.{name[2:]}={value}"
+                                    for name, value in flags.items() if value is not None]
+    rec = load_recipe(recipe, sets)
+    result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
+                          console=Console(stderr=True))
+    if result.reason == "interrupted":
+        again = shlex.join(["mtkit", "train", str(recipe),
+                            *(a for s in overrides or [] for a in ("--set", s)),
+                            *(["--run-dir", str(run_dir)] if run_dir else []),
+                            *(a for name, value in flags.items() if value is not None
+                              for a in (name, str(value))), "--resume"])
+        typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
+                   f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
+        raise typer.Exit(130)
+
+
+def average(
+    inputs: Annotated[list[Path], typer.Argument(
+        metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
+    last: Annotated[int | None, typer.Option(
+        "--last", "-n", metavar="N", parser=at_least(2), help="Average the newest N "
+        "numbered checkpoints (checkpoint_UPDATE.pt) of the run directory, N >= 2 "
+        "(default: every one kept).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", metavar="FILE", help="Where to write the average (default: "
+        "averaged.pt in the run directory, or beside the first file).")] = None,
+    _help: HelpOpt = False,
+) -> None:
+    """Average the weights of several checkpoints (Vaswani et al. 2017) into one checkpoint.
+
+    RUN_OR_CHECKPOINT is a run directory (its numbered checkpoints are averaged) or two or
+    more checkpoint files. The average is a checkpoint that translate, score and align accept.
+
+    Example: mtkit average runs/en-de-multi30k --last 3
+    """
+    from mtkit.run import AVERAGED
+    from mtkit.train.checkpoint import save_average, select_for_average
+
+    paths = select_for_average(inputs, last)
+    out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
+    if any(out.resolve() == p.resolve() for p in paths):
+        raise MtkitError(f"--output {out} is one of the checkpoints being averaged")
+    save_average(paths, out)
+    typer.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
+               f"into {out}", err=True)

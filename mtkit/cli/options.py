@@ -1,0 +1,135 @@
+"""What the commands share: typer's option declarations that read the same in every `--help`,
+and the typed requests that flags become. A request is a frozen dataclass validated once, like
+a recipe section, its problems named by the flag that caused them; a command raises them all
+at once with `refuse`. No ML logic lives here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+import typer
+
+from mtkit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mtkit.config import DecodeConfig
+
+
+def flag(*decls: str, help: str, **kwargs: Any) -> Any:
+    """A switch (a bool option). typer 0.29 shows a type (`<bool>`) beside an option unless it
+    has a metavar, as if the switch took a value; an empty metavar shows nothing."""
+    return typer.Option(*decls, metavar="", help=help, **kwargs)
+
+
+def at_least(low: int) -> Callable[[Any], int]:
+    """A parser of whole numbers >= `low`, used instead of typer's `min=`, which would show
+    `[x>=N]` beside the metavar."""
+
+    def parse(value: Any) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or number < low:
+            raise typer.BadParameter(f"expected a whole number >= {low}, got {value!r}")
+        return number
+
+    return parse
+
+
+def _show_help(ctx: typer.Context, value: bool) -> None:
+    if value:
+        typer.echo(ctx.get_help(), color=ctx.color)
+        raise typer.Exit()
+
+
+def refuse(problems: list[str]) -> None:
+    """Raise every problem of a request at once, as one user error."""
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+# Every command declares `-h/--help` itself, because typer's own shows `<bool>` beside it.
+HelpOpt = Annotated[bool, flag("-h", "--help", help="Show this message and exit.",
+                               callback=_show_help, is_eager=True, expose_value=False)]
+
+# Positional arguments are described in their command's help text: typer 0.29 shows a type
+# (`<path>`, `<list[Path]>`) beside every argument it lists, metavar or not, so none is listed.
+RecipeArg = Annotated[Path, typer.Argument(metavar="RECIPE", hidden=True, show_default=False)]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", metavar="KEY=VALUE", help="Override a recipe field, e.g. --set train.lr=3e-4; "
+    "repeatable.")]
+RunDirOpt = Annotated[Path | None, typer.Option(
+    "--run-dir", metavar="DIR", help="Run directory (default: runs/NAME/ in the current "
+    "folder, NAME being the recipe's name).")]
+MirrorOpt = Annotated[Path | None, typer.Option(
+    "--mirror", metavar="DIR", help="Take data files by file name from this folder instead "
+    "of the network (default: $MTKIT_DATA_MIRROR).")]
+# translate's and align's device and threads (score --run has its own: only with --run)
+InferenceDeviceOpt = Annotated[str, typer.Option(
+    "--device", metavar="DEVICE", show_default=False,
+    help="auto, cpu, cuda, cuda:N or mps (default: auto).")]
+InferenceThreadsOpt = Annotated[int, typer.Option(
+    "--threads", metavar="N", parser=at_least(0), show_default=False,
+    help="CPU threads, 0 for torch's default (default: 0).")]
+
+
+def search_method(*, greedy: bool = False, sample: bool = False,
+                  beam: int | None = None) -> Literal["beam", "greedy", "sample"] | None:
+    """The decoding method that flags ask for, or None for the recipe's."""
+    return "greedy" if greedy else "sample" if sample else ("beam" if beam else None)
+
+
+@dataclass(frozen=True)
+class DecodeFlags:
+    """The decoding flags of translate, align and score --run, each None where not given: a
+    request laid over the recipe's `decode` section (`over`), never a dict of options."""
+
+    method: Literal["beam", "greedy", "sample"] | None = None
+    beam_size: int | None = None
+    nbest: int | None = None
+    length_penalty: str | None = None
+    alpha: float | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    min_len: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    batch_tokens: int | None = None
+
+    FLAGS: ClassVar[dict[str, str]] = {
+        "beam_size": "--beam", "nbest": "--nbest", "length_penalty": "--length-penalty",
+        "alpha": "--alpha", "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
+        "min_len": "--min-len", "temperature": "--temperature", "top_k": "--top-k",
+        "top_p": "--top-p", "seed": "--seed", "batch_tokens": "--batch-tokens"}
+    SAMPLING: ClassVar[tuple[str, ...]] = ("temperature", "top_k", "top_p", "seed")
+
+    def over(self, base: DecodeConfig) -> DecodeConfig:
+        """The recipe's decode section with the given flags on top, validated like a recipe
+        section; a problem is named by the flag that set the value. --greedy without --nbest
+        means one hypothesis, whatever the recipe's decode.nbest."""
+        from mtkit.config import updated_section
+
+        changes = {f.name: getattr(self, f.name) for f in fields(self)
+                   if getattr(self, f.name) is not None}
+        if self.method == "greedy" and self.nbest is None:
+            changes["nbest"] = 1
+        return updated_section(base, changes, prefix="decode", source="command line",
+                               origins=self.FLAGS)
+
+    def ignored(self, cfg: DecodeConfig) -> list[str]:
+        """Flags that the resolved decoding `cfg` would ignore. (--nbest with greedy search is
+        refused by DecodeConfig's own validation.)"""
+        given = [self.FLAGS[name] for name in self.SAMPLING if getattr(self, name) is not None]
+        checks = [
+            (bool(given) and cfg.method != "sample", f"{', '.join(given)}: sampling options "
+             f"need --sample (decode.method is {cfg.method})"),
+            (self.alpha is not None and cfg.length_penalty != "gnmt", "--alpha is the GNMT "
+             f"penalty's exponent; the length penalty is {cfg.length_penalty}"),
+        ]
+        return [message for bad, message in checks if bad]

@@ -1,0 +1,258 @@
+"""`mtkit score`: sacreBLEU metrics of hypothesis files, or of a run's translation of a split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from mtkit.cli.options import DecodeFlags, HelpOpt, at_least, flag, refuse, search_method
+from mtkit.cli.translate import report_translation
+
+if TYPE_CHECKING:
+    from mtkit.translate import SplitTranslation
+
+
+@dataclass(frozen=True)
+class ScoreRunFlags:
+    """What `mtkit score` is asked to score: files (HYP, --ref) or a run's split (--run)."""
+
+    run: Path | None
+    split: str | None
+    refs: tuple[Path, ...]
+    hyps: tuple[Path, ...]
+    beam: int | None
+    greedy: bool
+    device: str | None
+    threads: int | None
+
+    def problems(self) -> list[str]:
+        """Flags that belong to --run, or that --run makes wrong."""
+        given = {"--split": self.split is not None, "--beam": self.beam is not None,
+                 "--greedy": self.greedy, "--device": self.device is not None,
+                 "--threads": self.threads is not None}
+        run_only = [name for name, on in given.items() if on]
+        run = self.run
+        checks = [
+            (run is None and bool(run_only), f"{', '.join(run_only)}: only with --run RUN_DIR"),
+            (run is not None and self.split is None, "--run needs --split NAME (e.g. test2016)"),
+            (run is not None and bool(self.refs), "--ref: with --run the reference is the "
+             "split's own (RUN_DIR/data/SPLIT.tgt.txt)"),
+            (self.greedy and self.beam is not None, "--greedy and --beam exclude each other"),
+            (run is None and not self.refs,
+             "missing option --ref/-r FILE (or --run RUN_DIR --split NAME)"),
+            (run is None and not self.hyps,
+             "missing hypothesis file HYP (or --run RUN_DIR --split NAME)"),
+        ]
+        return [message for bad, message in checks if bad]
+
+
+@dataclass(frozen=True)
+class ScoreFlags:
+    """The metric, significance and report flags of `mtkit score`, as a request."""
+
+    metrics: tuple[str, ...]
+    paired_bs: bool
+    paired_ar: bool
+    paired_bs_n: int | None
+    paired_ar_n: int | None
+    seed: int | None
+    src: Path | None
+    by_length: bool
+    buckets: str | None
+    chrf_plus: bool
+    chrf_word_order: int | None
+    tokenize: str | None
+    lowercase: bool
+    ter_case_sensitive: bool
+    width: int | None
+    json_out: bool
+
+    def problems(self) -> list[str]:
+        """Flags that `mtkit score` would otherwise accept and ignore."""
+        paired, metrics = self.paired_bs or self.paired_ar, self.metrics
+        checks = [
+            (self.width is not None and self.json_out, "--width sets the decimals of the "
+             "tables; --json prints full precision"),
+            (self.paired_bs_n is not None and not paired,
+             "--paired-bs-n needs --paired-bs or --paired-ar"),
+            (self.paired_ar_n is not None and not self.paired_ar,
+             "--paired-ar-n needs --paired-ar"),
+            (self.seed is not None and not paired, "--seed needs --paired-bs or --paired-ar"),
+            (self.by_length and self.src is None, "--by-length and --plot need --src FILE"),
+            (self.src is not None and not self.by_length,
+             "--src is used only by --by-length or --plot"),
+            (self.buckets is not None and not self.by_length,
+             "--buckets needs --by-length or --plot"),
+            (self.chrf_plus and self.chrf_word_order not in (None, 2),
+             "--chrf-plus is --chrf-word-order 2; give one of them"),
+            ((self.chrf_plus or self.chrf_word_order is not None) and "chrf" not in metrics,
+             "--chrf-plus/--chrf-word-order need chrf in --metrics"),
+            (self.ter_case_sensitive and "ter" not in metrics,
+             "--ter-case-sensitive needs ter in --metrics"),
+            (self.tokenize is not None and "bleu" not in metrics and not self.by_length,
+             "--tokenize applies to BLEU; add bleu to --metrics or use --by-length"),
+            (self.lowercase and not {"bleu", "chrf"} & set(metrics) and not self.by_length,
+             "--lowercase applies to BLEU and chrF (TER: --ter-case-sensitive)"),
+        ]
+        return [message for bad, message in checks if bad]
+
+
+def score(
+    hyps: Annotated[list[Path] | None, typer.Argument(
+        metavar="HYP", hidden=True, show_default=False)] = None,
+    refs: Annotated[list[Path] | None, typer.Option(
+        "--ref", "-r", metavar="FILE", help="Reference file; repeat for several references."
+        )] = None,
+    metrics: Annotated[str, typer.Option(
+        "--metrics", "-m", metavar="LIST", show_default=False,
+        help="Comma-separated, among bleu, chrf and ter (default: bleu,chrf,ter).")]
+    = "bleu,chrf,ter",
+    tokenize: Annotated[str | None, typer.Option(
+        "--tokenize", metavar="NAME", help="BLEU tokenizer, one of sacrebleu's: 13a, intl, "
+        "char, zh, none, ... (default: 13a).")] = None,
+    lowercase: Annotated[bool, flag(
+        "--lowercase", help="Lowercase before BLEU and chrF.")] = False,
+    chrf_plus: Annotated[bool, flag(
+        "--chrf-plus", help="chrF++ (word bigrams too): --chrf-word-order 2.")] = False,
+    chrf_word_order: Annotated[int | None, typer.Option(
+        "--chrf-word-order", metavar="N", help="Word n-gram order of chrF (default: 0).")]
+    = None,
+    ter_case_sensitive: Annotated[bool, flag(
+        "--ter-case-sensitive", help="Case-sensitive TER (sacrebleu ignores case).")] = False,
+    paired_bs: Annotated[bool, flag(
+        "--paired-bs", help="Paired bootstrap resampling test of each system against the "
+        "first.")] = False,
+    paired_ar: Annotated[bool, flag(
+        "--paired-ar", help="Paired approximate randomization test of each system against the "
+        "first.")] = False,
+    paired_bs_n: Annotated[int | None, typer.Option(
+        "--paired-bs-n", metavar="N", parser=at_least(1), help="Bootstrap resamples, also "
+        "for the confidence intervals of --paired-ar (default: 1000).")] = None,
+    paired_ar_n: Annotated[int | None, typer.Option(
+        "--paired-ar-n", metavar="N", parser=at_least(1), help="Approximate randomization "
+        "trials (default: 10000).")] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", metavar="N", parser=at_least(1), help="Seed of the paired tests (default: "
+        "12345, sacrebleu's).")] = None,
+    src: Annotated[Path | None, typer.Option(
+        "--src", metavar="FILE", help="Source file, for --by-length.")] = None,
+    by_length: Annotated[bool, flag(
+        "--by-length", help="Corpus BLEU per source-length bucket (whitespace tokens).")]
+    = False,
+    buckets: Annotated[str | None, typer.Option(
+        "--buckets", metavar="EDGES", help="Inclusive upper bucket edges, comma-separated "
+        "(default: 10,20,30,40,50).")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", metavar="FILE", help="Also plot BLEU by length to this .png, .svg or .pdf "
+        "file (implies --by-length).")] = None,
+    width: Annotated[int | None, typer.Option(
+        "--width", "-w", metavar="N", help="Decimals printed in the tables (default: 1; --json "
+        "prints full precision).")] = None,
+    json_out: Annotated[bool, flag("--json", help="Print JSON instead of tables.")] = False,
+    run: Annotated[Path | None, typer.Option(
+        "--run", metavar="RUN_DIR", help="Score a run: translate the --split with its best "
+        "checkpoint and score it against the split's reference; a translation made earlier "
+        "by the same checkpoint, source and decoding is reused. HYP files given too are "
+        "compared with it.")] = None,
+    split: Annotated[str | None, typer.Option(
+        "--split", metavar="NAME", help="With --run: a validation or test split of the run, "
+        "e.g. test2016.")] = None,
+    beam: Annotated[int | None, typer.Option(
+        "--beam", "-b", metavar="N", help="With --run: beam size (default: the recipe's "
+        "decode.beam_size).")] = None,
+    greedy: Annotated[bool, flag("--greedy", help="With --run: greedy search.")] = False,
+    device: Annotated[str | None, typer.Option(
+        "--device", metavar="DEVICE", help="With --run: auto, cpu, cuda, cuda:N or mps "
+        "(default: auto).")] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", metavar="N", parser=at_least(0), help="With --run: CPU threads, 0 for "
+        "torch's default (default: 0).")] = None,
+    _help: HelpOpt = False,
+) -> None:
+    """Score translations with sacreBLEU: BLEU, chrF and TER, significance, BLEU by length.
+
+    HYP is a hypothesis file, one sentence per line (plain or .gz), or - for standard input;
+    with several, the first is the baseline of the paired tests. Scores come with sacreBLEU's
+    signatures.
+
+    Example: mtkit score -r test.de base.de attn.de --paired-bs --src test.en --plot len.png
+
+    A run's test split: mtkit score --run runs/en-de-multi30k --split test2016 --by-length
+    """
+    import json  # imported here, with sacrebleu and rich, so that `mtkit --help` stays fast
+
+    from rich.console import Console
+
+    from mtkit import score as sc
+
+    names = list(sc.parse_metrics(metrics))
+    by_length = by_length or plot is not None
+    refuse(ScoreRunFlags(run=run, split=split, refs=tuple(refs or ()), hyps=tuple(hyps or ()),
+                         beam=beam, greedy=greedy, device=device, threads=threads).problems())
+    hyps, refs = list(hyps or []), list(refs or [])
+    if run is not None and split is not None:  # the split's texts; translated further down
+        from mtkit.translate import split_texts
+
+        run_src, run_ref = split_texts(run, split)
+        refs, src = [run_ref], run_src if by_length and src is None else src
+    refuse(ScoreFlags(
+        metrics=tuple(names), paired_bs=paired_bs, paired_ar=paired_ar, paired_bs_n=paired_bs_n,
+        paired_ar_n=paired_ar_n, seed=seed, src=src, by_length=by_length, buckets=buckets,
+        chrf_plus=chrf_plus, chrf_word_order=chrf_word_order, tokenize=tokenize,
+        lowercase=lowercase, ter_case_sensitive=ter_case_sensitive, width=width,
+        json_out=json_out).problems())
+    metric_opts = sc.MetricOptions(
+        metrics=tuple(names), tokenize=tokenize, lowercase=lowercase,
+        chrf_word_order=2 if chrf_plus else (chrf_word_order or 0),
+        ter_case_sensitive=ter_case_sensitive, width=1 if width is None else width)
+    significance = None
+    if paired_bs or paired_ar:
+        d = sc.SignificanceOptions()
+        significance = sc.SignificanceOptions(
+            tests=tuple(t for t, on in (("bs", paired_bs), ("ar", paired_ar)) if on),
+            bs_samples=d.bs_samples if paired_bs_n is None else paired_bs_n,
+            ar_trials=d.ar_trials if paired_ar_n is None else paired_ar_n,
+            seed=d.seed if seed is None else seed)
+    if plot is not None:
+        sc.plot_format(plot)  # a bad extension fails before any scoring
+    edges = sc.parse_buckets(buckets) if buckets is not None else sc.DEFAULT_BUCKETS
+    if run is not None and split is not None:
+        hyps = [_translate_run_split(run, split, beam=beam, greedy=greedy, device=device,
+                                     threads=threads).path, *hyps]
+    report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
+                            src=src, buckets=edges)
+    for warning in report.warnings:
+        typer.echo(f"mtkit: warning: {warning}", err=True)
+    if plot is not None:
+        sc.plot_by_length(report, plot)
+        typer.echo(f"mtkit: wrote {plot}", err=True)
+    if json_out:
+        typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        report.render(Console())
+
+
+def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: bool,
+                         device: str | None, threads: int | None) -> SplitTranslation:
+    """Translate (or reuse the translation of) a run's split for `score --run`."""
+    import torch
+
+    from mtkit import translate as tr
+    from mtkit.device import inference_device
+
+    if threads:
+        torch.set_num_threads(threads)
+    decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam)
+    done = tr.translate_split(run, split, device=inference_device(device or "auto"),
+                              decode=decoding.over)
+    if done.stats is None:
+        typer.echo(f"mtkit: reusing {done.path} (same {done.checkpoint}, source and decoding)",
+                   err=True)
+    else:
+        typer.echo(f"mtkit: translated {split} with {done.checkpoint} into {done.path}",
+                   err=True)
+        report_translation(done.stats)
+    return done

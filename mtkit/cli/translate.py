@@ -1,0 +1,273 @@
+"""`mtkit translate` (files or stdin, with mtkit's decoder or an export's engine) and
+`mtkit export`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mtkit.cli.options import (
+    DecodeFlags,
+    HelpOpt,
+    InferenceDeviceOpt,
+    InferenceThreadsOpt,
+    flag,
+    refuse,
+    search_method,
+)
+from mtkit.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from mtkit.translate import TranslateStats
+
+
+@dataclass(frozen=True)
+class TranslateFlags:
+    """The flags of `mtkit translate` beside the decoding ones, as a request."""
+
+    models: int
+    greedy: bool
+    sample: bool
+    beam: int | None
+    fmt: str
+    align: bool
+    align_method: str | None
+    ensemble_mode: str | None
+
+    def problems(self) -> list[str]:
+        """Flags that contradict each other or would be ignored, and bad choices."""
+        from mtkit.align import METHODS
+        from mtkit.translate import FORMATS
+
+        methods = [m for m in METHODS if m != "threshold"]
+        checks = [
+            (self.greedy and self.sample, "--greedy and --sample exclude each other"),
+            (self.beam is not None and (self.greedy or self.sample), "--beam is for beam "
+             f"search; it excludes {'--greedy' if self.greedy else '--sample'}"),
+            (self.fmt not in FORMATS,
+             f"--format: invalid choice {self.fmt!r}; expected text or jsonl"),
+            (self.align_method is not None and not self.align, "--align-method needs --align"),
+            (self.align_method not in (None, *methods), f"--align-method: invalid choice "
+             f"{self.align_method!r}; expected one of {', '.join(methods)}"),
+            (self.ensemble_mode is not None and self.models < 2,
+             "--ensemble-mode: needs two or more models"),
+            (self.ensemble_mode not in (None, "logprob", "prob"), "--ensemble-mode: invalid "
+             f"choice {self.ensemble_mode!r}; expected logprob or prob"),
+        ]
+        return [message for bad, message in checks if bad]
+
+
+def translate(
+    models: Annotated[list[Path], typer.Argument(
+        metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
+    input: Annotated[Path | None, typer.Option(
+        "-i", "--input", metavar="FILE", help="Input file (default: standard input).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", metavar="FILE", help="Output file, written whole or not at all "
+        "(default: standard output).")] = None,
+    beam: Annotated[int | None, typer.Option(
+        "-b", "--beam", metavar="N", help="Beam size (default: the recipe's "
+        "decode.beam_size).")] = None,
+    nbest: Annotated[int | None, typer.Option(
+        "--nbest", metavar="N", help="Hypotheses per sentence; text gives Moses n-best lines "
+        "(default: the recipe's decode.nbest).")] = None,
+    greedy: Annotated[bool, flag("--greedy", help="Greedy search.")] = False,
+    sample: Annotated[bool, flag("--sample", help="Sample instead of searching.")] = False,
+    length_penalty: Annotated[str | None, typer.Option(
+        "--length-penalty", metavar="PENALTY", help="gnmt (Wu et al. 2016), average "
+        "(÷ length) or none (default: the recipe's decode.length_penalty).")] = None,
+    alpha: Annotated[float | None, typer.Option(
+        "--alpha", metavar="A", help="Exponent of the gnmt length penalty (default: the "
+        "recipe's decode.alpha).")] = None,
+    max_len_a: Annotated[float | None, typer.Option(
+        "--max-len-a", metavar="A", help="Output limit A·source length + B: A (default: the "
+        "recipe's decode.max_len_a).")] = None,
+    max_len_b: Annotated[int | None, typer.Option(
+        "--max-len-b", metavar="B", help="Output limit A·source length + B: B (default: the "
+        "recipe's decode.max_len_b).")] = None,
+    min_len: Annotated[int | None, typer.Option(
+        "--min-len", metavar="N", help="Tokens before the end of sentence (default: the "
+        "recipe's decode.min_len).")] = None,
+    temperature: Annotated[float | None, typer.Option(
+        "--temperature", metavar="T", help="Sampling temperature (default: the recipe's "
+        "decode.temperature).")] = None,
+    top_k: Annotated[int | None, typer.Option(
+        "--top-k", metavar="K", help="Sample from the K best tokens (default: the recipe's "
+        "decode.top_k).")] = None,
+    top_p: Annotated[float | None, typer.Option(
+        "--top-p", metavar="P", help="Nucleus sampling mass (default: the recipe's "
+        "decode.top_p).")] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", metavar="N", help="Sampling seed (default: the recipe's decode.seed).")]
+    = None,
+    batch_tokens: Annotated[int | None, typer.Option(
+        "--batch-tokens", metavar="N", help="Padded source tokens per batch (default: the "
+        "recipe's decode.batch_tokens).")] = None,
+    device: InferenceDeviceOpt = "auto",
+    threads: InferenceThreadsOpt = 0,
+    fmt: Annotated[str, typer.Option(
+        "--format", metavar="FORMAT", show_default=False, help="text, or jsonl: one object per "
+        "line with source, hypothesis, score, tokens, nbest and alignment (default: text).")]
+    = "text",
+    align: Annotated[bool, flag(
+        "--align", help="Add Pharaoh word alignments (text: 'hyp ||| links').")] = False,
+    align_method: Annotated[str | None, typer.Option(
+        "--align-method", metavar="METHOD", help="Link extraction: argmax-tgt, argmax-src, "
+        "intersection, union or grow-diag-final (default: argmax-tgt).")] = None,
+    ensemble_mode: Annotated[str | None, typer.Option(
+        "--ensemble-mode", metavar="MODE", help="With several models: logprob, the average of "
+        "the log-probabilities, renormalised; or prob, the average of the probabilities "
+        "(default: logprob).")] = None,
+    _help: HelpOpt = False,
+) -> None:
+    """Translate lines of a file or of stdin, one output line per input line.
+
+    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file; several
+    make an ensemble. A directory written by mtkit export is decoded with CTranslate2.
+
+    Example: mtkit translate runs/en-de-multi30k -i test.en -o test.de --beam 5
+
+    Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
+    """
+    import torch
+
+    from mtkit import translate as tr
+    from mtkit.align import DEFAULT_METHOD
+    from mtkit.device import inference_device
+
+    refuse(TranslateFlags(
+        models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
+        align_method=align_method, ensemble_mode=ensemble_mode).problems())
+    if input is not None and not input.is_file():
+        raise DataError(f"{input}: input file not found")
+    if input is not None and output is not None and output.exists() and (
+            os.path.samefile(input, output)):
+        raise ConfigError(f"-o {output}: is the input file {input}; writing the translation "
+                          "there would replace the source; give another output file")
+    exported = _exported(models)
+    if exported is not None:
+        model, recipe = None, exported.recipe
+    else:
+        if threads > 0:
+            torch.set_num_threads(threads)
+        dev = inference_device(device)
+        model, recipe, tok = tr.load_translator(list(models), dev,
+                                                mode=ensemble_mode or "logprob")
+    decoding = DecodeFlags(
+        method=search_method(greedy=greedy, sample=sample, beam=beam), beam_size=beam,
+        nbest=nbest, length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
+        max_len_b=max_len_b, min_len=min_len, temperature=temperature, top_k=top_k,
+        top_p=top_p, seed=seed, batch_tokens=batch_tokens)
+    cfg = decoding.over(recipe.decode)
+    problems = decoding.ignored(cfg)
+    if align and model is not None and not model.has_attention:
+        problems.append("--align: this model has no attention (model.rnn.attention: none), "
+                        "so it gives no alignment")
+    refuse(problems)
+    interactive = input is None and sys.stdin.isatty()  # translate each line as it is typed
+    align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD) if align else None
+    chunk_lines = 1 if interactive else tr.CHUNK_LINES
+    if exported is not None:
+        from mtkit.export.ct2_translate import CT2Translator
+
+        worker = CT2Translator(exported, cfg, device=device, threads=threads,
+                               fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
+                               chunk_lines=chunk_lines)
+    else:
+        worker = tr.StreamTranslator(
+            model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
+            fmt=fmt,  # type: ignore[arg-type]
+            align_fn=align_fn, chunk_lines=chunk_lines)
+    report_translation(_run_translation(worker, input, output))
+
+
+def _exported(models: list[Path]) -> Any:
+    """The export among `models` (read back), or None; an export translates alone."""
+    from mtkit.export.ct2_dir import is_export
+
+    found = [m for m in models if is_export(m)]
+    if found and len(models) > 1:
+        raise ConfigError(f"{found[0]}: an exported model translates alone, not in an ensemble")
+    if not found:
+        return None
+    from mtkit.export.ct2_translate import open_export
+
+    return open_export(found[0])
+
+
+def export(
+    source: Annotated[Path, typer.Argument(
+        metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", metavar="DIR", show_default=False,
+        help="Directory to write: new, empty, or a previous export.")],
+    fmt: Annotated[str, typer.Option(
+        "--format", metavar="FORMAT", show_default=False,
+        help="ctranslate2 (default: ctranslate2).")] = "ctranslate2",
+    quantize: Annotated[str, typer.Option(
+        "--quantize", metavar="TYPE", show_default=False, help="Weights: float32 (exact), "
+        "int8, int8_float32, int16, float16 or bfloat16 (default: float32).")] = "float32",
+    _help: HelpOpt = False,
+) -> None:
+    """Export a trained Transformer for CTranslate2, with its sentencepiece model(s) and a
+    README; mtkit translate DIR then decodes with it (pip install mtkit[ctranslate2]).
+
+    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file.
+
+    Example: mtkit export runs/en-de-multi30k -o exports/en-de --quantize int8
+    """
+    from mtkit.export.run import check_request, export_ctranslate2
+
+    check_request(fmt, quantize)
+    report = export_ctranslate2(source, output, quantization=quantize)
+    if report.note:
+        typer.echo(f"mtkit: note: {report.note}", err=True)
+    typer.echo(f"mtkit: exported {report.checkpoint} to {report.out} (CTranslate2, "
+               f"{report.quantization})", err=True)
+
+
+def _run_translation(worker: Any, input: Path | None, output: Path | None) -> Any:
+    """Run `worker` from `input` (else stdin) to `output` (else stdout), with a progress bar on
+    stderr when it is a terminal that translations are not printed to."""
+    from contextlib import ExitStack
+
+    from rich.console import Console
+
+    from mtkit.fileio import InvalidUtf8, atomic_write, decode_lines, open_binary
+
+    err = Console(stderr=True)
+    invalid = InvalidUtf8("<stdin>" if input is None else str(input))
+    with ExitStack() as stack:
+        if output is None:
+            sys.stdout.reconfigure(encoding="utf-8")
+        raw = stack.enter_context(open_binary(input)) if input else sys.stdin.buffer
+        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
+        shared = sys.stdout.isatty() and output is None or sys.stdin.isatty() and input is None
+        on_batch = _progress_bar(stack, err) if err.is_terminal and not shared else None
+        stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
+    if invalid.lines:
+        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
+    return stats
+
+
+def _progress_bar(stack: Any, console: Any) -> Any:
+    """A transient sentence counter on `console`, closed with `stack`; returns its advance."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = stack.enter_context(Progress(
+        SpinnerColumn(), TextColumn("translating"), TextColumn("{task.completed} sentences"),
+        TimeElapsedColumn(), console=console, transient=True))
+    task = bar.add_task("translate", total=None)
+    return lambda n: bar.advance(task, n)
+
+
+def report_translation(stats: TranslateStats) -> None:
+    """The truncation warning (once, with the count) and the stats line, on stderr."""
+    if stats.truncated:
+        typer.echo(f"mtkit: warning: {stats.truncation()}", err=True)
+    typer.echo(f"mtkit: {stats.summary()}", err=True)

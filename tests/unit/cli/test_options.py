@@ -1,0 +1,78 @@
+"""The typed requests that flags become, and the layering rules the package tree keeps."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from mtkit.cli.options import DecodeFlags, search_method
+from mtkit.config import DecodeConfig
+from mtkit.errors import ConfigError
+
+PACKAGE = Path(__file__).resolve().parents[3] / "mtkit"
+
+
+def test_a_flag_value_overrides_the_recipe_and_is_validated_like_a_recipe_field():
+    cfg = DecodeFlags(beam_size=7, alpha=0.6).over(DecodeConfig(beam_size=4, nbest=2))
+    assert (cfg.beam_size, cfg.alpha, cfg.nbest) == (7, 0.6, 2)
+    with pytest.raises(ConfigError) as e:
+        DecodeFlags(beam_size=0, length_penalty="long").over(DecodeConfig())
+    lines = str(e.value).splitlines()  # every problem at once, each named by its flag
+    assert lines[0].startswith("--beam (decode.beam_size): out of range")
+    assert lines[1].startswith("--length-penalty (decode.length_penalty): invalid choice")
+
+
+def test_a_problem_at_a_field_no_flag_set_is_named_by_its_source():
+    # the recipe's nbest 3 does not fit the beam the flag asks for
+    with pytest.raises(ConfigError, match=r"^command line: decode\.nbest: cannot exceed "
+                       r"beam_size \(2\)$"):
+        DecodeFlags(beam_size=2).over(DecodeConfig(nbest=3))
+
+
+def test_flags_the_resolved_decoding_would_ignore_are_named():
+    flags = DecodeFlags(top_k=5, seed=3, alpha=0.5)
+    cfg = flags.over(DecodeConfig(length_penalty="average"))
+    assert flags.ignored(cfg) == [
+        "--top-k, --seed: sampling options need --sample (decode.method is beam)",
+        "--alpha is the GNMT penalty's exponent; the length penalty is average"]
+    sampled = DecodeFlags(method="sample", top_k=5)
+    assert sampled.ignored(sampled.over(DecodeConfig())) == []
+
+
+def test_search_method_from_flags():
+    assert search_method() is None
+    assert search_method(beam=4) == "beam"
+    assert search_method(greedy=True) == "greedy"
+    assert search_method(sample=True) == "sample"
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("rule", ["library->cli", "inference->train"])
+def test_the_layering_rules_hold(rule):
+    """Library modules never import mtkit.cli (only `python -m mtkit` starts it); inference
+    never imports mtkit.train."""
+    if rule == "library->cli":
+        modules = [p for p in PACKAGE.rglob("*.py") if "cli" not in p.relative_to(PACKAGE).parts
+                   and p.name != "__main__.py"]
+        banned = "mtkit.cli"
+    else:
+        modules = [PACKAGE / "translate.py", *(PACKAGE / "align").rglob("*.py"),
+                   *(PACKAGE / "score").rglob("*.py"), *(PACKAGE / "export").rglob("*.py")]
+        banned = "mtkit.train"
+    assert len(modules) > 5
+    offenders = {str(p.relative_to(PACKAGE)): sorted(n for n in _imports(p)
+                                                     if n == banned or n.startswith(banned + "."))
+                 for p in modules}
+    assert {k: v for k, v in offenders.items() if v} == {}
