@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mtkit.config.guided import GuidedAlignmentConfig, guided_problems
+
 if typing.TYPE_CHECKING:
     from mtkit.config.loading import Valid
 
@@ -67,10 +69,13 @@ class FileSource:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    """A parallel corpus: the source-language file and the target-language file."""
+    """A parallel corpus: the source-language file and the target-language file, and for a
+    training corpus optionally its word alignment (Pharaoh ``i-j`` links, one line per pair;
+    guided alignment trains on them, `guided.GuidedAlignmentConfig`)."""
 
     src: FileSource = field(default_factory=FileSource)
     tgt: FileSource = field(default_factory=FileSource)
+    align: FileSource | None = None
 
 
 # A split is one corpus (a mapping with `src` and `tgt`) or a list of corpora, concatenated in
@@ -265,6 +270,7 @@ class TrainConfig:
     checkpoint_every: int = _rng(0, ge=0)  # updates between checkpoints; 0 = at each validation
     average_last: int = _rng(0, ge=0)  # average the last k checkpoints at the end; 0 = off
     max_nonfinite: int = _rng(5, ge=1)  # consecutive non-finite losses before aborting
+    guided_alignment: GuidedAlignmentConfig = field(default_factory=GuidedAlignmentConfig)
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
@@ -370,4 +376,4 @@ class Recipe:
                 and tf.max_positions < self.data.max_len + 1):
             out.append(("model.transformer.max_positions", f"learned positions must cover "
                         f"data.max_len + 1 ({self.data.max_len + 1}) tokens"))
-        return out
+        return out + guided_problems(self, valid)

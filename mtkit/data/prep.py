@@ -6,7 +6,9 @@ concatenated); first pass (`scan`): read every split, clean the training split's
 the sentencepiece sample by reservoir sampling; train sentencepiece on the sample (`spm`);
 second pass (`encode`): encode every split chunk by chunk, apply the token-length rules to the
 training split, and write the binarized splits (`store`) with the sentencepiece model(s) and
-the text of the validation and test splits into ``RUN_DIR/data/``.
+the text of the validation and test splits into ``RUN_DIR/data/``. A training corpus may name
+its word alignment (``align``): read in step with the corpus in both passes, checked in the
+first, mapped onto pieces and stored beside the ids in the second (`alignments`).
 
 Idempotence: ``data/manifest.json`` records a hash of the recipe's `data` section and a
 fingerprint of every input file; when both match (and every output file is present with its
@@ -18,7 +20,6 @@ so an interrupted prep never leaves a ``data/`` that a later run trusts.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import logging
@@ -26,15 +27,16 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from mtkit.config import DataConfig, Recipe, SplitConfig, dump_recipe, recipe_to_dict, split_corpora
-from mtkit.data import clean, sources, store
-from mtkit.data.encode import SplitInfo, TrainRules, encode_split
+from mtkit.data import sources, store
+from mtkit.data.alignments import AlignStats
+from mtkit.data.encode import TrainRules, encode_split
+from mtkit.data.report import PrepReport, print_report, report_fields, report_from_manifest
 from mtkit.data.reservoir import Reservoir
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.scan import Corpus, count_lines, scan_train
@@ -58,31 +60,21 @@ __all__ = ["DATA_DIR", "MANIFEST", "PrepReport", "data_dir", "is_prepared", "pre
 _FORMAT = 1  # bump when the layout of the data directory changes
 
 
-@dataclass
-class PrepReport:
-    """What prep did (or found already done) and the numbers it reports."""
-
-    data_dir: Path
-    skipped: bool
-    seconds: float
-    splits: dict[str, SplitInfo]
-    clean: clean.CleanStats
-    invalid_utf8: list[InvalidUtf8]  # the inputs where invalid UTF-8 was replaced
-    src_vocab_size: int
-    tgt_vocab_size: int
-    batch_tokens: int = 0
-    train_batches: int = 0
-    padding_efficiency: float = 0.0  # real / padded tokens of the training batches
-    files: dict[str, int] = field(default_factory=dict)  # output file -> size in bytes
-    # Seconds of each pass: read (and clean, and sample) every split, train sentencepiece,
-    # encode and write every split. Empty in a manifest written before they were recorded.
-    phases: dict[str, float] = field(default_factory=dict)
-
-
 def data_hash(data: DataConfig) -> str:
     """A hash of the data section: any change in it means the data must be prepared again."""
-    text = json.dumps(recipe_to_dict(data), sort_keys=True)
+    text = json.dumps(_without_unset_align(recipe_to_dict(data)), sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _without_unset_align(value: Any) -> Any:
+    """The data section less every corpus's ``align: null``: a corpus without alignments
+    hashes as it did before corpora could have one, so existing data stays up to date."""
+    if isinstance(value, dict):
+        return {k: _without_unset_align(v) for k, v in value.items()
+                if not (k == "align" and v is None and "src" in value)}
+    if isinstance(value, list):
+        return [_without_unset_align(v) for v in value]
+    return value
 
 
 def _splits(data: DataConfig) -> dict[str, list[tuple[str, SplitConfig]]]:
@@ -104,8 +96,8 @@ def _fingerprint(data: DataConfig, *, with_sha: bool = False) -> dict[str, dict]
         for key, corpus in corpora:
             # Keyed as before lists of corpora existed: NAME.src for a one-corpus split.
             prefix = name + key[key.index("["):] if "[" in key else name
-            for side, src in (("src", corpus.src), ("tgt", corpus.tgt)):
-                if src.path is not None:
+            for side, src in (("src", corpus.src), ("tgt", corpus.tgt), ("align", corpus.align)):
+                if src is not None and src.path is not None:
                     p = Path(src.path)
                     st = p.stat() if p.is_file() else None
                     entry = {"path": str(p), "size": st and st.st_size,
@@ -170,7 +162,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
         if not force and is_prepared(recipe, run_dir):
             man = _read_manifest(run_dir)
             assert man is not None
-            report = _report_from_manifest(man, data_dir(run_dir))
+            report = report_from_manifest(man, data_dir(run_dir))
         else:
             _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
             report = _build(recipe, run_dir, mirror=mirror, console=console,
@@ -180,7 +172,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     if batching:
         _add_batching(report, recipe)
     if console is not None:
-        _print_report(report, recipe, console)
+        print_report(report, recipe, console)
     else:
         log.info("prep: %s (%s)", report.data_dir, "up to date" if report.skipped else "done")
     return report
@@ -235,8 +227,11 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
     with _staging(ddir) as tmp:
         paths = tok.save(tmp)
         splits = {}
+        links = (AlignStats(links_read=scan.links_read)
+                 if any(c.align is not None for c in files["train"]) else None)
         for name, corpora in files.items():
-            rules = TrainRules(scan.keep, data.clean, scan.stats) if name == "train" else None
+            rules = (TrainRules(scan.keep, data.clean, scan.stats, links) if name == "train"
+                     else None)
             splits[name], written = encode_split(name, corpora, tok, tmp, max_len=data.max_len,
                                                  train=rules)
             paths += written
@@ -244,7 +239,7 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
             data_dir=ddir, skipped=False, seconds=0.0, clean=scan.stats, splits=splits,
             invalid_utf8=[f for f in invalid.values() if f.lines],
             src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size,
-            files=_publish(paths), phases=phases)
+            files=_publish(paths), phases=phases, alignments=links)
         report.seconds = time.perf_counter() - t0
         phases["encode"] = report.seconds - phases["read"] - phases["sentencepiece"]
         _write_manifest(tmp, report, recipe, fingerprint)
@@ -253,11 +248,13 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
 
 def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
                     on_download: DownloadProgress | None) -> dict[str, list[Corpus]]:
-    """Every split's corpora as verified local (source, target) files."""
+    """Every split's corpora as verified local (source, target, alignment) files."""
     def get(src, key: str) -> Path:
         return sources.resolve(src, mirror=mirror, on_download=on_download, key=f"data.{key}")
 
-    return {name: [(get(c.src, f"{key}.src"), get(c.tgt, f"{key}.tgt")) for key, c in corpora]
+    return {name: [Corpus(get(c.src, f"{key}.src"), get(c.tgt, f"{key}.tgt"),
+                          None if c.align is None else get(c.align, f"{key}.align"))
+                   for key, c in corpora]
             for name, corpora in _splits(data).items()}
 
 
@@ -268,7 +265,7 @@ def _check_eval_splits(data: DataConfig, files: dict[str, list[Corpus]],
     for name, corpora in files.items():
         if name != "train" and count_lines(corpora, invalid) == 0:
             key = f"data.{_splits(data)[name][0][0]}"
-            raise DataError(f"{corpora[0][0]}: the {name} split ({key}.src) is empty; "
+            raise DataError(f"{corpora[0].src}: the {name} split ({key}.src) is empty; "
                             "validation and test need at least one sentence pair")
 
 
@@ -294,37 +291,9 @@ def _publish(paths: list[Path]) -> dict[str, int]:
 def _write_manifest(tmp: Path, report: PrepReport, recipe: Recipe,
                     fingerprint: dict[str, dict]) -> None:
     body = {"format": _FORMAT, "data_hash": data_hash(recipe.data), "inputs": fingerprint,
-            "data": recipe_to_dict(recipe.data), **_report_fields(report)}
+            "data": recipe_to_dict(recipe.data), **report_fields(report)}
     with atomic_write(tmp / MANIFEST) as f:
         json.dump(body, f, indent=1, ensure_ascii=False)
-
-
-def _report_fields(report: PrepReport) -> dict:
-    return {"seconds": round(report.seconds, 3),
-            "splits": {n: asdict(s) for n, s in report.splits.items()},
-            "clean": {"read": report.clean.read, "dropped": report.clean.dropped},
-            "invalid_utf8": [dataclasses.asdict(f) for f in report.invalid_utf8],
-            "src_vocab_size": report.src_vocab_size,
-            "tgt_vocab_size": report.tgt_vocab_size, "files": report.files,
-            "phases": {k: round(v, 3) for k, v in report.phases.items()}}
-
-
-def _report_from_manifest(man: dict, ddir: Path) -> PrepReport:
-    """The report of an earlier, complete preparation (this call skipped the work)."""
-    return PrepReport(
-        data_dir=ddir, skipped=True, seconds=man["seconds"],
-        splits={n: SplitInfo(**s) for n, s in man["splits"].items()},
-        clean=clean.CleanStats(read=man["clean"]["read"], dropped=man["clean"]["dropped"]),
-        invalid_utf8=_invalid_from_manifest(man["invalid_utf8"]),
-        src_vocab_size=man["src_vocab_size"], tgt_vocab_size=man["tgt_vocab_size"],
-        files=man["files"], phases=man.get("phases", {}))
-
-
-def _invalid_from_manifest(value: list | dict) -> list[InvalidUtf8]:
-    # Manifests written before the first line was recorded map file -> count.
-    if isinstance(value, dict):
-        return [InvalidUtf8(name, lines=n) for name, n in value.items()]
-    return [InvalidUtf8(**f) for f in value]
 
 
 @contextlib.contextmanager
@@ -352,38 +321,3 @@ def _staging(final: Path):
             shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- reporting
-
-
-def _print_report(report: PrepReport, recipe: Recipe, console: Console) -> None:
-    if report.skipped:
-        console.print(f"prep: {report.data_dir} is up to date (same data section and inputs); "
-                      "nothing to do. Use --force to prepare it again.")
-    else:
-        console.print(clean.clean_table(report.clean, recipe.data.clean))
-    for invalid in report.invalid_utf8:
-        console.print(f"warning: {invalid.warning()}", markup=False, highlight=False)
-    console.print(_splits_table(report, recipe))
-    vocab = (f"joint {report.src_vocab_size}" if recipe.data.spm.joint else
-             f"source {report.src_vocab_size}, target {report.tgt_vocab_size}")
-    console.print(f"sentencepiece {recipe.data.spm.model_type}: {vocab} pieces")
-    console.print(f"batching: {report.train_batches} training batches of <= "
-                  f"{report.batch_tokens} tokens per side; padding efficiency "
-                  f"{report.padding_efficiency:.3f} (real / padded tokens)")
-    if not report.skipped:
-        phases = ", ".join(f"{k} {v:.1f} s" for k, v in report.phases.items())
-        console.print(f"prep: wrote {report.data_dir} in {report.seconds:.1f} s ({phases})")
-
-
-def _splits_table(report: PrepReport, recipe: Recipe) -> Table:
-    d = recipe.data
-    table = Table(title=f"prepared splits ({d.src_lang} -> {d.tgt_lang})")
-    for col in ("split", "pairs", f"{d.src_lang} tokens", f"{d.tgt_lang} tokens",
-                f"over max_len {d.max_len} (src/tgt)"):
-        table.add_column(col, justify="left" if col == "split" else "right")
-    for name, s in report.splits.items():
-        table.add_row(name, str(s.pairs), str(s.src_tokens), str(s.tgt_tokens),
-                      f"{s.src_over_max_len}/{s.tgt_over_max_len}")
-    return table

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 from mtkit.config import SpmConfig
@@ -79,6 +80,7 @@ class Tokenizer:
         self.joint = tgt_proto is None
         self._src = _processor(src_proto)
         self._tgt = self._src if tgt_proto is None else _processor(tgt_proto)
+        self._starts: dict[str, np.ndarray] = {}  # `starts_word`, computed once per side
 
     @classmethod
     def load(cls, data_dir: str | Path) -> Tokenizer:
@@ -140,6 +142,15 @@ class Tokenizer:
 
     def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
         return [self._tgt.id_to_piece(i) for i in _ints(ids)]
+
+    def starts_word(self, side: str) -> np.ndarray:
+        """(V,) bool for the `side` ("src" or "tgt") vocabulary: True for the pieces that begin
+        a word, which sentencepiece marks with a leading U+2581 (special pieces never do)."""
+        if side not in self._starts:
+            proc = self._src if side == "src" else self._tgt
+            self._starts[side] = np.array(
+                [proc.id_to_piece(i).startswith("\u2581") for i in range(proc.get_piece_size())])
+        return self._starts[side]
 
     def normalize_src(self, line: str) -> str:
         """`line` as sentencepiece normalizes it (NFKC, collapsed spaces): what decoding the

@@ -8,6 +8,12 @@ large corpus reads only the offsets into memory. Validation and test splits also
 text (``NAME.src.txt``, ``NAME.tgt.txt``) so that BLEU is computed against the untouched
 references, not against decoded sentencepiece ids.
 
+A training split prepared with word alignments (``data.train.align``) also holds its gold
+piece links, stored as a side named ``align``: ``NAME.align.ids.npy`` holds each pair's links
+as (source piece, target piece) index pairs, flattened (2 entries a link, uint16 when
+``data.clean.max_len`` fits), and ``NAME.align.offsets.npy`` (int64, N + 1) delimits them
+per pair. Data directories without them are the same as ever (data format 1 either way).
+
 `SideWriter` writes a side chunk by chunk (prep streams corpora of any size); the files are
 the same bytes that ``np.save`` of the whole arrays would write.
 """
@@ -22,6 +28,7 @@ import numpy as np
 from mtkit.errors import DataError
 
 SIDES = ("src", "tgt")
+ALIGN = "align"  # the side name of the training split's piece links
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -120,9 +127,12 @@ class ParallelData:
 
     def __init__(self, src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray,
                  tgt_offsets: np.ndarray, name: str = "",
-                 lens: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 lens: tuple[np.ndarray, np.ndarray] | None = None,
+                 links: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         assert len(src_offsets) == len(tgt_offsets), "sides differ in sentence count"
+        assert links is None or len(links[1]) == len(src_offsets), "links per sentence"
         self.name = name
+        self._links = links
         self._ids = (src_ids, tgt_ids)
         self._off = (np.asarray(src_offsets), np.asarray(tgt_offsets))
         if lens is None:
@@ -131,8 +141,9 @@ class ParallelData:
         self.src_lens, self.tgt_lens = lens
 
     @classmethod
-    def load(cls, data_dir: str | Path, split: str) -> ParallelData:
-        """Open split `split` of a data directory written by `mtkit prep`."""
+    def load(cls, data_dir: str | Path, split: str, *, links: bool = False) -> ParallelData:
+        """Open split `split` of a data directory written by `mtkit prep`; with `links`, its
+        gold piece links too (a training split prepared with alignments)."""
         data_dir = Path(data_dir)
         arrays = []
         for side in SIDES:
@@ -151,7 +162,8 @@ class ParallelData:
                             "--force`")
         lens = (_lengths(offsets_path(data_dir, split, "src")),
                 _lengths(offsets_path(data_dir, split, "tgt")))
-        return cls(src_ids, src_off, tgt_ids, tgt_off, name=split, lens=lens)
+        return cls(src_ids, src_off, tgt_ids, tgt_off, name=split, lens=lens,
+                   links=_load_links(data_dir, split, len(src_off)) if links else None)
 
     def __len__(self) -> int:
         return len(self.src_lens)
@@ -165,3 +177,32 @@ class ParallelData:
 
     def tgt(self, i: int) -> np.ndarray:
         return self._get(1, i)
+
+    @property
+    def has_links(self) -> bool:
+        return self._links is not None
+
+    def links(self, i: int) -> np.ndarray:
+        """(L, 2) gold links of pair i: (source piece, target piece) indices."""
+        assert self._links is not None, "opened without links"
+        flat, off = self._links
+        return flat[off[i]:off[i + 1]].reshape(-1, 2)
+
+
+def _load_links(data_dir: Path, split: str, offsets: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (flat, offsets) arrays of a split's piece links, memory-mapped."""
+    arrays = []
+    for path in (ids_path(data_dir, split, ALIGN), offsets_path(data_dir, split, ALIGN)):
+        if not path.is_file():
+            raise DataError(f"{path}: missing; guided alignment (train.guided_alignment) needs "
+                            "the training split prepared with its word alignments "
+                            "(data.train.align): run `mtkit prep`")
+        try:
+            arrays.append(np.load(path, mmap_mode="r", allow_pickle=False))
+        except ValueError as e:
+            raise DataError(f"{path}: not a valid .npy file ({e})") from None
+    flat, off = arrays
+    if len(off) != offsets or off[-1] != len(flat):
+        raise DataError(f"{data_dir}: the alignments of split {split!r} do not fit its "
+                        "sentences; run `mtkit prep --force`")
+    return flat, np.asarray(off)

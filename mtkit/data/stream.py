@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from mtkit.errors import DataError
 from mtkit.fileio import InvalidUtf8, read_line_blocks
@@ -56,19 +57,57 @@ class _Side:
         return self.taken + len(self._buf) - self._pos + sum(map(len, self._blocks))
 
 
-def read_pairs(src: str | Path, tgt: str | Path, invalid: dict[str, InvalidUtf8], *,
-               chunk: int | None = None) -> Iterator[tuple[list[str], list[str]]]:
-    """Aligned chunks of up to `chunk` (default `CHUNK`) (source, target) lines of two files.
+class Corpus(NamedTuple):
+    """The files of one corpus: source, target, and (training split only) its Pharaoh word
+    alignment, one line per pair (`alignments`)."""
+
+    src: Path
+    tgt: Path
+    align: Path | None = None
+
+
+class Chunk(NamedTuple):
+    """Aligned lines of a corpus: source, target and, when the corpus has one, alignment;
+    `first` is the 1-based line number of the chunk's first line in its files."""
+
+    src: list[str]
+    tgt: list[str]
+    align: list[str] | None
+    first: int
+
+
+def read_corpus(corpus: Corpus, invalid: dict[str, InvalidUtf8], *,
+                chunk: int | None = None) -> Iterator[Chunk]:
+    """Aligned chunks of up to `chunk` (default `CHUNK`) lines of a corpus's files, the
+    alignment read in step with its pair so that whatever drops a pair drops its links too.
     Invalid UTF-8 is counted in ``invalid[str(path)]`` (added when missing). Raises DataError
-    naming both files and their line counts when the counts differ (found when the shorter file
-    ends)."""
+    when the files' line counts differ (found when the shorter file ends)."""
     chunk = chunk or CHUNK
-    a, b = _Side(Path(src), invalid), _Side(Path(tgt), invalid)
+    a, b = _Side(Path(corpus.src), invalid), _Side(Path(corpus.tgt), invalid)
+    c = None if corpus.align is None else _Side(Path(corpus.align), invalid)
+    first = 1
     while True:
         s, t = a.take(chunk), b.take(chunk)
         if len(s) != len(t):
             raise DataError(f"line counts differ: {a.path} has {a.count()} lines, "
                             f"{b.path} has {b.count()}")
+        links = None if c is None else c.take(chunk)
+        if c is not None and links is not None and len(links) != len(s):
+            raise DataError(_count_error(c.path, a.path, c.count(), a.count()))
         if not s:
             return
-        yield s, t
+        yield Chunk(s, t, links, first)
+        first += len(s)
+
+
+def _count_error(align: Path, src: Path, n_align: int, n_src: int) -> str:
+    return (f"{align}: line {min(n_align, n_src) + 1}: the alignment has {n_align} lines but "
+            f"the corpus has {n_src} ({src}); expected one line of links per sentence pair")
+
+
+def read_pairs(src: str | Path, tgt: str | Path, invalid: dict[str, InvalidUtf8], *,
+               chunk: int | None = None) -> Iterator[tuple[list[str], list[str]]]:
+    """Aligned chunks of (source, target) lines of two files (`read_corpus` without an
+    alignment)."""
+    for part in read_corpus(Corpus(Path(src), Path(tgt)), invalid, chunk=chunk):
+        yield part.src, part.tgt
