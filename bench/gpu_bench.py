@@ -173,8 +173,8 @@ def mtkit_update(recipe: Recipe, device: torch.device, *, compile: bool) -> Upda
 
     def update(b: Batch) -> int:
         ntok = b.num_tgt_tokens
-        loss, nll = forward_backward(net, [b], device=device, amp=amp,
-                                     smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
+        loss, nll, _ = forward_backward(net, [b], device=device, amp=amp,
+                                        smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
         finish_update(params, opt, amp, clip_norm=cfg.clip_norm, loss_sum=loss, nll_sum=nll,
                       dist=Dist())
         return ntok

@@ -147,8 +147,8 @@ class Runner:
         uf, cfg = self.cfg.update_freq, self.cfg
         batches = [self.make(self.groups[(k * uf + j) % len(self.groups)]) for j in range(uf)]
         ntok = sum(b.num_tgt_tokens for b in batches)
-        loss, nll = forward_backward(self.net, batches, device=self.device, amp=self.amp,
-                                     smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
+        loss, nll, _ = forward_backward(self.net, batches, device=self.device, amp=self.amp,
+                                        smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
         finish_update(self.params, self.optimizer, self.amp, clip_norm=cfg.clip_norm,
                       loss_sum=loss, nll_sum=nll, dist=Dist())
         return ntok

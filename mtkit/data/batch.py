@@ -17,7 +17,9 @@ from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 class Batch:
     """src: (B, S) ids ending in EOS, right-padded with PAD; src_lens: (B,);
     tgt_in: (B, T) BOS + target ids; tgt_out: (B, T) target ids + EOS (PAD where padded);
-    ids: (B,) positions of the sentences in their split (to restore input order).
+    ids: (B,) positions of the sentences in their split (to restore input order);
+    align: (B, T, S) bool gold links for guided alignment, or None: align[b, j, i] is True when
+    target piece j (row j of tgt_out) is linked to source piece i (never EOS or padding).
 
     src_lens stays on the host when the batch moves to a device (`to`): lengths are
     bookkeeping that the host reads (packing an RNN's input needs them on the CPU, and a
@@ -29,10 +31,16 @@ class Batch:
     tgt_in: torch.Tensor | None
     tgt_out: torch.Tensor | None
     ids: torch.Tensor
+    align: torch.Tensor | None = None
 
     @property
     def num_tgt_tokens(self) -> int:
         return 0 if self.tgt_out is None else int((self.tgt_out != PAD_ID).sum())
+
+    @property
+    def num_linked_rows(self) -> int:
+        """Target pieces with at least one gold link (what the alignment loss averages over)."""
+        return 0 if self.align is None else int(self.align.any(dim=-1).sum())
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """The batch with every tensor but src_lens on `device`."""
@@ -40,14 +48,14 @@ class Batch:
             return None if t is None else t.to(device, non_blocking=non_blocking)
 
         return Batch(mv(self.src), self.src_lens, mv(self.tgt_in), mv(self.tgt_out),
-                     mv(self.ids))
+                     mv(self.ids), mv(self.align))
 
     def pin_memory(self) -> Batch:
         def pin(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.pin_memory()
 
         return Batch(pin(self.src), pin(self.src_lens), pin(self.tgt_in), pin(self.tgt_out),
-                     pin(self.ids))
+                     pin(self.ids), pin(self.align))
 
 
 def _flat(seqs: Sequence[Sequence[int]], max_len: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -75,9 +83,12 @@ def _padded(lens: np.ndarray, flat: np.ndarray, width: int, start: int) -> np.nd
 
 
 def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]] | None,
-            ids: Sequence[int], max_len: int | None = None) -> Batch:
+            ids: Sequence[int], max_len: int | None = None, *,
+            links: Sequence[np.ndarray] | None = None) -> Batch:
     """Build a padded batch from token-id sequences (lists or numpy arrays, without BOS/EOS);
-    truncates each to max_len ids before adding EOS (and BOS).
+    truncates each to max_len ids before adding EOS (and BOS). links: per pair, (L, 2) gold
+    links (source piece, target piece), made dense as `Batch.align` (links to a piece cut by
+    max_len are dropped with it).
 
     Vectorised with numpy: on the GPU a 25k-token batch (about 1,700 sentences) must be ready
     faster than the device trains on it, which a per-sentence tensor loop was not."""
@@ -85,7 +96,7 @@ def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]] | None,
     lens, flat = _flat(src, max_len)
     src_np = _padded(lens, flat, int(lens.max()) + 1, 0)
     src_np[rows, lens] = EOS_ID
-    tin = tout = None
+    tin = tout = gold = None
     if tgt is not None:
         t_lens, t_flat = _flat(tgt, max_len)
         width = int(t_lens.max()) + 1
@@ -94,8 +105,26 @@ def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]] | None,
         tout_np = _padded(t_lens, t_flat, width, 0)
         tout_np[rows, t_lens] = EOS_ID
         tin, tout = torch.from_numpy(tin_np), torch.from_numpy(tout_np)
+        if links is not None:
+            gold = torch.from_numpy(_dense_links(links, lens, t_lens, (width, src_np.shape[1])))
     return Batch(torch.from_numpy(src_np), torch.from_numpy(lens + 1), tin, tout,
-                 torch.from_numpy(np.array(list(ids), dtype=np.int64)))
+                 torch.from_numpy(np.array(list(ids), dtype=np.int64)), gold)
+
+
+def _dense_links(links: Sequence[np.ndarray], src_lens: np.ndarray, tgt_lens: np.ndarray,
+                 shape: tuple[int, int]) -> np.ndarray:
+    """Per-pair (L, 2) links -> (B, T, S) bool, [b, target piece, source piece]; links beyond
+    a pair's (truncated) lengths are dropped. Dense per batch: at a few thousand tokens a
+    batch the matrix is a few hundred kB, and the loss reads it whole anyway."""
+    counts = np.fromiter((len(k) for k in links), dtype=np.int64, count=len(links))
+    flat = (np.concatenate([np.asarray(k, dtype=np.int64).reshape(-1, 2) for k in links])
+            if counts.sum() else np.zeros((0, 2), dtype=np.int64))
+    row = np.repeat(np.arange(len(links)), counts)
+    p, q = flat[:, 0], flat[:, 1]
+    ok = (p < src_lens[row]) & (q < tgt_lens[row])
+    out = np.zeros((len(links), *shape), dtype=bool)
+    out[row[ok], q[ok], p[ok]] = True
+    return out
 
 
 def token_batches(sizes: Sequence[int], budget: int) -> Iterator[list[int]]:
@@ -115,6 +144,9 @@ def token_batches(sizes: Sequence[int], budget: int) -> Iterator[list[int]]:
 def iterate_batches(data: ParallelData, sampler: Iterable[Sequence[int]],
                     max_len: int | None) -> Iterator[Batch]:
     """Padded `Batch`es for the index batches of `sampler` (a `TokenBatchSampler` or any
-    iterable of index lists), in its order; sentences are truncated to `max_len` ids."""
+    iterable of index lists), in its order; sentences are truncated to `max_len` ids. With
+    gold links when `data` was opened with them (guided alignment)."""
     for idx in sampler:  # numpy slices: collate concatenates them without a token loop
-        yield collate([data.src(i) for i in idx], [data.tgt(i) for i in idx], idx, max_len)
+        links = [data.links(i) for i in idx] if data.has_links else None
+        yield collate([data.src(i) for i in idx], [data.tgt(i) for i in idx], idx, max_len,
+                      links=links)

@@ -24,7 +24,7 @@ import torch
 from rich.console import Console
 
 from mtkit.config import Recipe, parse_duration
-from mtkit.data.batch import iterate_batches
+from mtkit.data.batch import Batch, iterate_batches
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
 from mtkit.run import (
@@ -33,11 +33,11 @@ from mtkit.run import (
 )
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
-from mtkit.train.progress import Progress, TrainResult, Window
+from mtkit.train.progress import Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter
 from mtkit.train.setup import Setup
 from mtkit.train.signals import GracefulStop
-from mtkit.train.step import finish_update, forward_backward, token_normalizer
+from mtkit.train.step import Guide, finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,8 @@ class Trainer:
         self.max_time = parse_duration(self.cfg.max_time) if self.cfg.max_time else None
         # Reading device values back stalls a GPU's queue; on a CPU it costs nothing.
         self.sync_every = self.cfg.log_every if device.type == "cuda" else 1
-        self.pending: list[tuple[int, torch.Tensor, int, float]] = []
+        # (update, UpdateSums.packed(), target tokens, linked target pieces, lr) per update
+        self.pending: list[tuple[int, torch.Tensor, int, int, float]] = []
         self.p = Progress()
         self.last_checkpoint: Path | None = None
         self.last_good_checkpoint: Path | None = None  # written after a finite update
@@ -139,15 +140,16 @@ class Trainer:
         batches = list(iterate_batches(self.s.train_data, group, self.recipe.data.max_len))
         ntok = sum(b.num_tgt_tokens for b in batches)
         normalizer = token_normalizer(ntok, dist=self.dist, device=self.device)
+        guide, rows = self._guide(batches)
         lr = self.s.schedule.apply(self.s.optimizer, self.p.update + 1)
         try:
-            loss, nll = forward_backward(
+            fb = forward_backward(
                 self.s.net, batches, device=self.device, amp=self.s.amp,
-                smoothing=self.cfg.label_smoothing, normalizer=normalizer,
+                smoothing=self.cfg.label_smoothing, normalizer=normalizer, guide=guide,
                 no_sync=self.s.net.no_sync if self.dist.enabled else None)
             sums = finish_update(self.s.params, self.s.optimizer, self.s.amp,
-                                 clip_norm=self.cfg.clip_norm, loss_sum=loss, nll_sum=nll,
-                                 dist=self.dist)
+                                 clip_norm=self.cfg.clip_norm, loss_sum=fb.loss,
+                                 nll_sum=fb.nll, align_sum=fb.align, dist=self.dist)
         except torch.OutOfMemoryError:
             sums = None
         self.p.position += len(group)
@@ -156,7 +158,16 @@ class Trainer:
             return
         self.p.update += 1
         self.p.tokens += ntok
-        self.pending.append((self.p.update, sums.packed(), ntok, lr))
+        self.pending.append((self.p.update, sums.packed(), ntok, rows, lr))
+
+    def _guide(self, batches: list[Batch]) -> tuple[Guide | None, int]:
+        """Guided alignment in this update (None when off) and its linked target pieces."""
+        cfg = self.cfg.guided_alignment
+        if not cfg.enabled:
+            return None, 0
+        rows = sum(b.num_linked_rows for b in batches)
+        return Guide(cfg.weight, cfg.readout,
+                     token_normalizer(rows, dist=self.dist, device=self.device)), rows
 
     def _skip_oom(self, batches: list) -> None:
         self.s.optimizer.zero_grad(set_to_none=True)
@@ -195,18 +206,12 @@ class Trainer:
         abort after train.max_nonfinite in a row, write log lines, move the bar."""
         if not self.pending:
             return
-        values = torch.stack([v for _, v, _, _ in self.pending]).tolist()
-        w = self.window
-        for (u, _, ntok, lr), (loss, nll, gnorm, skipped) in zip(self.pending, values,
-                                                                  strict=True):
-            w.all_tokens += ntok
-            if skipped:
-                self._nonfinite(u)
-                w.skipped += 1
-            else:
+        values = torch.stack([v for _, v, _, _, _ in self.pending]).tolist()
+        for (u, _, ntok, rows, lr), vals in zip(self.pending, values, strict=True):
+            if self.window.add(ntok, rows, vals):
                 self.p.nonfinite_run = 0
-                w.loss, w.nll, w.tokens = w.loss + loss, w.nll + nll, w.tokens + ntok
-                w.gnorm, w.updates = w.gnorm + gnorm, w.updates + 1
+            else:
+                self._nonfinite(u)
             self.lr = lr
             if u % self.cfg.log_every == 0:
                 self._log_train(u)
@@ -231,9 +236,9 @@ class Trainer:
 
     def _log_train(self, update: int) -> None:
         w = self.window
-        sums = torch.tensor([w.loss, w.nll, w.tokens, w.all_tokens], dtype=torch.float64,
-                            device=self.device if self.dist.enabled else "cpu")
-        loss, nll, tokens, all_tokens = self.dist.all_reduce(sums).tolist()
+        sums = torch.tensor([w.loss, w.nll, w.tokens, w.all_tokens, w.align, w.align_rows],
+                            dtype=torch.float64, device=self.device if self.dist.enabled else "cpu")
+        loss, nll, tokens, all_tokens, align, rows = self.dist.all_reduce(sums).tolist()
         secs = max(time.monotonic() - w.start, 1e-9)
         mean = loss / tokens if tokens else math.nan
         mean_nll = nll / tokens if tokens else math.nan
@@ -242,29 +247,23 @@ class Trainer:
                "gnorm": w.gnorm / w.updates if w.updates else math.nan,
                "tgt_tokens": int(all_tokens), "tgt_tokens_per_s": all_tokens / secs,
                "skipped": w.skipped, "elapsed": self._elapsed()}
+        guided = ""
+        if self.cfg.guided_alignment.enabled:  # the mean over linked target pieces
+            rec["align_loss"] = align / rows if rows else math.nan
+            guided = f" | align {rec['align_loss']:.3f}"
         self.rep.record("train", **rec)
-        log.info("update %s | epoch %d | loss %.3f | ppl %.2f | lr %.2e | gnorm %.2f | "
-                 "%s tgt tok/s%s", f"{update:,}", rec["epoch"], mean, rec["ppl"], self.lr,
-                 rec["gnorm"], f"{rec['tgt_tokens_per_s']:,.0f}",
+        log.info("update %s | epoch %d | loss %.3f%s | ppl %.2f | lr %.2e | gnorm %.2f | "
+                 "%s tgt tok/s%s", f"{update:,}", rec["epoch"], mean, guided, rec["ppl"],
+                 self.lr, rec["gnorm"], f"{rec['tgt_tokens_per_s']:,.0f}",
                  f" | {w.skipped} skipped" if w.skipped else "")
         self.last_loss, self.tok_s = mean, rec["tgt_tokens_per_s"]
         self.window = Window()
-
-    def _planned_updates(self) -> int | None:
-        """The update training stops at, if a limit in updates or epochs says so."""
-        per_epoch = -(-len(self.s.sampler) // self.cfg.update_freq)
-        limits = [self.cfg.max_updates] if self.cfg.max_updates else []
-        if self.cfg.max_epochs:
-            left = self.cfg.max_epochs - self.p.epoch + 1
-            done = -(-self.p.position // self.cfg.update_freq)
-            limits.append(self.p.update + left * per_epoch - done)
-        return min(limits) if limits else None
 
     def _bar(self) -> None:
         w, now = self.window, time.monotonic()
         rate = (self.p.update - self.session_update0) / max(now - self.t0, 1e-9)
         tok_s = self.tok_s or w.all_tokens / max(now - w.start, 1e-9)
-        planned = self._planned_updates()
+        planned = planned_updates(self.p, self.cfg, len(self.s.sampler))
         etas = [(planned - self.p.update) / rate] if planned and rate > 0 else []
         if self.max_time is not None:
             etas.append(self.max_time - self._elapsed())

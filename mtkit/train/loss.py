@@ -1,6 +1,7 @@
-"""Label-smoothed cross-entropy over the real (non-pad) target tokens.
+"""Label-smoothed cross-entropy over the real (non-pad) target tokens, and the guided-alignment
+cross-entropy between attention and gold links.
 
-Shapes: B batch, T target length, V vocabulary.
+Shapes: B batch, T target length, S source length, V vocabulary.
 
 Label smoothing (Szegedy et al. 2016, §7; used for NMT by Vaswani et al. 2017, §5.4) spreads
 `smoothing` of the target mass uniformly over the vocabulary. The loss is returned as a *sum*
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mtkit.config.guided import Readout
 from mtkit.data.vocab import PAD_ID
 
 
@@ -53,3 +55,26 @@ def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, *,
 def perplexity(nll_per_token: float) -> float:
     """exp of the mean NLL (nats per token), capped so a diverged run logs inf, not an error."""
     return math.exp(nll_per_token) if nll_per_token < 700 else math.inf
+
+
+# Added inside the log (as fairseq's alignment loss for Garg et al. 2019 does): attention that
+# is exactly 0 where a gold link points (a local attention's window, a softmax underflow) then
+# costs -log(1e-6) ~ 13.8 instead of an infinite loss, and keeps a gradient.
+ALIGN_EPS = 1e-6
+
+
+def alignment_ce(attn: torch.Tensor, gold: torch.Tensor, *, readout: Readout) -> torch.Tensor:
+    """Guided alignment (Garg et al. 2019): the summed cross-entropy between attention
+    rows and the gold links, each row's links normalised to sum to 1; target pieces without a
+    link add nothing, so dividing by their count gives the mean over linked pieces.
+
+    attn: (B, T, S) attention of the decoder steps, row t the step whose input is tgt_in[:, t]
+    (rows sum to 1 over the real source pieces, EOS included); gold: (B, T, S) bool,
+    gold[b, j, i] when target piece j is linked to source piece i (`Batch.align`). readout
+    `current`: piece j supervises row j, the step that predicts it; `shift`: row j + 1, the
+    step whose input it is (Chen et al. 2020). Returns a 0-d float32 sum."""
+    if readout == "shift":
+        attn, gold = attn[:, 1:], gold[:, :-1]
+    g = gold.to(torch.float32)
+    target = g / g.sum(dim=-1, keepdim=True).clamp_min(1.0)
+    return -(target * (attn.float() + ALIGN_EPS).log()).sum()

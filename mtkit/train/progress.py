@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtkit.config import TrainConfig
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -33,6 +35,22 @@ class Window:
     gnorm: float = 0.0
     updates: int = 0
     skipped: int = 0
+    align: float = 0.0  # summed alignment cross-entropy (guided alignment)
+    align_rows: int = 0  # target pieces with a gold link, what `align` is averaged over
+
+    def add(self, ntok: int, rows: int, values: list[float]) -> bool:
+        """Count one update: its target tokens, linked target pieces, and device values
+        (loss, nll, gnorm, skipped, align, as `UpdateSums.packed`). False when the update
+        was skipped (its sums are left out)."""
+        loss, nll, gnorm, skipped, align = values
+        self.all_tokens += ntok
+        if skipped:
+            self.skipped += 1
+            return False
+        self.loss, self.nll, self.tokens = self.loss + loss, self.nll + nll, self.tokens + ntok
+        self.gnorm, self.updates = self.gnorm + gnorm, self.updates + 1
+        self.align, self.align_rows = self.align + align, self.align_rows + rows
+        return True
 
 
 @dataclass
@@ -50,3 +68,14 @@ class Progress:
     valid_update: int = -1  # update of the latest validation
     saved_update: int = -1  # update of the latest checkpoint
     nonfinite_run: int = 0  # consecutive skipped updates
+
+
+def planned_updates(p: Progress, cfg: TrainConfig, batches_per_epoch: int) -> int | None:
+    """The update training stops at, if a limit in updates or epochs says so."""
+    per_epoch = -(-batches_per_epoch // cfg.update_freq)
+    limits = [cfg.max_updates] if cfg.max_updates else []
+    if cfg.max_epochs:
+        left = cfg.max_epochs - p.epoch + 1
+        done = -(-p.position // cfg.update_freq)
+        limits.append(p.update + left * per_epoch - done)
+    return min(limits) if limits else None

@@ -113,7 +113,8 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     vocab = vocab_info(tokenizer)
     if state is not None:
         check_vocab(state["vocab"], vocab, ddir=ddir, what=f"--resume: {run_dir / LAST}")
-    train_data = ParallelData.load(ddir, "train")
+    # Guided alignment reads the gold links stored with the training split.
+    train_data = ParallelData.load(ddir, "train", links=recipe.train.guided_alignment.enabled)
     sampler = TokenBatchSampler(
         train_data.src_lens, train_data.tgt_lens, batch_tokens=cfg.batch_tokens,
         seed=cfg.seed, rank=dist.rank, world_size=dist.world_size, max_len=recipe.data.max_len)

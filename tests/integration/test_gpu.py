@@ -175,8 +175,8 @@ def test_an_update_never_waits_for_the_gpu(arch: str) -> None:
     params = list(model.parameters())
 
     def update(b: Batch):
-        loss, nll = forward_backward(model, [b], device=device, amp=amp, smoothing=0.1,
-                                     normalizer=1.0 / b.num_tgt_tokens)
+        loss, nll, _ = forward_backward(model, [b], device=device, amp=amp, smoothing=0.1,
+                                        normalizer=1.0 / b.num_tgt_tokens)
         return finish_update(params, opt, amp, clip_norm=1.0, loss_sum=loss, nll_sum=nll,
                              dist=Dist())
 

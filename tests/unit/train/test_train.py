@@ -171,8 +171,8 @@ def _one_update(amp: Amp, *, poison: bool = False) -> tuple[torch.nn.Module, obj
     opt = build_optimizer(model, TrainConfig(lr=1e-2), torch.device("cpu"))
     batch = collate([[5, 6, 7], [8, 9]], [[7, 6, 5], [9, 8]], [0, 1])
     cpu = torch.device("cpu")
-    loss, nll = step.forward_backward(model, [batch], device=cpu, amp=amp, smoothing=0.1,
-                                      normalizer=0.2)
+    loss, nll, _ = step.forward_backward(model, [batch], device=cpu, amp=amp, smoothing=0.1,
+                                         normalizer=0.2)
     if poison:
         params[0].grad[0, 0] = math.inf
     sums = step.finish_update(params, opt, amp, clip_norm=1.0, loss_sum=loss, nll_sum=nll,
