@@ -48,7 +48,7 @@ from mtkit.align import (
     write_json,
 )
 from mtkit.align.viz import FORMATS, print_matrix, write_heatmap
-from mtkit.config import DecodeConfig
+from mtkit.config import DecodeConfig, Recipe
 from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
@@ -58,6 +58,18 @@ from mtkit.models.base import AttentionChoice, AttentionKind, Translator
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.
 CHUNK_PAIRS = 1000
+
+
+def choose_attention(model: Translator, recipe: Recipe, kind: str, layer: int | None,
+                     head: int | str | None) -> AttentionChoice:
+    """`model.choose_attention`, except that a Transformer trained with guided alignment reads
+    by default the attention its training supervised (model.transformer.align_layer and
+    align_head) rather than the top layer's head mean."""
+    guided, tf = recipe.train.guided_alignment.enabled, recipe.model.transformer
+    if kind == "cross" and guided and recipe.model.arch == "transformer":
+        layer = tf.align_layer if layer is None else layer
+        head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
+    return model.choose_attention(kind, layer, head)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- pairs and batches

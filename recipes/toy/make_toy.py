@@ -2,7 +2,9 @@
 
 Source: 2-7 made-up words drawn from a fixed list of 24. Target: the same words in reverse
 order. A model must learn a reordering (its attention is anti-diagonal), which tiny models
-learn in seconds. Seeded: the output is the same on every run.
+learn in seconds. Seeded: the output is the same on every run. train.align holds the true
+word alignment of the training split (Pharaoh links i-j, source word i = target word
+n-1-i), for guided alignment (`data.train.align`).
 
     python recipes/toy/make_toy.py
 """
@@ -26,6 +28,10 @@ def main() -> None:
             tgt.append(" ".join(reversed(words)))
         (out / f"{name}.src").write_text("\n".join(src) + "\n", encoding="utf-8")
         (out / f"{name}.tgt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+        if name == "train":
+            links = [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split())))
+                     for s in src]
+            (out / "train.align").write_text("\n".join(links) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

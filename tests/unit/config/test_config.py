@@ -107,6 +107,29 @@ def _error(raw: dict) -> str:
     ({"data.train": []}, "r.yaml: data.train: expected a corpus ({src, tgt}) or a non-empty "
      "list of them"),
     ({"data.train": "a.txt"}, "r.yaml: data.train: expected a mapping or a list of mappings"),
+    ({"data.valid.align": "v.align"}, "r.yaml: data.valid.align: alignments are read for the "
+     "training split only"),
+    ({"train.guided_alignment.weight": 0.05}, "r.yaml: data.train.align: missing: "
+     "train.guided_alignment.weight > 0 needs the word alignment of every training corpus"),
+    ({"data.train.align": "a.align"}, "r.yaml: train.guided_alignment.weight: is 0 (off), but "
+     "the training split names alignments"),
+    ({"data.train": [{"src": "a", "tgt": "b", "align": "c"}, {"src": "d", "tgt": "e"}]},
+     "r.yaml: data.train[1].align: missing: some training corpora name an alignment, so every "
+     "one must"),
+    ({"train.guided_alignment.readout": "next"}, "r.yaml: train.guided_alignment.readout: "
+     "invalid choice 'next'; expected one of current, shift"),
+    ({"train.guided_alignment.weight": -0.1}, "r.yaml: train.guided_alignment.weight: out of "
+     "range: expected a value >= 0.0, got -0.1"),
+    ({"train.guided_alignment.wieght": 1}, "r.yaml: train.guided_alignment.wieght: unknown "
+     "key; did you mean `train.guided_alignment.weight`?"),
+    ({"data.train.align": {"url": "https://example.org/a.align"}},
+     "r.yaml: data.train.align.sha256: a URL source needs its sha256 checksum"),
+    ({"data.train.align": "a", "train.guided_alignment.weight": 0.05, "model.arch": "rnn",
+      "model.rnn.attention": "none"}, "r.yaml: train.guided_alignment.weight: "
+     "model.rnn.attention is none: the model has no attention to guide"),
+    ({"data.train.align": "a", "train.guided_alignment.weight": 0.05, "model.arch": "rnn",
+      "train.guided_alignment.readout": "shift"}, "r.yaml: train.guided_alignment.readout: "
+     "shift needs a Transformer"),
 ])
 def test_each_error_names_key_and_expectation(dotted: dict, message: str) -> None:
     assert _error(_with(**dotted)).startswith(message)
@@ -127,6 +150,17 @@ def test_a_split_is_one_corpus_or_a_list_of_them(tmp_path: Path) -> None:
     assert isinstance(r.data.test["t2"], tuple)
     # Saved and loaded again (recipe.yaml, checkpoints): the same recipe, lists stay lists.
     assert recipe_from_yaml_text(dump_recipe(r), source="saved") == r
+
+
+def test_guided_alignment_recipe_round_trips(tmp_path: Path) -> None:
+    raw = _with(**{"data.train": [{"src": "a", "tgt": "b", "align": "a.align"},
+                                  {"src": "c", "tgt": "d", "align": {"path": "c.align.gz"}}],
+                   "train.guided_alignment": {"weight": 0.05, "readout": "shift"}})
+    r = recipe_from_dict(raw, source="r.yaml", base=tmp_path)
+    assert r.data.train[0].align == FileSource(path=str(tmp_path / "a.align"))
+    assert r.train.guided_alignment.enabled and r.train.guided_alignment.readout == "shift"
+    assert recipe_from_yaml_text(dump_recipe(r), source="saved") == r
+    assert not recipe_from_dict(MINIMAL).train.guided_alignment.enabled  # off by default
 
 
 def test_all_problems_reported_at_once() -> None:
