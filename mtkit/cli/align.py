@@ -116,10 +116,12 @@ def align(
         "--align-method threshold (default: 0.5).")] = None,
     layer: Annotated[int | None, typer.Option(
         "--layer", metavar="N", help="Transformer layer, negative from the top (default: -1, "
-        "the top layer: it aligned best on synthetic reversal and permutation tasks).")]
+        "the top layer: it aligned best on synthetic reversal and permutation tasks; for a run "
+        "trained with guided alignment, the layer it supervised).")]
     = None,
     head: Annotated[str | None, typer.Option(
-        "--head", metavar="HEAD", help="Transformer head number, or mean (default: mean).")]
+        "--head", metavar="HEAD", help="Transformer head number, or mean (default: mean; for a "
+        "run trained with guided alignment, the head it supervised).")]
     = None,
     self_attention: Annotated[str | None, typer.Option(
         "--self-attention", metavar="SIDE", help="encoder or decoder: show that "
@@ -192,7 +194,7 @@ def align(
         torch.set_num_threads(threads)
     dev = inference_device(device)
     net, recipe, tok = load_model(model, dev)
-    choice = net.choose_attention(self_attention or "cross", layer, _head(head))
+    choice = ar.choose_attention(net, recipe, self_attention or "cross", layer, _head(head))
     cfg = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam, nbest=1,
                       length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
                       max_len_b=max_len_b, min_len=min_len,

@@ -24,6 +24,7 @@ from mtkit.train import session, step
 from mtkit.train.checkpoint import save_average, weights_digest
 from mtkit.train.loss import ALIGN_EPS, alignment_ce
 from tests.conftest import REPO
+from tests.helpers import run_cli
 
 TOY = REPO / "recipes" / "toy.yaml"
 GUIDED = ["data.train.align=toy/train.align", "train.guided_alignment.weight=0.05",
@@ -170,6 +171,10 @@ def test_guided_toy_run_logs_the_alignment_loss_and_resumes_bit_for_bit(tmp_path
     unguided = load_recipe(TOY, ["model.transformer.align_layer=0"])
     assert ar.choose_attention(model, unguided, "cross", None, None) == ar.AttentionChoice(
         "cross", -1, "mean")
+    shown = run_cli("align", avg, "-s", TOY.parent / "toy" / "test.src", "-t",
+                    TOY.parent / "toy" / "test.tgt", "--print")
+    assert shown.exit_code == 0, shown.output
+    assert "cross-attention, layer 0, head 2" in shown.stdout
 
 
 def test_an_unguided_run_logs_no_alignment_loss(tmp_path: Path) -> None:
