@@ -31,7 +31,6 @@ import numpy as np
 
 from mtkit.errors import DataError
 
-WORD_START = "\u2581"
 # Nine digits at most: any index beyond is out of range anyway, and int64 never overflows.
 _LINE = re.compile(r"(?:\d{1,9}-\d{1,9}(?:\s+\d{1,9}-\d{1,9})*)?")
 

@@ -13,6 +13,7 @@ import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import sentencepiece as spm
@@ -143,7 +144,7 @@ class Tokenizer:
     def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
         return [self._tgt.id_to_piece(i) for i in _ints(ids)]
 
-    def starts_word(self, side: str) -> np.ndarray:
+    def starts_word(self, side: Literal["src", "tgt"]) -> np.ndarray:
         """(V,) bool for the `side` ("src" or "tgt") vocabulary: True for the pieces that begin
         a word, which sentencepiece marks with a leading U+2581 (special pieces never do)."""
         if side not in self._starts:

@@ -171,10 +171,27 @@ def test_guided_toy_run_logs_the_alignment_loss_and_resumes_bit_for_bit(tmp_path
     unguided = load_recipe(TOY, ["model.transformer.align_layer=0"])
     assert ar.choose_attention(model, unguided, "cross", None, None) == ar.AttentionChoice(
         "cross", -1, "mean")
-    shown = run_cli("align", avg, "-s", TOY.parent / "toy" / "test.src", "-t",
-                    TOY.parent / "toy" / "test.tgt", "--print")
+    test_src = TOY.parent / "toy" / "test.src"
+    shown = run_cli("align", avg, "-s", test_src, "-t", TOY.parent / "toy" / "test.tgt",
+                    "--print")
     assert shown.exit_code == 0, shown.output
     assert "cross-attention, layer 0, head 2" in shown.stdout
+
+
+def test_an_export_of_a_guided_run_aligns_with_the_trained_head(tmp_path: Path) -> None:
+    """The exported model's attention (CTranslate2's alignment layer and head) is the head
+    guided training supervised, and its recipe keeps the setting."""
+    pytest.importorskip("ctranslate2")
+    _train(tmp_path / "run", "train.max_updates=6", "train.valid_every=1000",
+           "model.transformer.align_layer=0", "model.transformer.align_head=2")
+    out = run_cli("export", tmp_path / "run", "-o", tmp_path / "ct2")
+    assert out.exit_code == 0, out.output
+    assert load_recipe(tmp_path / "ct2" / "recipe.yaml").train.guided_alignment.weight == 0.05
+    test_src = TOY.parent / "toy" / "test.src"
+    want = run_cli("translate", tmp_path / "run", "--greedy", "--align", "-i", test_src)
+    got = run_cli("translate", tmp_path / "ct2", "--greedy", "--align", "-i", test_src)
+    assert want.exit_code == 0 and got.exit_code == 0, (want.output, got.output)
+    assert got.stdout == want.stdout
 
 
 def test_an_unguided_run_logs_no_alignment_loss(tmp_path: Path) -> None:
