@@ -21,7 +21,7 @@ from typing import IO, Any, Literal
 
 import torch
 
-from mtkit.align import extract_links, format_pharaoh, from_attention
+from mtkit.align import ReadOut, extract_links, format_pharaoh, from_attention, select_rows
 from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
 from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
@@ -38,11 +38,15 @@ AlignFn = Callable[[list[str], list[str], torch.Tensor], str]
 CHUNK_LINES = 2000
 
 
-def pharaoh_aligner(method: str = "argmax-tgt") -> AlignFn:
-    """Word alignments from attention: pieces merged into words, EOS dropped (mtkit.align)."""
+def pharaoh_aligner(method: str = "argmax-tgt", readout: ReadOut = "predict") -> AlignFn:
+    """Word alignments from a hypothesis's attention: the rows of `readout`, pieces merged
+    into words, EOS dropped (mtkit.align). No second pass is needed for the shift read-out:
+    a search's attention (`Hypothesis.attn`, mtkit's or CTranslate2's) ends with the step that
+    produced EOS, which is the step whose input is the last token."""
 
     def align(src_pieces: list[str], tgt_pieces: list[str], attn: torch.Tensor) -> str:
-        matrix = from_attention(attn, src_pieces, tgt_pieces, level="word")
+        rows = select_rows(attn, len(tgt_pieces), readout)
+        matrix = from_attention(rows, src_pieces, tgt_pieces, level="word")
         return format_pharaoh(extract_links(matrix.weights, method))
 
     return align

@@ -1,11 +1,13 @@
 """Word alignment from attention: subword-to-word merging, Pharaoh link extraction, AER, and
 `mtkit align` itself.
 
-Modules: `matrix` (attention as a word-level matrix), `links` (link extraction, Pharaoh
-format), `gold` (gold links, AER), `records` (JSON), `viz` (heatmaps, terminal tables) and
-`run` (reading pairs, a model's attention for them, the outputs). The first four work on a
-plain attention matrix of shape (T, S), one row per target token and one column per source
-token, and need no model; they are re-exported here.
+Modules: `readout` (which decoding step's attention rows align the target tokens: `predict`
+or Chen et al.'s `shift`), `matrix` (attention as a word-level matrix), `links` (link
+extraction, symmetrization, Pharaoh format), `gold` (gold links, AER), `records` (JSON), `viz`
+(heatmaps, terminal tables), `run` (reading pairs, a model's attention for them, the outputs)
+and `reverse` (the links of a model of the other direction). The first five work on a plain
+attention matrix of shape (T, S), one row per target token and one column per source token,
+and need no model; they are re-exported here.
 
 Conventions (the ones of fast_align, GIZA++ and the Pharaoh/Moses tools):
 - a link is a pair (i, j): 0-based source word i, 0-based target word j, written ``i-j``;
@@ -26,11 +28,14 @@ from mtkit.align.links import (
     DEFAULT_METHOD,
     DEFAULT_THRESHOLD,
     METHODS,
+    SYMMETRIZATIONS,
+    Symmetrization,
     argmax_src,
     argmax_tgt,
     extract_links,
     format_pharaoh,
     grow_diag_final,
+    symmetrize,
 )
 from mtkit.align.matrix import (
     EOS_TOKEN,
@@ -45,11 +50,19 @@ from mtkit.align.matrix import (
     word_ids,
     words,
 )
+from mtkit.align.readout import (
+    DEFAULT_READOUT,
+    READOUTS,
+    ReadOut,
+    check_readout,
+    select_rows,
+)
 from mtkit.align.records import matrix_record, write_json
 
-__all__ = ["DEFAULT_METHOD", "DEFAULT_THRESHOLD", "EOS_TOKEN", "METHODS", "WORD_START",
-           "AlignMatrix", "AlignScores", "Gold", "Level", "Link", "argmax_src", "argmax_tgt",
-           "as_array", "check_gold_bounds", "drop_eos", "extract_links", "format_pharaoh",
+__all__ = ["DEFAULT_METHOD", "DEFAULT_READOUT", "DEFAULT_THRESHOLD", "EOS_TOKEN", "METHODS",
+           "READOUTS", "SYMMETRIZATIONS", "WORD_START", "AlignMatrix", "AlignScores", "Gold",
+           "Level", "Link", "ReadOut", "Symmetrization", "argmax_src", "argmax_tgt", "as_array",
+           "check_gold_bounds", "check_readout", "drop_eos", "extract_links", "format_pharaoh",
            "from_attention", "grow_diag_final", "matrix_record", "merge_subwords",
-           "parse_links", "read_gold", "score_corpus", "score_links", "word_ids", "words",
-           "write_json"]
+           "parse_links", "read_gold", "score_corpus", "score_links", "select_rows",
+           "symmetrize", "word_ids", "words", "write_json"]

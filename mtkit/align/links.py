@@ -4,7 +4,7 @@ union and grow-diag-final (Koehn et al. 2003), or a threshold; and the ``i-j`` f
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from mtkit.errors import MtkitError
 METHODS = ("argmax-tgt", "argmax-src", "intersection", "union", "grow-diag-final", "threshold")
 DEFAULT_METHOD = "argmax-tgt"
 DEFAULT_THRESHOLD = 0.5
+# How `mtkit align --reverse` combines the links of the two directions.
+Symmetrization = Literal["grow-diag-final", "intersection", "union"]
+SYMMETRIZATIONS: tuple[Symmetrization, ...] = ("grow-diag-final", "intersection", "union")
 
 
 # --------------------------------------------------------------------------- link extraction
@@ -70,6 +73,19 @@ def grow_diag_final(forward: set[Link], backward: set[Link]) -> set[Link]:
     return links
 
 
+def symmetrize(forward: set[Link], backward: set[Link], how: Symmetrization) -> set[Link]:
+    """Combine two directional link sets, both as (source i, target j): their intersection
+    (precise), union (full recall) or grow-diag-final between the two (`grow_diag_final`)."""
+    if how == "intersection":
+        return forward & backward
+    if how == "union":
+        return forward | backward
+    if how == "grow-diag-final":
+        return grow_diag_final(forward, backward)
+    raise MtkitError(f"unknown symmetrization {how!r}; expected one of "
+                     f"{', '.join(SYMMETRIZATIONS)}")
+
+
 def extract_links(weights: Any, method: str = DEFAULT_METHOD, *,
                   threshold: float | None = None) -> set[Link]:
     """Word alignment links (i, j) from a (T, S) matrix by one of METHODS:
@@ -95,12 +111,7 @@ def extract_links(weights: Any, method: str = DEFAULT_METHOD, *,
         return argmax_tgt(w)
     if method == "argmax-src":
         return argmax_src(w)
-    fwd, bwd = argmax_tgt(w), argmax_src(w)
-    if method == "intersection":
-        return fwd & bwd
-    if method == "union":
-        return fwd | bwd
-    return grow_diag_final(fwd, bwd)
+    return symmetrize(argmax_tgt(w), argmax_src(w), method)  # type: ignore[arg-type]
 
 
 def format_pharaoh(links: Iterable[Link]) -> str:

@@ -4,8 +4,10 @@ word alignments, JSON, and scores against gold alignments.
 The pipeline: read source lines (and target lines with -t) -> sentencepiece ids -> without
 targets, translate with the given search and take the best hypothesis -> the teacher-forced
 attention of the chosen kind, layer and head (`Translator.attention_maps`), in length-sorted
-batches of bounded size -> each pair's matrix sliced to its real lengths -> an
+batches of bounded size -> each pair's matrix sliced to its real lengths and, for the
+cross-attention, to the rows of the chosen read-out (`mtkit.align.readout`) -> an
 `mtkit.align.AlignMatrix` (EOS dropped, pieces merged into words at word level) -> outputs.
+With a reverse model (`mtkit.align.reverse`) the links of both directions are combined.
 
 Translations are aligned by forcing the hypothesis through the model again rather than by
 reading `Hypothesis.attn`: in eval mode both give the same weights for the model's own layer
@@ -17,7 +19,6 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from contextlib import ExitStack
@@ -29,32 +30,41 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from mtkit import fileio
 from mtkit.align import (
     DEFAULT_METHOD,
+    DEFAULT_READOUT,
+    SYMMETRIZATIONS,
     AlignMatrix,
     AlignScores,
     Gold,
     Level,
     Link,
+    ReadOut,
     check_gold_bounds,
+    check_readout,
     extract_links,
     format_pharaoh,
-    from_attention,
     matrix_record,
     read_gold,
     score_corpus,
     score_links,
     write_json,
 )
+from mtkit.align.pairs import Pair as Pair  # re-exported, as before pairs.py: tests build them
+from mtkit.align.pairs import (
+    check_inputs,
+    label,
+    pair_attention,
+    read_pairs,
+    translate_pairs,
+)
+from mtkit.align.reverse import Reverse, combined_links, reverse_matrices
 from mtkit.align.viz import FORMATS, print_matrix, write_heatmap
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
-from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, DataError
 from mtkit.fileio import InvalidUtf8, atomic_write
-from mtkit.models.base import AttentionChoice, AttentionKind, Translator
+from mtkit.models.base import AttentionChoice, Translator
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.
 CHUNK_PAIRS = 1000
@@ -70,104 +80,6 @@ def choose_attention(model: Translator, recipe: Recipe, kind: str, layer: int | 
         layer = tf.align_layer if layer is None else layer
         head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
     return model.choose_attention(kind, layer, head)  # type: ignore[arg-type]
-
-
-# --------------------------------------------------------------------------- pairs and batches
-
-
-@dataclass
-class Pair:
-    """One sentence pair: its 0-based line number and piece ids without BOS/EOS (tgt is the
-    given target, or the translation once made)."""
-
-    index: int
-    src: list[int]
-    tgt: list[int] = field(default_factory=list)
-
-
-def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
-    """Every line of a text file (plain or .gz) under mtkit's text policy (`mtkit.fileio`),
-    without line ends; appends to `invalid` when invalid UTF-8 was replaced."""
-    if not Path(path).is_file():
-        raise DataError(f"{path}: {what} file not found")
-    report = InvalidUtf8(str(path))
-    try:
-        lines = [line.rstrip("\r") for line in fileio.read_lines(path, report)]
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read the {what} file ({e})") from None
-    if report.lines:
-        invalid.append(report)
-    return lines
-
-
-def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
-    """Fail early (before a model is loaded) when an input file is missing."""
-    for path, what in ((src, "source"), (tgt, "target"), (gold, "gold alignment")):
-        if path is not None and not Path(path).is_file():
-            raise DataError(f"{path}: {what} file not found")
-
-
-def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,
-               invalid: list[InvalidUtf8]) -> list[Pair]:
-    """Sentence pairs from a source file and an optional target file of as many lines."""
-    src_lines = read_lines(src, "source", invalid)
-    src_ids = tok.encode_src_lines(src_lines)
-    if tgt is None:
-        return [Pair(i, ids) for i, ids in enumerate(src_ids)]
-    tgt_lines = read_lines(tgt, "target", invalid)
-    if len(tgt_lines) != len(src_lines):
-        raise DataError(f"{tgt}: {len(tgt_lines)} lines, but the source {src} has "
-                        f"{len(src_lines)}; -t needs one target line per source line")
-    tgt_ids = tok.encode_tgt_lines(tgt_lines)
-    return [Pair(i, s, t) for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))]
-
-
-@torch.inference_mode()
-def translate_pairs(model: Translator, pairs: list[Pair], cfg: DecodeConfig, *,
-                    device: torch.device) -> None:
-    """Set each pair's target to the best hypothesis of cfg's search over its source."""
-    for idx in token_batches([len(p.src) + 1 for p in pairs], cfg.batch_tokens):
-        batch = collate([pairs[i].src for i in idx], None, idx).to(device)
-        for i, nbest in zip(idx, decode_batch(model, batch, cfg), strict=True):
-            pairs[i].tgt = list(nbest[0].tokens)
-
-
-@torch.inference_mode()
-def pair_attention(model: Translator, pairs: list[Pair], choice: AttentionChoice, *,
-                   device: torch.device, batch_tokens: int) -> list[np.ndarray]:
-    """Each pair's teacher-forced attention sliced to its real tokens, in `pairs` order:
-    cross (n_tgt + 1, n_src + 1) with the EOS step and the source EOS; encoder
-    (n_src + 1, n_src + 1) with the source EOS; decoder (n_tgt, n_tgt) without the BOS
-    position (queries and keys are the target tokens fed to the decoder)."""
-    out: list[np.ndarray] = [np.zeros((0, 0))] * len(pairs)
-    sizes = [len(p.src) + len(p.tgt) + 2 for p in pairs]
-    for idx in token_batches(sizes, batch_tokens):
-        batch = collate([pairs[i].src for i in idx], [pairs[i].tgt for i in idx],
-                        idx).to(device)
-        assert batch.tgt_in is not None
-        maps = model.attention_maps(batch.src, batch.src_lens, batch.tgt_in, choice)
-        maps = maps.float().cpu().numpy()
-        for row, i in enumerate(idx):
-            s, t = len(pairs[i].src) + 1, len(pairs[i].tgt) + 1
-            if choice.kind == "cross":
-                out[i] = maps[row, :t, :s]
-            elif choice.kind == "encoder":
-                out[i] = maps[row, :s, :s]
-            else:
-                out[i] = maps[row, 1:t, 1:t]
-    return out
-
-
-def label(tok: Tokenizer, pair: Pair, weights: np.ndarray, kind: AttentionKind,
-          level: Level) -> AlignMatrix:
-    """Tokens on both axes, EOS dropped (rows renormalised), pieces merged at word level.
-    Cross: target rows, source columns; encoder/decoder: that sentence on both axes."""
-    src, tgt = tok.src_pieces(pair.src), tok.tgt_pieces(pair.tgt)
-    rows, cols = {"cross": (tgt, src), "encoder": (src, src), "decoder": (tgt, tgt)}[kind]
-    matrix = from_attention(weights, cols, rows, level=level)
-    if kind != "cross":  # self-attention: rows are queries, columns keys
-        matrix = dataclasses.replace(matrix, axes=("key", "query"))
-    return matrix
 
 
 # --------------------------------------------------------------------------- outputs
@@ -209,6 +121,29 @@ class AlignOutputs:
         extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
 
 
+def check_reading(attention: AttentionChoice, readout: str, reverse: Reverse | None,
+                  outputs: AlignOutputs) -> None:
+    """Raise ConfigError, naming the `mtkit align` flag, when the read-out or the reverse model
+    do not fit the attention or the outputs asked for (options must never be ignored)."""
+    check_readout(readout)
+    problems = [
+        (readout != "predict" and attention.kind != "cross",
+         f"--readout {readout} chooses cross-attention rows; it excludes --self-attention"),
+        (reverse is not None and attention.kind != "cross",
+         "--reverse combines cross-attention links; it excludes --self-attention"),
+        (reverse is not None and not outputs.needs_links,
+         "--reverse combines links: add --pharaoh, --json or --gold"),
+        (reverse is not None and outputs.level != "word",
+         "--reverse needs --level word: the two models' pieces differ, their words do not"),
+    ]
+    message = "; ".join(text for bad, text in problems if bad)
+    if message:
+        raise ConfigError(message)
+    if reverse is not None and reverse.symmetrize not in SYMMETRIZATIONS:
+        raise ConfigError(f"--symmetrize: invalid choice {reverse.symmetrize!r}; expected one "
+                          f"of {', '.join(SYMMETRIZATIONS)}")
+
+
 @dataclass
 class AlignReport:
     """What a run did: pairs aligned, seconds, and with gold the corpus scores."""
@@ -228,16 +163,21 @@ class _Sinks:
     """The outputs of one run, fed one matrix at a time in input order."""
 
     def __init__(self, outputs: AlignOutputs, golds: list[Gold] | None, console: Console | None,
-                 pharaoh: IO[str] | None, what: str) -> None:
+                 pharaoh: IO[str] | None, what: str, *, src: Path,
+                 reverse: Reverse | None = None) -> None:
         self.o = outputs
         self.golds = golds
         self.console = console
         self.pharaoh = pharaoh
         self.what = what
+        self.src = src
+        self.reverse = reverse
         self.records: list[dict] = []
         self.links: list[set[Link]] = []
 
-    def add(self, index: int, matrix: AlignMatrix) -> None:
+    def add(self, index: int, matrix: AlignMatrix, reverse: AlignMatrix | None = None) -> None:
+        """One pair's outputs; `reverse`: the reverse model's (S, T) word matrix of the pair,
+        whose links are combined with the forward ones."""
         o = self.o
         if o.show and self.console is not None:
             print_matrix(matrix, self.console, title=f"sentence {index} ({self.what}, "
@@ -249,6 +189,11 @@ class _Sinks:
         if not o.needs_links:
             return
         links = extract_links(matrix.weights, o.method, threshold=o.threshold)
+        if reverse is not None:
+            assert self.reverse is not None
+            links = combined_links(links, matrix, reverse, how=self.reverse.symmetrize,
+                                   method=o.method, threshold=o.threshold,
+                                   where=f"{self.src}:{index + 1}")
         self.links.append(links)
         scores = None
         if self.golds is not None:
@@ -273,15 +218,21 @@ def _read_golds(outputs: AlignOutputs, pairs: int) -> list[Gold] | None:
 
 def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, *,
                 attention: AttentionChoice, outputs: AlignOutputs, decode: DecodeConfig,
-                device: torch.device, console: Console | None = None,
+                device: torch.device, readout: ReadOut = DEFAULT_READOUT,
+                reverse: Reverse | None = None, console: Console | None = None,
                 stdout: IO[str] | None = None) -> AlignReport:
     """Align every line of `src` with the same line of `tgt` (forced decoding) or, without
     `tgt`, with its translation by `decode`'s search; write the requested outputs.
 
-    The model must be in eval mode on `device`; `console` receives --print tables; `stdout`
-    receives the Pharaoh lines when outputs.pharaoh is '-'. Inputs and gold links are checked
-    before any model work; output files are written atomically (none on an error)."""
+    The cross-attention's rows are those of `readout` (`mtkit.align.readout`); with `reverse`,
+    a model of the other direction aligns each pair too (with the same read-out) and the links
+    written and scored are the two directions' combined (`reverse.symmetrize`); the matrices
+    shown are the forward model's. The models must be in eval mode on `device`; `console`
+    receives --print tables; `stdout` receives the Pharaoh lines when outputs.pharaoh is '-'.
+    Inputs and gold links are checked before any model work; output files are written
+    atomically (none on an error)."""
     outputs.check()
+    check_reading(attention, readout, reverse, outputs)
     check_inputs(src, tgt, outputs.gold)
     start = time.perf_counter()
     report = AlignReport()
@@ -295,15 +246,21 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
             pharaoh = stdout
         elif outputs.pharaoh is not None:
             pharaoh = stack.enter_context(atomic_write(outputs.pharaoh))
-        sinks = _Sinks(outputs, golds, console, pharaoh, attention.describe())
+        what = attention.describe() + ("" if readout == "predict" else f", {readout} read-out")
+        sinks = _Sinks(outputs, golds, console, pharaoh, what, src=src, reverse=reverse)
         for a in range(0, len(pairs), CHUNK_PAIRS):
             chunk = pairs[a: a + CHUNK_PAIRS]
             if tgt is None:
                 translate_pairs(model, chunk, decode, device=device)
             maps = pair_attention(model, chunk, attention, device=device,
                                   batch_tokens=decode.batch_tokens)
-            for pair, weights in zip(chunk, maps, strict=True):
-                sinks.add(pair.index, label(tok, pair, weights, attention.kind, outputs.level))
+            backward: list[AlignMatrix | None] = [None] * len(chunk)
+            if reverse is not None:
+                backward = list(reverse_matrices(reverse, tok, chunk, readout, device=device,
+                                                 batch_tokens=decode.batch_tokens))
+            for pair, weights, rev in zip(chunk, maps, backward, strict=True):
+                sinks.add(pair.index, label(tok, pair, weights, attention.kind, outputs.level,
+                                            readout), rev)
     if golds is not None:
         report.scores, _ = score_corpus(sinks.links, golds)
     if outputs.json is not None:

@@ -23,7 +23,7 @@ from mtkit.align import run as ar
 from mtkit.align.viz import DEFAULT_DPI, figure_size
 from mtkit.cli import app
 from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe
-from mtkit.data.batch import collate
+from mtkit.data.batch import collate, token_batches
 from mtkit.data.prep import data_dir
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
@@ -284,10 +284,10 @@ def test_head_mean_is_the_mean_of_the_heads():
 
 def test_token_batches_respect_the_budget():
     sizes = [5, 1, 9, 3, 3, 7, 2]
-    batches = list(ar.token_batches(sizes, 12))
+    batches = list(token_batches(sizes, 12))
     assert sorted(i for b in batches for i in b) == list(range(len(sizes)))
     assert all(max(sizes[i] for i in b) * len(b) <= 12 for b in batches)
-    assert list(ar.token_batches([20], 12)) == [[0]]  # too big alone still goes
+    assert list(token_batches([20], 12)) == [[0]]  # too big alone still goes
 
 
 def test_rnn_model_aligns_without_layers(rnn_run, pairs):

@@ -1,0 +1,70 @@
+"""Which decoding step's cross-attention aligns a target token: the read-out of an alignment.
+
+A teacher-forced pass over the decoder input ``BOS y_1 .. y_T`` gives T + 1 attention rows;
+row r is the step whose *input* is y_r (y_0 = BOS) and which *predicts* y_{r+1} (y_{T+1} =
+EOS). Search gives the same rows: `Hypothesis.attn` row r is the step that produced token r,
+whose input was token r - 1, and its last row is the step that produced EOS, whose input was
+y_T. So both read-outs below need no extra decoding step, after a search as after forcing.
+
+- ``predict`` (mtkit's read-out before issue 15): y_t gets row t - 1, the step that predicts
+  it; the EOS-predicting row T is kept (`drop_eos` removes it).
+- ``shift`` (Chen et al. 2020, "Accurate word alignment induction from neural machine
+  translation", §3, Shift-Att): y_t gets row t, the step that reads it as input.
+
+What the two rows have seen, per model (the reason to choose one or the other):
+
+- Transformer (every layer, any head): position r's self-attention is causal and includes
+  position r, so row r's queries know y_0..y_r. The predict row of y_t has not seen y_t: it
+  attends to what the next word may need, often the source of y_{t+1}, which is why Chen et
+  al. read the step after it. The shift row has read y_t and looks up its source.
+- RNN with Luong placement (every score function: dot, general, concat, scaled_dot, cosine,
+  location, local-m, local-p): the state s_r is computed from y_r before it attends (Luong et
+  al. 2015, §3), so row r has seen y_0..y_r, as in a Transformer: same two read-outs.
+- RNN with Bahdanau placement (every score function, additive by default): the attention is
+  scored from the previous state s_{r-1} before y_r enters the recurrence (Bahdanau et al.
+  2015, eq. 6), so row r has seen only y_0..y_{r-1}. The predict row of y_t is the paper's own
+  alignment alpha_t (its Fig. 3: the context c_t that generates y_t); the shift row has NOT
+  seen y_t either (its weights are those whose context predicts y_{t+1}), so shift is
+  predict's alignment of the next word, one word late: use predict.
+
+Shapes: T target tokens (without EOS), S source tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+from mtkit.errors import MtkitError
+
+ReadOut = Literal["predict", "shift"]
+READOUTS: tuple[ReadOut, ...] = ("predict", "shift")
+DEFAULT_READOUT: ReadOut = "predict"
+
+M = TypeVar("M")  # a numpy array or a torch tensor: anything sliceable by rows
+
+
+def check_readout(readout: str) -> ReadOut:
+    """`readout` if it is one of READOUTS, else MtkitError listing them."""
+    if readout not in READOUTS:
+        raise MtkitError(f"unknown attention read-out {readout!r}; expected one of "
+                         f"{', '.join(READOUTS)}")
+    return readout  # type: ignore[return-value]
+
+
+def select_rows(attn: M, n_tgt: int, readout: ReadOut) -> M:
+    """The rows of a cross-attention matrix that align the n_tgt target tokens.
+
+    attn: (n_tgt + 1, S), row r the step whose input is y_r (see the module docstring);
+    returns predict: attn as it is (row t - 1 for y_t, then the EOS-predicting row, which
+    `drop_eos` drops; a matrix without that row passes too, as before read-outs existed);
+    shift: the n_tgt rows 1..n_tgt (row t for y_t). Raises ValueError when shift gets a matrix
+    without n_tgt + 1 rows: without the step that reads y_T there is no shift read-out."""
+    if readout == "predict":
+        return attn
+    assert readout == "shift", readout
+    rows = len(attn)  # type: ignore[arg-type]
+    if rows != n_tgt + 1:
+        raise ValueError(f"attention with {rows} rows for {n_tgt} target tokens; the shift "
+                         f"read-out needs {n_tgt + 1} (one per decoder input: BOS and every "
+                         "token)")
+    return attn[1:]  # type: ignore[index]
