@@ -20,8 +20,9 @@ from mtkit.align.links import Symmetrization, extract_links, symmetrize
 from mtkit.align.matrix import AlignMatrix, Link
 from mtkit.align.pairs import Pair, label, pair_attention
 from mtkit.align.readout import ReadOut
+from mtkit.config import DataConfig
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import DataError
+from mtkit.errors import ConfigError, DataError
 from mtkit.models.base import AttentionChoice, Translator
 
 
@@ -34,6 +35,23 @@ class Reverse:
     tok: Tokenizer
     attention: AttentionChoice
     symmetrize: Symmetrization = "grow-diag-final"
+
+
+def check_direction(forward: DataConfig, reverse: DataConfig, *, name: str) -> str | None:
+    """Raise ConfigError (naming --reverse `name`) when the recipes' language labels show that
+    the reverse model does not translate target -> source. Returns a warning instead when
+    both keep the default labels (src, tgt), which say nothing about the languages; None when
+    the labels match."""
+    default = (DataConfig.src_lang, DataConfig.tgt_lang)
+    fwd, rev = (forward.src_lang, forward.tgt_lang), (reverse.src_lang, reverse.tgt_lang)
+    if fwd == default and rev == default:
+        return (f"--reverse {name}: both models keep the default language labels "
+                f"({default[0]} -> {default[1]}), so mtkit cannot check that it translates "
+                "the other direction")
+    if rev != fwd[::-1]:
+        raise ConfigError(f"--reverse {name}: translates {rev[0]} -> {rev[1]}; expected "
+                          f"{fwd[1]} -> {fwd[0]}, the other direction of the model aligned")
+    return None
 
 
 def reverse_matrices(rev: Reverse, tok: Tokenizer, pairs: list[Pair], readout: ReadOut, *,

@@ -33,6 +33,7 @@ from rich.console import Console
 from mtkit.align import (
     DEFAULT_METHOD,
     DEFAULT_READOUT,
+    READOUTS,
     SYMMETRIZATIONS,
     AlignMatrix,
     AlignScores,
@@ -41,7 +42,6 @@ from mtkit.align import (
     Link,
     ReadOut,
     check_gold_bounds,
-    check_readout,
     extract_links,
     format_pharaoh,
     matrix_record,
@@ -121,27 +121,26 @@ class AlignOutputs:
         extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
 
 
-def check_reading(attention: AttentionChoice, readout: str, reverse: Reverse | None,
-                  outputs: AlignOutputs) -> None:
-    """Raise ConfigError, naming the `mtkit align` flag, when the read-out or the reverse model
-    do not fit the attention or the outputs asked for (options must never be ignored)."""
-    check_readout(readout)
-    problems = [
-        (readout != "predict" and attention.kind != "cross",
+def reading_problems(*, kind: str, readout: str, reverse: bool, symmetrize: str,
+                     needs_links: bool, level: str) -> list[str]:
+    """What is wrong with a read-out and a reverse model for this attention kind and these
+    outputs, each problem naming its `mtkit align` flag (the command checks them before
+    loading a model, `align_files` again: options are never accepted and then ignored)."""
+    checks = [
+        (readout not in READOUTS,
+         f"--readout: invalid choice {readout!r}; expected one of {', '.join(READOUTS)}"),
+        (readout != "predict" and kind != "cross",
          f"--readout {readout} chooses cross-attention rows; it excludes --self-attention"),
-        (reverse is not None and attention.kind != "cross",
+        (reverse and kind != "cross",
          "--reverse combines cross-attention links; it excludes --self-attention"),
-        (reverse is not None and not outputs.needs_links,
-         "--reverse combines links: add --pharaoh, --json or --gold"),
-        (reverse is not None and outputs.level != "word",
+        (reverse and not needs_links, "--reverse combines links: add --pharaoh, --json or "
+         "--gold"),
+        (reverse and level != "word",
          "--reverse needs --level word: the two models' pieces differ, their words do not"),
+        (symmetrize not in SYMMETRIZATIONS, f"--symmetrize: invalid choice {symmetrize!r}; "
+         f"expected one of {', '.join(SYMMETRIZATIONS)}"),
     ]
-    message = "; ".join(text for bad, text in problems if bad)
-    if message:
-        raise ConfigError(message)
-    if reverse is not None and reverse.symmetrize not in SYMMETRIZATIONS:
-        raise ConfigError(f"--symmetrize: invalid choice {reverse.symmetrize!r}; expected one "
-                          f"of {', '.join(SYMMETRIZATIONS)}")
+    return [message for bad, message in checks if bad]
 
 
 @dataclass
@@ -232,7 +231,12 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     Inputs and gold links are checked before any model work; output files are written
     atomically (none on an error)."""
     outputs.check()
-    check_reading(attention, readout, reverse, outputs)
+    problems = reading_problems(
+        kind=attention.kind, readout=readout, reverse=reverse is not None,
+        symmetrize=reverse.symmetrize if reverse else "grow-diag-final",
+        needs_links=outputs.needs_links, level=outputs.level)
+    if problems:
+        raise ConfigError("; ".join(problems))
     check_inputs(src, tgt, outputs.gold)
     start = time.perf_counter()
     report = AlignReport()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,7 +18,7 @@ from mtkit.cli.options import (
     refuse,
     search_method,
 )
-from mtkit.errors import ConfigError
+from mtkit.errors import ConfigError, MtkitError
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,15 @@ class AlignFlags:
     show: bool
     links: bool  # some output of links: --pharaoh, --json or --gold
     stdout_links: bool  # --pharaoh -
+    level: str
+    readout: str | None
+    reverse: bool  # --reverse RUN given
+    symmetrize: str | None
 
     def problems(self) -> list[str]:
         """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
-        from mtkit.align import METHODS
+        from mtkit.align import DEFAULT_READOUT, METHODS
+        from mtkit.align.run import reading_problems
         from mtkit.align.viz import FORMATS
 
         fmt, method = self.heatmap_format, self.method
@@ -68,8 +73,14 @@ class AlignFlags:
              "--threshold needs --align-method threshold"),
             (self.show and self.stdout_links,
              "--print and --pharaoh - both write to stdout; give a file"),
+            (self.symmetrize is not None and not self.reverse,
+             "--symmetrize combines the links of two models: add --reverse RUN"),
         ]
-        return [message for bad, message in checks if bad]
+        return [message for bad, message in checks if bad] + reading_problems(
+            kind="cross" if self.self_attention is None else self.self_attention,
+            readout=self.readout or DEFAULT_READOUT, reverse=self.reverse,
+            symmetrize=self.symmetrize or "grow-diag-final", needs_links=self.links,
+            level=self.level)
 
 
 def _head(value: str | None) -> int | str | None:
@@ -78,6 +89,24 @@ def _head(value: str | None) -> int | str | None:
     if value.isdigit():
         return int(value)
     raise ConfigError(f"--head: expected a head number (0, 1, ...) or mean, got {value!r}")
+
+
+def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
+                   head: int | str | None, symmetrize: str) -> Any:
+    """The --reverse model as an `mtkit.align.reverse.Reverse`: loaded, its direction checked
+    against the forward recipe's data section, the same --layer/--head chosen on it."""
+    from mtkit.align.reverse import Reverse, check_direction
+    from mtkit.run import load_model
+
+    net, recipe, tok = load_model(path, device)
+    warning = check_direction(forward, recipe.data, name=str(path))
+    if warning is not None:
+        typer.echo(f"mtkit: warning: {warning}", err=True)
+    try:
+        choice = net.choose_attention("cross", layer, head)  # type: ignore[arg-type]
+    except MtkitError as e:
+        raise ConfigError(f"--reverse {path}: {e}") from None
+    return Reverse(net, tok, choice, symmetrize)  # type: ignore[arg-type]
 
 
 def align(
@@ -126,6 +155,18 @@ def align(
     self_attention: Annotated[str | None, typer.Option(
         "--self-attention", metavar="SIDE", help="encoder or decoder: show that "
         "self-attention instead of the cross-attention.")] = None,
+    readout: Annotated[str | None, typer.Option(
+        "--readout", metavar="READOUT", help="Which decoding step's cross-attention aligns "
+        "target word y_t: predict, the step that predicts y_t; or shift, the step that reads "
+        "y_t as its input (Chen et al. 2020); see above for each model (default: predict).")]
+    = None,
+    reverse: Annotated[Path | None, typer.Option(
+        "--reverse", metavar="RUN", help="A run or checkpoint of the other direction (target "
+        "-> source): it aligns every pair too, with the same --readout, --layer, --head and "
+        "--align-method, and the links written and scored combine both directions.")] = None,
+    symmetrize: Annotated[str | None, typer.Option(
+        "--symmetrize", metavar="HOW", help="With --reverse: grow-diag-final (Koehn et al. "
+        "2003), intersection (precise) or union (default: grow-diag-final).")] = None,
     gold: Annotated[Path | None, typer.Option(
         "--gold", metavar="FILE", help="Gold links of the -t pairs (sure i-j, possible i?j "
         "or ipj), one line per pair: print AER, precision and recall.")] = None,
@@ -161,6 +202,16 @@ def align(
     RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file. Outputs:
     terminal tables, heatmaps, Pharaoh links, JSON, and AER against gold links.
 
+    Read-outs (--readout): the decoder step whose input is y_t predicts y_t+1. predict reads
+    the step before (the one that predicts y_t), shift the step itself. A Transformer's
+    queries there have seen y_t (causal self-attention includes the position itself), and so
+    has a Luong-placement RNN's (it attends after the recurrence read y_t): Chen et al. find
+    the shift step aligns y_t better in real Transformer models. A Bahdanau-placement RNN
+    (any score function) attends from the previous state, before reading y_t, so its shift
+    row has not seen y_t either and aligns the next word: use predict, the paper's own
+    alignment. On synthetic copy-like tasks tiny models of every kind align best with
+    predict (tests/system/test_shift_align.py).
+
     Example: mtkit align runs/en-de-multi30k -s test.en -t test.de --pharaoh test.align
     --gold gold.txt
 
@@ -169,7 +220,7 @@ def align(
     import torch
     from rich.console import Console
 
-    from mtkit.align import DEFAULT_METHOD
+    from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT
     from mtkit.align import run as ar
     from mtkit.device import inference_device
     from mtkit.run import load_model
@@ -183,7 +234,8 @@ def align(
         greedy=greedy, beam=beam, self_attention=self_attention, heatmap_format=fmt,
         heatmap=heatmap, one_based=one_based, gold=gold, method=method, threshold=threshold,
         show=show, links=pharaoh is not None or json_out is not None or gold is not None,
-        stdout_links=str(pharaoh) == "-").problems())
+        stdout_links=str(pharaoh) == "-", level=level, readout=readout,
+        reverse=reverse is not None, symmetrize=symmetrize).problems())
     outputs = ar.AlignOutputs(
         show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
         json=json_out, gold=gold, one_based=one_based, level=level,  # type: ignore[arg-type]
@@ -195,12 +247,17 @@ def align(
     dev = inference_device(device)
     net, recipe, tok = load_model(model, dev)
     choice = ar.choose_attention(net, recipe, self_attention or "cross", layer, _head(head))
+    backward = None
+    if reverse is not None:
+        backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),
+                                  symmetrize=symmetrize or "grow-diag-final")
     cfg = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam, nbest=1,
                       length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
                       max_len_b=max_len_b, min_len=min_len,
                       batch_tokens=batch_tokens).over(recipe.decode)
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
-                            device=dev, console=Console(highlight=False), stdout=sys.stdout)
+                            device=dev, readout=readout or DEFAULT_READOUT, reverse=backward,
+                            console=Console(highlight=False), stdout=sys.stdout)
     for invalid in report.invalid_utf8:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     if report.scores is not None:  # on stderr when stdout carries the links

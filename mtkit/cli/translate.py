@@ -37,11 +37,12 @@ class TranslateFlags:
     fmt: str
     align: bool
     align_method: str | None
+    readout: str | None
     ensemble_mode: str | None
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
-        from mtkit.align import METHODS
+        from mtkit.align import METHODS, READOUTS
         from mtkit.translate import FORMATS
 
         methods = [m for m in METHODS if m != "threshold"]
@@ -54,6 +55,9 @@ class TranslateFlags:
             (self.align_method is not None and not self.align, "--align-method needs --align"),
             (self.align_method not in (None, *methods), f"--align-method: invalid choice "
              f"{self.align_method!r}; expected one of {', '.join(methods)}"),
+            (self.readout is not None and not self.align, "--readout needs --align"),
+            (self.readout not in (None, *READOUTS), f"--readout: invalid choice "
+             f"{self.readout!r}; expected one of {', '.join(READOUTS)}"),
             (self.ensemble_mode is not None and self.models < 2,
              "--ensemble-mode: needs two or more models"),
             (self.ensemble_mode not in (None, "logprob", "prob"), "--ensemble-mode: invalid "
@@ -119,6 +123,11 @@ def translate(
     align_method: Annotated[str | None, typer.Option(
         "--align-method", metavar="METHOD", help="Link extraction: argmax-tgt, argmax-src, "
         "intersection, union or grow-diag-final (default: argmax-tgt).")] = None,
+    readout: Annotated[str | None, typer.Option(
+        "--readout", metavar="READOUT", help="Which step's attention aligns target word y_t: "
+        "predict, the step that predicts y_t; or shift, the step that reads y_t as its input "
+        "(Chen et al. 2020); both come from the search itself, no second pass. See `mtkit "
+        "align --help` for which suits which model (default: predict).")] = None,
     ensemble_mode: Annotated[str | None, typer.Option(
         "--ensemble-mode", metavar="MODE", help="With several models: logprob, the average of "
         "the log-probabilities, renormalised; or prob, the average of the probabilities "
@@ -137,12 +146,12 @@ def translate(
     import torch
 
     from mtkit import translate as tr
-    from mtkit.align import DEFAULT_METHOD
+    from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT
     from mtkit.device import inference_device
 
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
-        align_method=align_method, ensemble_mode=ensemble_mode).problems())
+        align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
     if input is not None and output is not None and output.exists() and (
@@ -170,7 +179,8 @@ def translate(
                         "so it gives no alignment")
     refuse(problems)
     interactive = input is None and sys.stdin.isatty()  # translate each line as it is typed
-    align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD) if align else None
+    align_fn = (tr.pharaoh_aligner(align_method or DEFAULT_METHOD, readout or DEFAULT_READOUT)
+                if align else None)
     chunk_lines = 1 if interactive else tr.CHUNK_LINES
     if exported is not None:
         from mtkit.export.ct2_translate import CT2Translator
