@@ -89,8 +89,11 @@ def test_float32_export_greedy_and_attention_equal_mtkit(i, toy_run, test_src, t
     run = _random_run(toy_run, tmp_path / "run", options, align_layer=i % 2 - 1,
                       align_head=None if i % 3 == 0 else i % 4, seed=i)
     out = _export(run, tmp_path / "ct2")
-    want = _cli("translate", run, "--greedy", "--align", "-i", test_src)
-    got = _cli("translate", out, "--greedy", "--align", "-i", test_src)
+    # every other set reads the shift rows: the engine's attention must hold the step after
+    # the last kept token (whose input it is) as mtkit's search does
+    readout = ("predict", "shift")[i % 2]
+    want = _cli("translate", run, "--greedy", "--align", "--readout", readout, "-i", test_src)
+    got = _cli("translate", out, "--greedy", "--align", "--readout", readout, "-i", test_src)
     assert want.exit_code == 0 and got.exit_code == 0, (want.output, got.output)
     assert got.stdout == want.stdout
     assert len(set(want.stdout.splitlines())) > 10  # not one degenerate output for all
