@@ -163,7 +163,8 @@ def align(
     reverse: Annotated[Path | None, typer.Option(
         "--reverse", metavar="RUN", help="A run or checkpoint of the other direction (target "
         "-> source): it aligns every pair too, with the same --readout, --layer, --head and "
-        "--align-method, and the links written and scored combine both directions.")] = None,
+        "--align-method, and the links written and scored combine both directions (default: "
+        "none, one direction).")] = None,
     symmetrize: Annotated[str | None, typer.Option(
         "--symmetrize", metavar="HOW", help="With --reverse: grow-diag-final (Koehn et al. "
         "2003), intersection (precise) or union (default: grow-diag-final).")] = None,
@@ -202,15 +203,20 @@ def align(
     RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file. Outputs:
     terminal tables, heatmaps, Pharaoh links, JSON, and AER against gold links.
 
-    Read-outs (--readout): the decoder step whose input is y_t predicts y_t+1. predict reads
-    the step before (the one that predicts y_t), shift the step itself. A Transformer's
-    queries there have seen y_t (causal self-attention includes the position itself), and so
-    has a Luong-placement RNN's (it attends after the recurrence read y_t): Chen et al. find
-    the shift step aligns y_t better in real Transformer models. A Bahdanau-placement RNN
-    (any score function) attends from the previous state, before reading y_t, so its shift
-    row has not seen y_t either and aligns the next word: use predict, the paper's own
-    alignment. On synthetic copy-like tasks tiny models of every kind align best with
-    predict (tests/system/test_shift_align.py).
+    Read-outs (--readout): the decoder step whose input is y_t predicts y_t+1. predict aligns
+    y_t with the step before (the one that predicts it), shift with the step itself (Chen et
+    al. 2020).
+
+    Transformer, and RNN with Luong placement: the shift step has seen y_t (causal
+    self-attention includes the position; Luong attends after the recurrence read y_t). Chen
+    et al. find shift aligns better in Transformers trained on real language pairs.
+
+    RNN with Bahdanau placement (any score function): attention is scored from the previous
+    state, before y_t is read, so the shift row has not seen y_t and aligns the next word:
+    use predict, the paper's own alignment.
+
+    On synthetic tasks (tests/system/test_shift_align.py) tiny models of every kind align best
+    with predict; bench/align_quality.py measures both on real data.
 
     Example: mtkit align runs/en-de-multi30k -s test.en -t test.de --pharaoh test.align
     --gold gold.txt
