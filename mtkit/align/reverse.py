@@ -40,14 +40,14 @@ class Reverse:
 def check_direction(forward: DataConfig, reverse: DataConfig, *, name: str) -> str | None:
     """Raise ConfigError (naming --reverse `name`) when the recipes' language labels show that
     the reverse model does not translate target -> source. Returns a warning instead when
-    both keep the default labels (src, tgt), which say nothing about the languages; None when
-    the labels match."""
+    either recipe keeps the default labels (src, tgt), which say nothing about the languages;
+    None when the labels match."""
     default = (DataConfig.src_lang, DataConfig.tgt_lang)
     fwd, rev = (forward.src_lang, forward.tgt_lang), (reverse.src_lang, reverse.tgt_lang)
-    if fwd == default and rev == default:
-        return (f"--reverse {name}: both models keep the default language labels "
-                f"({default[0]} -> {default[1]}), so mtkit cannot check that it translates "
-                "the other direction")
+    if default in (fwd, rev):
+        return (f"--reverse {name}: a recipe keeps the default language labels ({default[0]} "
+                f"-> {default[1]}), so mtkit cannot check that {name} translates "
+                f"{fwd[1]} -> {fwd[0]}")
     if rev != fwd[::-1]:
         raise ConfigError(f"--reverse {name}: translates {rev[0]} -> {rev[1]}; expected "
                           f"{fwd[1]} -> {fwd[0]}, the other direction of the model aligned")

@@ -157,5 +157,6 @@ def test_reverse_direction_from_the_language_labels():
     with pytest.raises(ConfigError, match=r"^--reverse runs/x: translates en -> de; expected "
                        r"de -> en"):
         check_direction(en_de, en_de, name="runs/x")
-    warning = check_direction(DataConfig(), DataConfig(), name="runs/y")
-    assert warning is not None and "default language labels" in warning
+    for unlabelled in ((DataConfig(), DataConfig()), (en_de, DataConfig())):
+        warning = check_direction(*unlabelled, name="runs/y")
+        assert warning is not None and "default language labels" in warning
