@@ -14,9 +14,12 @@ y_T. So both read-outs below need no extra decoding step, after a search as afte
 What the two rows have seen, per model (the reason to choose one or the other):
 
 - Transformer (every layer, any head): position r's self-attention is causal and includes
-  position r, so row r's queries know y_0..y_r. The predict row of y_t has not seen y_t: it
-  attends to what the next word may need, often the source of y_{t+1}, which is why Chen et
-  al. read the step after it. The shift row has read y_t and looks up its source.
+  position r, so row r's queries know y_0..y_r. The predict row of y_t has not seen y_t yet;
+  Chen et al. find that in their models it often attends elsewhere, and that the shift row,
+  which has read y_t, finds its source. In the mtkit models measured so far (tiny ones on
+  tests/system/test_shift_align.py's tasks; the CPU demo's Multi30k model in bench/RESULTS.md)
+  it is the other way round: the predict row looks up the source of the word it predicts, and
+  the shift row that of the next word.
 - RNN with Luong placement (every score function: dot, general, concat, scaled_dot, cosine,
   location, local-m, local-p): the state s_r is computed from y_r before it attends (Luong et
   al. 2015, §3), so row r has seen y_0..y_r, as in a Transformer: same two read-outs.
