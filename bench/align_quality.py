@@ -15,7 +15,7 @@ and cached in --work. mtkit's words are sentencepiece's (pieces merged at '▁')
 same whitespace words; a sentence where the two counts differ is left out and counted.
 
 For each run (a Transformer: every decoder layer, the mean over heads and each head; an RNN:
-its one attention) and each read-out (predict, shift: `mtkit align --help`), the test2016
+its one attention) and each read-out (current, shift: `mtkit align --help`), the test2016
 reference pairs are aligned by forced decoding as `mtkit align -t --readout R --layer L
 --head H` does, links extracted by --align-method (default argmax-tgt), and scored with
 eflomal's links as both sure and possible gold. BLEU: test2016 translated with the run's
@@ -191,16 +191,16 @@ def bleu(run: Path) -> tuple[float, str]:
 
 def _table(run: Path, rows: list[Row], kept: int, total: int, method: str) -> str:
     out = [f"{run}: AER against eflomal ({method} links; {kept} of {total} {SPLIT} pairs)",
-           f"  {'layer':>5}  {'head':>4}  {'predict':>7}  {'shift':>7}   "
-           f"(precision / recall: predict | shift)"]
+           f"  {'layer':>5}  {'head':>4}  {'current':>7}  {'shift':>7}   "
+           f"(precision / recall: current | shift)"]
     by = {(r.layer, str(r.head), r.readout): r for r in rows}
     for layer, head in dict.fromkeys((r.layer, str(r.head)) for r in rows):
-        p, s = by[(layer, head, "predict")], by[(layer, head, "shift")]
+        p, s = by[(layer, head, "current")], by[(layer, head, "shift")]
         out.append(f"  {'-' if layer is None else layer:>5}  {head if head != 'None' else '-':>4}"
                    f"  {p.aer:7.3f}  {s.aer:7.3f}   ({p.precision:.2f}/{p.recall:.2f} | "
                    f"{s.precision:.2f}/{s.recall:.2f})")
     best = {ro: min((r for r in rows if r.readout == ro), key=lambda r: r.aer)
-            for ro in ("predict", "shift")}
+            for ro in ("current", "shift")}
     where = {ro: "" if r.layer is None else f" (layer {r.layer}, head {r.head})"
              for ro, r in best.items()}
     out.append("  best: " + "; ".join(f"{ro} {r.aer:.3f}{where[ro]}" for ro, r in best.items()))

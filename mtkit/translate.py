@@ -21,7 +21,7 @@ from typing import IO, Any, Literal
 
 import torch
 
-from mtkit.align import ReadOut, extract_links, format_pharaoh, from_attention, select_rows
+from mtkit.align import Readout, extract_links, format_pharaoh, from_attention, select_rows
 from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
 from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
@@ -38,7 +38,7 @@ AlignFn = Callable[[list[str], list[str], torch.Tensor], str]
 CHUNK_LINES = 2000
 
 
-def pharaoh_aligner(method: str = "argmax-tgt", readout: ReadOut = "predict") -> AlignFn:
+def pharaoh_aligner(method: str = "argmax-tgt", readout: Readout = "current") -> AlignFn:
     """Word alignments from a hypothesis's attention: the rows of `readout`, pieces merged
     into words, EOS dropped (mtkit.align). No second pass is needed for the shift read-out:
     a search's attention (`Hypothesis.attn`, mtkit's or CTranslate2's) ends with the step that

@@ -1,7 +1,7 @@
 """Word alignment from attention: subword-to-word merging, Pharaoh link extraction, AER, and
 `mtkit align` itself.
 
-Modules: `readout` (which decoding step's attention rows align the target tokens: `predict`
+Modules: `readout` (which decoding step's attention rows align the target tokens: `current`
 or Chen et al.'s `shift`), `matrix` (attention as a word-level matrix), `links` (link
 extraction, symmetrization, Pharaoh format), `gold` (gold links, AER), `records` (JSON), `viz`
 (heatmaps, terminal tables), `run` (reading pairs, a model's attention for them, the outputs)
@@ -53,16 +53,17 @@ from mtkit.align.matrix import (
 from mtkit.align.readout import (
     DEFAULT_READOUT,
     READOUTS,
-    ReadOut,
+    Readout,
     check_readout,
+    default_readout,
     select_rows,
 )
 from mtkit.align.records import matrix_record, write_json
 
 __all__ = ["DEFAULT_METHOD", "DEFAULT_READOUT", "DEFAULT_THRESHOLD", "EOS_TOKEN", "METHODS",
            "READOUTS", "SYMMETRIZATIONS", "WORD_START", "AlignMatrix", "AlignScores", "Gold",
-           "Level", "Link", "ReadOut", "Symmetrization", "argmax_src", "argmax_tgt", "as_array",
-           "check_gold_bounds", "check_readout", "drop_eos", "extract_links", "format_pharaoh",
-           "from_attention", "grow_diag_final", "matrix_record", "merge_subwords",
-           "parse_links", "read_gold", "score_corpus", "score_links", "select_rows",
-           "symmetrize", "word_ids", "words", "write_json"]
+           "Level", "Link", "Readout", "Symmetrization", "argmax_src", "argmax_tgt", "as_array",
+           "check_gold_bounds", "check_readout", "default_readout", "drop_eos", "extract_links",
+           "format_pharaoh", "from_attention", "grow_diag_final", "matrix_record", "merge_subwords",
+           "parse_links", "read_gold", "score_corpus", "score_links", "select_rows", "symmetrize",
+           "word_ids", "words", "write_json"]

@@ -15,7 +15,7 @@ import torch
 
 from mtkit import fileio
 from mtkit.align.matrix import AlignMatrix, Level, from_attention
-from mtkit.align.readout import ReadOut, select_rows
+from mtkit.align.readout import Readout, select_rows
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate, token_batches
 from mtkit.data.spm import Tokenizer
@@ -115,7 +115,7 @@ def pair_attention(model: Translator, pairs: list[Pair], choice: AttentionChoice
 
 
 def label(tok: Tokenizer, pair: Pair, weights: np.ndarray, kind: AttentionKind,
-          level: Level, readout: ReadOut = "predict") -> AlignMatrix:
+          level: Level, readout: Readout = "current") -> AlignMatrix:
     """Tokens on both axes, EOS dropped (rows renormalised), pieces merged at word level.
     Cross: target rows (those of `readout`), source columns; encoder/decoder: that sentence
     on both axes (the read-out applies to the cross-attention only)."""
@@ -124,7 +124,7 @@ def label(tok: Tokenizer, pair: Pair, weights: np.ndarray, kind: AttentionKind,
     if kind == "cross":
         weights = select_rows(weights, len(pair.tgt), readout)
     else:
-        assert readout == "predict", "a read-out chooses cross-attention rows"
+        assert readout == "current", "a read-out chooses cross-attention rows"
     matrix = from_attention(weights, cols, rows, level=level)
     if kind != "cross":  # self-attention: rows are queries, columns keys
         matrix = dataclasses.replace(matrix, axes=("key", "query"))

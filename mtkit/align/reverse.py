@@ -19,7 +19,7 @@ import torch
 from mtkit.align.links import Symmetrization, extract_links, symmetrize
 from mtkit.align.matrix import AlignMatrix, Link
 from mtkit.align.pairs import Pair, label, pair_attention
-from mtkit.align.readout import ReadOut
+from mtkit.align.readout import Readout
 from mtkit.config import DataConfig
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import ConfigError, DataError
@@ -28,12 +28,13 @@ from mtkit.models.base import AttentionChoice, Translator
 
 @dataclass(frozen=True)
 class Reverse:
-    """A model of the other direction (in eval mode), its tokenizer, the attention to read
-    (from its own `choose_attention`) and how to combine its links with the forward ones."""
+    """A model of the other direction (in eval mode), its tokenizer, the attention and the
+    read-out to take from it, and how to combine its links with the forward ones."""
 
     model: Translator
     tok: Tokenizer
     attention: AttentionChoice
+    readout: Readout = "current"
     symmetrize: Symmetrization = "grow-diag-final"
 
 
@@ -54,7 +55,7 @@ def check_direction(forward: DataConfig, reverse: DataConfig, *, name: str) -> s
     return None
 
 
-def reverse_matrices(rev: Reverse, tok: Tokenizer, pairs: list[Pair], readout: ReadOut, *,
+def reverse_matrices(rev: Reverse, tok: Tokenizer, pairs: list[Pair], *,
                      device: torch.device, batch_tokens: int) -> list[AlignMatrix]:
     """The reverse model's word-level (S, T) matrix of each pair, in `pairs` order: the
     pair's target text (a translation: the forward tokenizer's decoding of it) as its source,
@@ -66,7 +67,7 @@ def reverse_matrices(rev: Reverse, tok: Tokenizer, pairs: list[Pair], readout: R
                             tgt_text, p.src_text))
     maps = pair_attention(rev.model, flipped, rev.attention, device=device,
                           batch_tokens=batch_tokens)
-    return [label(rev.tok, p, w, "cross", "word", readout)
+    return [label(rev.tok, p, w, "cross", "word", rev.readout)
             for p, w in zip(flipped, maps, strict=True)]
 
 

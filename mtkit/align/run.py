@@ -40,7 +40,7 @@ from mtkit.align import (
     Gold,
     Level,
     Link,
-    ReadOut,
+    Readout,
     check_gold_bounds,
     extract_links,
     format_pharaoh,
@@ -129,7 +129,7 @@ def reading_problems(*, kind: str, readout: str, reverse: bool, symmetrize: str,
     checks = [
         (readout not in READOUTS,
          f"--readout: invalid choice {readout!r}; expected one of {', '.join(READOUTS)}"),
-        (readout != "predict" and kind != "cross",
+        (readout != "current" and kind != "cross",
          f"--readout {readout} chooses cross-attention rows; it excludes --self-attention"),
         (reverse and kind != "cross",
          "--reverse combines cross-attention links; it excludes --self-attention"),
@@ -217,14 +217,14 @@ def _read_golds(outputs: AlignOutputs, pairs: int) -> list[Gold] | None:
 
 def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, *,
                 attention: AttentionChoice, outputs: AlignOutputs, decode: DecodeConfig,
-                device: torch.device, readout: ReadOut = DEFAULT_READOUT,
+                device: torch.device, readout: Readout = DEFAULT_READOUT,
                 reverse: Reverse | None = None, console: Console | None = None,
                 stdout: IO[str] | None = None) -> AlignReport:
     """Align every line of `src` with the same line of `tgt` (forced decoding) or, without
     `tgt`, with its translation by `decode`'s search; write the requested outputs.
 
     The cross-attention's rows are those of `readout` (`mtkit.align.readout`); with `reverse`,
-    a model of the other direction aligns each pair too (with the same read-out) and the links
+    a model of the other direction aligns each pair too (with its own read-out) and the links
     written and scored are the two directions' combined (`reverse.symmetrize`); the matrices
     shown are the forward model's. The models must be in eval mode on `device`; `console`
     receives --print tables; `stdout` receives the Pharaoh lines when outputs.pharaoh is '-'.
@@ -250,7 +250,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
             pharaoh = stdout
         elif outputs.pharaoh is not None:
             pharaoh = stack.enter_context(atomic_write(outputs.pharaoh))
-        what = attention.describe() + ("" if readout == "predict" else f", {readout} read-out")
+        what = attention.describe() + ("" if readout == "current" else f", {readout} read-out")
         sinks = _Sinks(outputs, golds, console, pharaoh, what, src=src, reverse=reverse)
         for a in range(0, len(pairs), CHUNK_PAIRS):
             chunk = pairs[a: a + CHUNK_PAIRS]
@@ -260,7 +260,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
                                   batch_tokens=decode.batch_tokens)
             backward: list[AlignMatrix | None] = [None] * len(chunk)
             if reverse is not None:
-                backward = list(reverse_matrices(reverse, tok, chunk, readout, device=device,
+                backward = list(reverse_matrices(reverse, tok, chunk, device=device,
                                                  batch_tokens=decode.batch_tokens))
             for pair, weights, rev in zip(chunk, maps, backward, strict=True):
                 sinks.add(pair.index, label(tok, pair, weights, attention.kind, outputs.level,

@@ -92,9 +92,12 @@ def _head(value: str | None) -> int | str | None:
 
 
 def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
-                   head: int | str | None, symmetrize: str) -> Any:
+                   head: int | str | None, readout: str | None, symmetrize: str) -> Any:
     """The --reverse model as an `mtkit.align.reverse.Reverse`: loaded, its direction checked
-    against the forward recipe's data section, the same --layer/--head chosen on it."""
+    against the forward recipe's data section, the same --layer/--head/--readout chosen on it
+    (those not given: its own defaults, e.g. what its guided alignment supervised)."""
+    from mtkit.align import run as ar
+    from mtkit.align.readout import default_readout
     from mtkit.align.reverse import Reverse, check_direction
     from mtkit.run import load_model
 
@@ -103,10 +106,11 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     if warning is not None:
         typer.echo(f"mtkit: warning: {warning}", err=True)
     try:
-        choice = net.choose_attention("cross", layer, head)  # type: ignore[arg-type]
+        choice = ar.choose_attention(net, recipe, "cross", layer, head)
     except MtkitError as e:
         raise ConfigError(f"--reverse {path}: {e}") from None
-    return Reverse(net, tok, choice, symmetrize)  # type: ignore[arg-type]
+    return Reverse(net, tok, choice, readout or default_readout(recipe),  # type: ignore[arg-type]
+                   symmetrize)  # type: ignore[arg-type]
 
 
 def align(
@@ -157,12 +161,13 @@ def align(
         "self-attention instead of the cross-attention.")] = None,
     readout: Annotated[str | None, typer.Option(
         "--readout", metavar="READOUT", help="Which decoding step's cross-attention aligns "
-        "target word y_t: predict, the step that predicts y_t; or shift, the step that reads "
-        "y_t as its input (Chen et al. 2020); see above for each model (default: predict).")]
+        "target word y_t: current, the step that predicts y_t; or shift, the step that reads "
+        "y_t as its input (Chen et al. 2020); see above for each model (default: current; for a "
+        "run trained with guided alignment, the read-out it supervised).")]
     = None,
     reverse: Annotated[Path | None, typer.Option(
         "--reverse", metavar="RUN", help="A run or checkpoint of the other direction (target "
-        "-> source): it aligns every pair too, with the same --readout, --layer, --head and "
+        "-> source): it aligns every pair too, with the --readout, --layer, --head and "
         "--align-method, and the links written and scored combine both directions (default: "
         "none, one direction).")] = None,
     symmetrize: Annotated[str | None, typer.Option(
@@ -203,7 +208,7 @@ def align(
     RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file. Outputs:
     terminal tables, heatmaps, Pharaoh links, JSON, and AER against gold links.
 
-    Read-outs (--readout): the decoder step whose input is y_t predicts y_t+1. predict aligns
+    Read-outs (--readout): the decoder step whose input is y_t predicts y_t+1. current aligns
     y_t with the step before (the one that predicts it), shift with the step itself (Chen et
     al. 2020).
 
@@ -213,10 +218,10 @@ def align(
 
     RNN with Bahdanau placement (any score function): attention is scored from the previous
     state, before y_t is read, so the shift row has not seen y_t and aligns the next word:
-    use predict, the paper's own alignment.
+    use current, the paper's own alignment.
 
     Measured: tiny models of every kind on synthetic tasks, and the CPU demo's Multi30k model
-    against eflomal's links (AER 0.45 vs 0.87), align best with predict (bench/RESULTS.md).
+    against eflomal's links (AER 0.45 vs 0.87), align best with current (bench/RESULTS.md).
 
     Example: mtkit align runs/en-de-multi30k -s test.en -t test.de --pharaoh test.align
     --gold gold.txt
@@ -226,7 +231,7 @@ def align(
     import torch
     from rich.console import Console
 
-    from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT
+    from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
     from mtkit.align import run as ar
     from mtkit.device import inference_device
     from mtkit.run import load_model
@@ -256,13 +261,16 @@ def align(
     backward = None
     if reverse is not None:
         backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),
-                                  symmetrize=symmetrize or "grow-diag-final")
+                                  readout=readout, symmetrize=symmetrize or "grow-diag-final")
     cfg = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam, nbest=1,
                       length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
                       max_len_b=max_len_b, min_len=min_len,
                       batch_tokens=batch_tokens).over(recipe.decode)
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
-                            device=dev, readout=readout or DEFAULT_READOUT, reverse=backward,
+                            device=dev, readout=readout or (
+                                default_readout(recipe) if choice.kind == "cross"
+                                else DEFAULT_READOUT),
+                            reverse=backward,
                             console=Console(highlight=False), stdout=sys.stdout)
     for invalid in report.invalid_utf8:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)

@@ -125,9 +125,10 @@ def translate(
         "intersection, union or grow-diag-final (default: argmax-tgt).")] = None,
     readout: Annotated[str | None, typer.Option(
         "--readout", metavar="READOUT", help="Which step's attention aligns target word y_t: "
-        "predict, the step that predicts y_t; or shift, the step that reads y_t as its input "
+        "current, the step that predicts y_t; or shift, the step that reads y_t as its input "
         "(Chen et al. 2020); both come from the search itself, no second pass. See `mtkit "
-        "align --help` for which suits which model (default: predict).")] = None,
+        "align --help` for which suits which model (default: current; for a run trained with "
+        "guided alignment, the read-out it supervised).")] = None,
     ensemble_mode: Annotated[str | None, typer.Option(
         "--ensemble-mode", metavar="MODE", help="With several models: logprob, the average of "
         "the log-probabilities, renormalised; or prob, the average of the probabilities "
@@ -146,7 +147,8 @@ def translate(
     import torch
 
     from mtkit import translate as tr
-    from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT
+    from mtkit.align import DEFAULT_METHOD
+    from mtkit.align.readout import default_readout
     from mtkit.device import inference_device
 
     refuse(TranslateFlags(
@@ -179,8 +181,8 @@ def translate(
                         "so it gives no alignment")
     refuse(problems)
     interactive = input is None and sys.stdin.isatty()  # translate each line as it is typed
-    align_fn = (tr.pharaoh_aligner(align_method or DEFAULT_METHOD, readout or DEFAULT_READOUT)
-                if align else None)
+    align_fn = (tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
+                                   readout or default_readout(recipe)) if align else None)
     chunk_lines = 1 if interactive else tr.CHUNK_LINES
     if exported is not None:
         from mtkit.export.ct2_translate import CT2Translator

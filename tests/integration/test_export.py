@@ -91,7 +91,7 @@ def test_float32_export_greedy_and_attention_equal_mtkit(i, toy_run, test_src, t
     out = _export(run, tmp_path / "ct2")
     # every other set reads the shift rows: the engine's attention must hold the step after
     # the last kept token (whose input it is) as mtkit's search does
-    readout = ("predict", "shift")[i % 2]
+    readout = ("current", "shift")[i % 2]
     want = _cli("translate", run, "--greedy", "--align", "--readout", readout, "-i", test_src)
     got = _cli("translate", out, "--greedy", "--align", "--readout", readout, "-i", test_src)
     assert want.exit_code == 0 and got.exit_code == 0, (want.output, got.output)

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from mtkit.align import parse_links
-from mtkit.config import ModelConfig, RNNConfig, dump_recipe, recipe_from_yaml_text
+from mtkit.config import (
+    FileSource,
+    ModelConfig,
+    RNNConfig,
+    dump_recipe,
+    recipe_from_yaml_text,
+)
+from mtkit.config.guided import GuidedAlignmentConfig
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, load_checkpoint, save_checkpoint
 from tests.conftest import REPO
@@ -26,14 +33,23 @@ N = 12  # toy test pairs used
 
 
 def _labelled(toy_model: Path, run: Path, src_lang: str, tgt_lang: str, *,
-              rnn: bool = False) -> Path:
+              rnn: bool = False, guided: str | None = None) -> Path:
     """A copy of the toy model's run whose checkpoint's recipe names these languages; with
-    `rnn`, an untrained small RNN in place of the model."""
+    `rnn`, an untrained small RNN in place of the model; with `guided`, a recipe that says the
+    model was trained with guided alignment of that read-out (its weights are the toy
+    model's: only the defaults that `align` and `translate` take from the recipe matter)."""
     shutil.copytree(data_dir(toy_model), data_dir(run))
     state = load_checkpoint(toy_model / "best.pt")
     recipe = recipe_from_yaml_text(state["recipe"], source="toy")
     data = dataclasses.replace(recipe.data, src_lang=src_lang, tgt_lang=tgt_lang)
     recipe = dataclasses.replace(recipe, data=data)
+    if guided is not None:
+        train = dataclasses.replace(recipe.train, guided_alignment=GuidedAlignmentConfig(
+            weight=0.05, readout=guided))  # type: ignore[arg-type]
+        corpus = dataclasses.replace(recipe.data.train, align=FileSource(
+            path=str(REPO / "recipes/toy/train.align")))
+        recipe = dataclasses.replace(recipe, train=train, data=dataclasses.replace(
+            recipe.data, train=corpus))
     if rnn:
         recipe = dataclasses.replace(recipe, model=ModelConfig(arch="rnn", rnn=RNNConfig(
             emb_dim=16, hidden_dim=16, attn_dim=16)))
@@ -51,7 +67,8 @@ def runs(toy_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     return {"fwd": _labelled(toy_model, base / "fwd", "xx", "yy"),
             "rev": _labelled(toy_model, base / "rev", "yy", "xx"),
             "same": _labelled(toy_model, base / "same", "xx", "yy"),
-            "rnn": _labelled(toy_model, base / "rnn", "yy", "xx", rnn=True)}
+            "rnn": _labelled(toy_model, base / "rnn", "yy", "xx", rnn=True),
+            "guided": _labelled(toy_model, base / "guided", "xx", "yy", guided="shift")}
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +95,25 @@ def _align(run: Path, files: dict[str, Path], *args: str, src: str = "src", tgt:
 
 
 def test_shift_reads_other_rows_than_predict(runs, files):
-    predict = _links(_align(runs["fwd"], files))
+    current = _links(_align(runs["fwd"], files))
     shift = _links(_align(runs["fwd"], files, "--readout", "shift"))
-    assert _links(_align(runs["fwd"], files, "--readout", "predict")) == predict
-    assert shift != predict  # a toy model looks up the word it predicts: one row apart
+    assert _links(_align(runs["fwd"], files, "--readout", "current")) == current
+    assert shift != current  # a toy model looks up the word it predicts: one row apart
+
+
+def test_a_guided_run_reads_its_supervised_readout_by_default(runs, files):
+    shift = _links(_align(runs["fwd"], files, "--readout", "shift"))
+    assert _links(_align(runs["guided"], files)) == shift
+    assert _links(_align(runs["guided"], files, "--readout", "current")) != shift
+    plain = run_cli("translate", runs["fwd"], "-i", files["src"], "--greedy", "--align",
+                    "--readout", "shift")
+    guided = run_cli("translate", runs["guided"], "-i", files["src"], "--greedy", "--align")
+    assert plain.exit_code == guided.exit_code == 0, (plain.output, guided.output)
+    assert guided.stdout == plain.stdout
 
 
 def test_translate_align_matches_align_on_the_translation(runs, files):
-    for readout in ("predict", "shift"):
+    for readout in ("current", "shift"):
         text = run_cli("translate", runs["fwd"], "-i", files["src"], "--greedy", "--align",
                        "--readout", readout)
         assert text.exit_code == 0, text.output
@@ -116,7 +144,7 @@ def test_reverse_combines_the_two_directions(runs, files, tmp_path):
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--pharaoh", "-", "--readout", "next"],
-     "--readout: invalid choice 'next'; expected one of predict, shift"),
+     "--readout: invalid choice 'next'; expected one of current, shift"),
     (["--print", "--self-attention", "encoder", "--readout", "shift"],
      "--readout shift chooses cross-attention rows; it excludes --self-attention"),
     (["--pharaoh", "-", "--symmetrize", "union"],

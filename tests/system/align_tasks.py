@@ -35,7 +35,7 @@ from mtkit.align import (
 )
 from mtkit.align import run as ar
 from mtkit.align.matrix import Link
-from mtkit.align.readout import ReadOut, select_rows
+from mtkit.align.readout import Readout, select_rows
 from mtkit.config import ModelConfig
 from mtkit.data.batch import collate
 from mtkit.models.base import AttentionChoice, Translator
@@ -129,7 +129,7 @@ def train(cfg: ModelConfig, task: Task, *, updates: int, lr: float, seed: int = 
     return fit(model, next_batch, updates=updates, lr=lr, betas=(0.9, 0.98))
 
 
-def aer(model: Translator, task: Task, choice: AttentionChoice, readout: ReadOut = "predict",
+def aer(model: Translator, task: Task, choice: AttentionChoice, readout: Readout = "current",
         n: int = 200) -> float:
     """AER of the Pharaoh links `mtkit align -t --readout READOUT` would write for n fresh
     pairs (the same pairs for every call)."""

@@ -1,7 +1,7 @@
 """Attention must give real word alignments: tiny models trained here on synthetic tasks whose
 alignment is known yield Pharaoh links with AER <= 0.05, through the same code as
 `mtkit align -t` (tests/system/align_tasks.py: batched forced attention, slicing, EOS dropped,
-pieces merged into words, argmax-tgt links), with the predict read-out (mtkit's default).
+pieces merged into words, argmax-tgt links), with the current read-out (mtkit's default).
 
 Two tasks of align_tasks.py, both with fresh random batches at every update: reversal, and a
 fixed permutation in which 8 of the 20 words are two pieces (so word-level links need the

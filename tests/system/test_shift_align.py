@@ -4,7 +4,7 @@ known (tests/system/align_tasks.py), through the same code as `mtkit align -t --
 What these tasks show (measured while writing this file, 2 cores, seeds as below; AER of
 argmax-tgt links at word level, top decoder layer, mean over heads):
 
-    Transformer d_model 64, 2+2 layers   predict   shift   shift = next word's link
+    Transformer d_model 64, 2+2 layers   current   shift   shift = next word's link
     reversal, 700 updates                  0.045    0.82    95% of words
     reversal, 1000 updates                 0.010    0.86
     permutation (split words), 500         0.056    0.67
@@ -16,9 +16,9 @@ Every head and layer of these Transformers agrees: the attention of a step looks
 source of the word that step predicts, so the shift row of y_t (the step that reads y_t and
 predicts y_t+1) holds the lookup of the NEXT word. Chen et al. (2020) find the opposite in
 Transformers trained on real language pairs, where the step that predicts a word has not
-settled on its source yet; no task here reproduces that, so mtkit's default stays predict
+settled on its source yet; no task here reproduces that, so mtkit's default stays current
 and `bench/align_quality.py` measures both read-outs on a real model. These tests pin what
-the read-outs mean: predict aligns (AER bounds), and shift's link for y_t is predict's link
+the read-outs mean: current aligns (AER bounds), and shift's link for y_t is current's link
 for y_t+1 on reversal, for a Transformer and for a Bahdanau RNN (whose attention is scored
 before the step reads its input, so its shift row cannot have seen y_t either).
 """
@@ -48,7 +48,7 @@ BAHDANAU = ModelConfig(arch="rnn", rnn=RNNConfig(
 
 def _next_word_agreement(model: Translator, n: int = 200) -> float:
     """Reversal: the share of target words j (all but the last) whose shift link is the source
-    word of target word j + 1, i.e. predict's link for the next word."""
+    word of target word j + 1, i.e. current's link for the next word."""
     data = examples("reversal", n, random.Random(99))
     pairs = [ar.Pair(i, ex.src, ex.tgt) for i, ex in enumerate(data)]
     maps = ar.pair_attention(model, pairs, model.choose_attention(), device=torch.device("cpu"),
@@ -68,7 +68,7 @@ def _next_word_agreement(model: Translator, n: int = 200) -> float:
                          ids=["transformer", "bahdanau-gru"])
 def test_shift_links_a_word_to_the_source_of_the_next_one(cfg, updates):
     model = train(cfg, "reversal", updates=updates, lr=3e-3)
-    assert aer(model, "reversal", model.choose_attention(), "predict") <= 0.1
+    assert aer(model, "reversal", model.choose_attention(), "current") <= 0.1
     assert _next_word_agreement(model) >= 0.9
 
 
@@ -76,7 +76,7 @@ def test_shift_links_a_word_to_the_source_of_the_next_one(cfg, updates):
                                                        ("insert-delete", 0.20)])
 def test_predict_aligns_the_synthetic_tasks_better_than_shift(task, predict_at_most):
     model = train(TRANSFORMER, task, updates=500, lr=3e-3)
-    predict = aer(model, task, model.choose_attention(), "predict")
+    current = aer(model, task, model.choose_attention(), "current")
     shift = aer(model, task, model.choose_attention(), "shift")
-    assert predict <= predict_at_most, (predict, shift)
-    assert shift >= predict + 0.3, (predict, shift)
+    assert current <= predict_at_most, (current, shift)
+    assert shift >= current + 0.3, (current, shift)

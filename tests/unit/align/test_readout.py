@@ -5,16 +5,24 @@ import numpy as np
 import pytest
 import torch
 
-from mtkit.align import READOUTS, check_readout, select_rows, symmetrize
+from mtkit.align import READOUTS, check_readout, default_readout, select_rows, symmetrize
 from mtkit.align.matrix import AlignMatrix
 from mtkit.align.pairs import Pair, label
 from mtkit.align.reverse import check_direction, combined_links
 from mtkit.align.run import reading_problems
-from mtkit.config import DataConfig, DecodeConfig, ModelConfig, RNNConfig, TransformerConfig
+from mtkit.config import (
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    RNNConfig,
+    TransformerConfig,
+    load_recipe,
+)
 from mtkit.data.batch import collate
 from mtkit.decode import decode_batch, forced
 from mtkit.errors import ConfigError, DataError, MtkitError
 from mtkit.translate import pharaoh_aligner
+from tests.conftest import RECIPES
 from tests.helpers import tiny_model
 
 # Decoder inputs BOS y1 y2 y3 (T = 3): row r is the step whose input is y_r; columns are the
@@ -29,20 +37,28 @@ ROWS = np.array([
 
 
 def test_predict_keeps_every_row_and_shift_drops_the_bos_row():
-    np.testing.assert_array_equal(select_rows(ROWS, 3, "predict"), ROWS)
+    np.testing.assert_array_equal(select_rows(ROWS, 3, "current"), ROWS)
     np.testing.assert_array_equal(select_rows(ROWS, 3, "shift"), ROWS[1:])
     as_tensor = torch.tensor(ROWS)
     torch.testing.assert_close(select_rows(as_tensor, 3, "shift"), as_tensor[1:])
-    # predict passes a matrix without the EOS step as before (drop_eos accepts both)
-    np.testing.assert_array_equal(select_rows(ROWS[:3], 3, "predict"), ROWS[:3])
+    # current passes a matrix without the EOS step as before (drop_eos accepts both)
+    np.testing.assert_array_equal(select_rows(ROWS[:3], 3, "current"), ROWS[:3])
     with pytest.raises(ValueError, match="shift read-out needs 4"):
         select_rows(ROWS[:3], 3, "shift")  # no step reads y3: no shift row for it
 
 
+@pytest.mark.parametrize("guided", [None, "current", "shift"])
+def test_a_guided_run_reads_what_its_training_supervised(guided):
+    sets = [] if guided is None else [
+        "data.train.align=toy/train.align", "train.guided_alignment.weight=0.05",
+        f"train.guided_alignment.readout={guided}"]
+    assert default_readout(load_recipe(RECIPES / "toy.yaml", sets)) == (guided or "current")
+
+
 def test_check_readout_lists_the_choices():
-    assert READOUTS == ("predict", "shift")
+    assert READOUTS == ("current", "shift")
     assert check_readout("shift") == "shift"
-    with pytest.raises(MtkitError, match="expected one of predict, shift"):
+    with pytest.raises(MtkitError, match="expected one of current, shift"):
         check_readout("next")
 
 
@@ -61,8 +77,8 @@ class _Pieces:
 
 def test_label_reads_the_rows_of_the_readout():
     pair = Pair(0, [0, 1, 2], [0, 1, 2])
-    # predict: y1 <- row 0 (x1), y2 <- row 1 (x0), y3 <- row 2 (x2); the EOS row is dropped
-    m = label(_Pieces(), pair, ROWS, "cross", "word", "predict")
+    # current: y1 <- row 0 (x1), y2 <- row 1 (x0), y3 <- row 2 (x2); the EOS row is dropped
+    m = label(_Pieces(), pair, ROWS, "cross", "word", "current")
     np.testing.assert_array_equal(m.weights.argmax(1), [1, 0, 2])
     # shift: y1 <- row 1 (x0), y2 <- row 2 (x2), y3 <- row 3 (x1)
     m = label(_Pieces(), pair, ROWS, "cross", "word", "shift")
@@ -73,7 +89,7 @@ def test_label_reads_the_rows_of_the_readout():
 def test_translate_aligner_reads_the_same_rows():
     attn = torch.tensor(ROWS, dtype=torch.float32)
     src, tgt = _Pieces.src, _Pieces.tgt
-    assert pharaoh_aligner("argmax-tgt", "predict")(src, tgt, attn) == "0-1 1-0 2-2"
+    assert pharaoh_aligner("argmax-tgt", "current")(src, tgt, attn) == "0-1 1-0 2-2"
     assert pharaoh_aligner("argmax-tgt", "shift")(src, tgt, attn) == "0-0 1-2 2-1"
 
 
@@ -138,7 +154,7 @@ def test_reading_problems_name_the_flag():
           "needs_links": True, "level": "word"}
     assert reading_problems(**ok) == []
     assert reading_problems(**{**ok, "readout": "next"}) == [
-        "--readout: invalid choice 'next'; expected one of predict, shift"]
+        "--readout: invalid choice 'next'; expected one of current, shift"]
     assert reading_problems(**{**ok, "symmetrize": "gdf"}) == [
         "--symmetrize: invalid choice 'gdf'; expected one of grow-diag-final, intersection, "
         "union"]
