@@ -24,7 +24,7 @@ if typing.TYPE_CHECKING:
 # `current`, the step that predicts y_j (its input is y_{j-1}; the read-out `translate
 # --align` shows as each word is emitted); `shift`, the step whose input is y_j (Chen et al.
 # 2020, "Accurate word alignment induction from neural machine translation": a decoder that
-# has read y_j attends to its source). The same names as `mtkit align --method`.
+# has read y_j attends to its source). The same names as `mtkit align --readout`.
 Readout = Literal["current", "shift"]
 READOUTS: tuple[Readout, ...] = typing.get_args(Readout)
 
