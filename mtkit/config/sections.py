@@ -276,7 +276,9 @@ class TrainConfig:
         out = []
         if self.max_time is not None and valid("max_time"):
             try:
-                parse_duration(self.max_time)
+                if parse_duration(self.max_time) == 0:  # would stop after the first update
+                    out.append(("max_time", "a budget of 0 stops training at once; null (or no "
+                                "max_time) for no limit"))
             except ValueError as e:
                 out.append(("max_time", str(e)))
         if valid("device") and not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):

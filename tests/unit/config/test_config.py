@@ -88,6 +88,8 @@ def _error(raw: dict) -> str:
      "r.yaml: data.train.src.sha256: expected 64 lowercase hex digits, got 'AB'"),
     ({"train.max_time": "10x"},
      "r.yaml: train.max_time: expected a duration such as 90s, 10m, 2h30m, got '10x'"),
+    ({"train.max_time": 0}, "r.yaml: train.max_time: a budget of 0 stops training at once; null"),
+    ({"train.max_time": "0m"}, "r.yaml: train.max_time: a budget of 0 stops training at once"),
     ({"train.device": "gpu"},
      "r.yaml: train.device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
     ({"train.betas": [0.9, 1.5]}, "r.yaml: train.betas: expected two numbers in [0, 1)"),
