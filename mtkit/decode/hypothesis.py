@@ -72,16 +72,24 @@ def as_lengths(max_len: torch.Tensor | int, batch: int, device: torch.device) ->
     return max_len.to(device=device, dtype=torch.long)
 
 
-def step_logprobs(logits: torch.Tensor, t: int, min_len: int,
-                  max_len: torch.Tensor) -> torch.Tensor:
+def step_logprobs(logits: torch.Tensor, t: int, min_len: int, max_len: torch.Tensor, *,
+                  shortest: int | None = None) -> torch.Tensor:
     """Log-probabilities of the next token with the impossible ones set to -inf.
 
-    logits: (B, V) for output position t (0-based); max_len: (B,) per-row limits.
+    logits: (B, V) for output position t (0-based); max_len: (B,) per-row limits; shortest:
+    a lower bound of max_len, known on the host, if the caller has one.
     PAD and BOS are never produced; EOS is banned while t < min_len; at t == max_len only EOS
     is allowed, so every hypothesis ends in EOS. The surviving values are the model's own
     log-probabilities (not renormalised), so scores stay comparable with forced decoding.
     """
     lp = torch.log_softmax(logits.float(), dim=-1)
+    if shortest is not None and t < shortest:
+        # No row is at its limit: skip the pass over (B, V) that forces EOS (2% of a beam).
+        lp[:, PAD_ID] = -math.inf
+        lp[:, BOS_ID] = -math.inf
+        if t < min_len:
+            lp[:, EOS_ID] = -math.inf
+        return lp
     eos = lp[:, EOS_ID].clone()
     forced = max_len <= t
     # in place: one pass over (B, V) besides the softmax

@@ -3,8 +3,14 @@
 Shapes: B batch (times beam), S source length, T target length, H hidden, V vocabulary.
 
 Every tensor in an `Encoded` and in a decoder state has the batch on dimension 0, so a single
-``index_select(0, idx)`` (see `reorder`) both tiles a batch for beam search and reorders it
-after each step. States are returned as new values, never mutated.
+``index_select(0, idx)`` (see `reorder`) both tiles a batch and reorders it.
+
+Who owns a decoder state: the search that holds it. `Translator.step` returns the state for
+the next position and may write into the memory of the state it was given (the Transformer
+moves its cache between two reused buffers, `mtkit.models.kv_cache`), so a state is spent
+once stepped: step it once, or copy it first with `reorder` (which always copies) to go on
+from it twice. A search reorders rows (beam parents, finished sentences dropped) by passing
+`order` to the next step, which lets a model fuse the reorder with its cache update.
 """
 
 from __future__ import annotations
@@ -102,7 +108,8 @@ def host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def reorder(state: State, idx: torch.Tensor) -> State:
-    """Select (tile or reorder) batch rows of every tensor in a state: idx (B',) -> (B', ...)."""
+    """Select (tile or reorder) batch rows of every tensor in a state: idx (B',) -> (B', ...).
+    The result is a copy, sharing no memory with `state`."""
     return {k: v.index_select(0, idx) for k, v in state.items()}
 
 
@@ -128,9 +135,13 @@ class Translator(nn.Module):
         raise NotImplementedError
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
-             need_attn: bool = True) -> Step:
-        """prev: (B,) the previous target token (BOS at the first step). With need_attn=False
-        the step may skip computing attention weights and returns attn=None."""
+             need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
+        """prev: (B',) the previous target token (BOS at the first step) of each row; enc: B'
+        rows. order: (B',) row r continues row order[r] of `state` (B rows), as if `state`
+        were ``reorder(state, order)``; None: each row its own (B' = B). With
+        need_attn=False the step may skip computing attention weights and returns
+        attn=None. `state` is spent: the step may have written into its memory (module doc).
+        """
         raise NotImplementedError
 
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

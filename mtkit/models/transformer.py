@@ -12,7 +12,9 @@ one layer asked for, an explicit softmax path computes the same thing and return
 Encoded.extras: "cross_k{i}", "cross_v{i}" (B, h, S, dh) for decoder layer i: the
 cross-attention keys and values, computed once per sentence in `encode`.
 Decoder state: "self_k{i}", "self_v{i}" (B, h, t, dh), the self-attention cache after t
-steps; each step returns a new state one position longer. All batch-first.
+steps, and "spare_k{i}", "spare_v{i}" (B, n), the memory the next step writes it into
+(`mtkit.models.kv_cache`): each step returns the state one position longer, its rows in the
+order asked for. All batch-first.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mtkit.errors import ConfigError, MtkitError
+from mtkit.models import kv_cache
 from mtkit.models.base import (
     KINDS,
     AttentionChoice,
@@ -37,6 +40,8 @@ from mtkit.models.base import (
 )
 
 Weights = torch.Tensor | None  # (B, h, T, S) attention weights, when asked for
+# One layer's self-attention cache: keys, values (B, h, t, dh), and their spares (B, n).
+Cache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class _Attention(nn.Module):
@@ -91,14 +96,16 @@ class SelfAttention(_Attention):
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
         return self._attend(q, k, v, mask, causal=causal, need_weights=need_weights)
 
-    def step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (B, 1, d), caches (B, h, t, dh) -> (B, 1, d), caches (B, h, t+1, dh).
-        The one new query may see every cached position, so no mask is needed."""
+    def step(self, x: torch.Tensor, cache: Cache, order: torch.Tensor | None
+             ) -> tuple[torch.Tensor, Cache]:
+        """x (B', 1, d); cache: keys, values (B, h, t, dh) and their spares; order (B',) the
+        cache row each row continues, or None -> (B', 1, d), the cache one position longer
+        (`kv_cache.extend`). The one new query may see every cached position: no mask."""
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
-        k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
-        out, _ = self._attend(q, k, v, None, causal=False, need_weights=False)
-        return out, k, v
+        keys, key_spare = kv_cache.extend(cache[0], cache[2], k, order)
+        values, value_spare = kv_cache.extend(cache[1], cache[3], v, order)
+        out, _ = self._attend(q, keys, values, None, causal=False, need_weights=False)
+        return out, (keys, values, key_spare, value_spare)
 
 
 class CrossAttention(_Attention):
@@ -191,15 +198,16 @@ class DecoderLayer(_Sublayers):
         x = self.res(1, x, y)
         return self.res(2, x, self.ffn(self.inp(2, x))), sw, cw
 
-    def step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    def step(self, x: torch.Tensor, cache: Cache, order: torch.Tensor | None,
              k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, cross_weights: bool
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Weights]:
-        """One position: x (B, 1, d) -> (B, 1, d), new caches (B, h, t+1, dh), cross weights."""
-        y, k_cache, v_cache = self.self_attn.step(self.inp(0, x), k_cache, v_cache)
+             ) -> tuple[torch.Tensor, Cache, Weights]:
+        """One position: x (B', 1, d) -> (B', 1, d), the cache one position longer (see
+        `SelfAttention.step`), cross weights."""
+        y, cache = self.self_attn.step(self.inp(0, x), cache, order)
         x = self.res(0, x, y)
         y, cw = self.cross_attn(self.inp(1, x), k, v, mask, need_weights=cross_weights)
         x = self.res(1, x, y)
-        return self.res(2, x, self.ffn(self.inp(2, x))), k_cache, v_cache, cw
+        return self.res(2, x, self.ffn(self.inp(2, x))), cache, cw
 
 
 def sinusoids(length: int, d_model: int, start: int = 0) -> torch.Tensor:
@@ -316,24 +324,28 @@ class Transformer(Translator):
         return Encoded(memory, mask, extras)
 
     def init_state(self, enc: Encoded) -> State:
-        k = enc.extras["cross_k0"]
-        empty = k.new_zeros(k.size(0), k.size(1), 0, k.size(3))  # (B, h, 0, dh)
+        b, h, _, dh = enc.extras["cross_k0"].shape
         state: State = {}
         for i in range(len(self.decoder.layers)):
-            state[f"self_k{i}"] = state[f"self_v{i}"] = empty
+            for kv in "kv":
+                state[f"self_{kv}{i}"], state[f"spare_{kv}{i}"] = kv_cache.empty(
+                    b, h, dh, like=enc.memory)
         return state
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
-             need_attn: bool = True) -> Step:
+             need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
         t = state["self_k0"].size(2)  # positions already decoded
         x = self.tgt_embed(prev.unsqueeze(1), start=t)
         mask = enc.src_mask[:, None, None, :]
         new: State = {}
         attn = None
         for i, layer in enumerate(self.decoder.layers):
-            x, new[f"self_k{i}"], new[f"self_v{i}"], cw = layer.step(
-                x, state[f"self_k{i}"], state[f"self_v{i}"], enc.extras[f"cross_k{i}"],
-                enc.extras[f"cross_v{i}"], mask, cross_weights=need_attn and i == self.align_layer)
+            names = (f"self_k{i}", f"self_v{i}", f"spare_k{i}", f"spare_v{i}")
+            x, cache, cw = layer.step(
+                x, tuple(state[n] for n in names), order,  # type: ignore[arg-type]
+                enc.extras[f"cross_k{i}"], enc.extras[f"cross_v{i}"], mask,
+                cross_weights=need_attn and i == self.align_layer)
+            new.update(zip(names, cache, strict=True))
             if cw is not None:
                 attn = _pick_head(cw, self.align_head).squeeze(1)
         return Step(self.generator(self.decoder.norm(x)).squeeze(1), attn, new)
