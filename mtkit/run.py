@@ -301,6 +301,9 @@ class Loaded(NamedTuple):
 def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
     """Rebuild a trained model for inference. The tokenizer is read from the ``data/`` folder
     of the run directory that holds the checkpoint."""
+    from mtkit.device import host_memory_defaults
+
+    host_memory_defaults()  # before torch allocates its first tensor (the checkpoint's)
     import torch
 
     from mtkit.config import recipe_from_yaml_text

@@ -69,7 +69,8 @@ class Encoded:
 @dataclass(frozen=True)
 class Step:
     """One decoder step: logits (B, V); attn (B, S), rows summing to 1 over real source tokens
-    and exactly 0 on padding, or None for a model without attention; the NEW state."""
+    and exactly 0 on padding, or None for a model without attention; the state for the next
+    position (the one passed in is spent: see the module doc)."""
 
     logits: torch.Tensor
     attn: torch.Tensor | None
