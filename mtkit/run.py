@@ -321,9 +321,8 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
                               f"beside it for the tokenizer ({e})") from None
     vocab = state["vocab"]
     check_vocab(vocab, vocab_info(tokenizer), ddir=ddir, what=str(path))
-    model = build_model(recipe.model, vocab["src"], vocab["tgt"])
     try:
-        model.load_state_dict(state["model"])
+        model = build_model(recipe.model, vocab["src"], vocab["tgt"], weights=state["model"])
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not fit the model its recipe describes "
                               f"({str(e).splitlines()[0]})") from None

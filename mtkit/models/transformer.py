@@ -12,9 +12,8 @@ one layer asked for, an explicit softmax path computes the same thing and return
 Encoded.extras: "cross_k{i}", "cross_v{i}" (B, h, S, dh) for decoder layer i: the
 cross-attention keys and values, computed once per sentence in `encode`.
 Decoder state: "self_k{i}", "self_v{i}" (B, h, t, dh), the self-attention cache after t
-steps, and "spare_k{i}", "spare_v{i}" (B, n), the memory the next step writes it into
-(`mtkit.models.kv_cache`): each step returns the state one position longer, its rows in the
-order asked for. All batch-first.
+steps, and "spare_k{i}", "spare_v{i}" (B, n), the memory the next step writes it into, one
+position longer and its rows in the order asked for (`mtkit.models.kv_cache`). Batch-first.
 """
 
 from __future__ import annotations

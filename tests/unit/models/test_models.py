@@ -505,3 +505,32 @@ def test_build_model_names_the_valid_choices():
     bad_cell = ModelConfig(arch="rnn", rnn=dataclasses.replace(RNNConfig(), cell="elman"))
     with pytest.raises(ConfigError, match="lstm, gru, rnn"):
         build_model(bad_cell, SRC_V, TGT_V)
+
+
+@pytest.mark.parametrize("name", ["tf-pre-sin-shared", "tf-post-learned",
+                                  "lstm-luong-general", "gru-bahdanau-additive"])
+@torch.no_grad()
+def test_a_model_built_around_weights_holds_those_tensors(name):
+    """build_model(weights=...) (what loading a checkpoint uses): no random initialisation
+    and no copy, the parameters are the given tensors, ties are kept, and the model computes
+    what one built and then loaded computes."""
+    cfg = CASES[name]
+    trained = _model(cfg, seed=3)
+    copies: dict[int, torch.Tensor] = {}  # a checkpoint stores a tied tensor once
+    weights = {k: copies.setdefault(v.data_ptr(), v.clone())
+               for k, v in trained.state_dict().items()}
+    vocab = SRC_V, trained.state_dict()[next(k for k in weights if "generator" in k)].size(0)
+    built = build_model(cfg, *vocab, weights=weights).eval()
+    for key, value in built.state_dict().items():
+        assert value.data_ptr() == weights[key].data_ptr(), key
+    tied = [(n, p) for n, p in trained.named_parameters(remove_duplicate=False)]
+    same = {n: id(p) for n, p in built.named_parameters(remove_duplicate=False)}
+    for (a, pa), (b, pb) in itertools.combinations(tied, 2):
+        assert (pa is pb) == (same[a] == same[b]), (a, b)
+    assert built.parameter_counts() == trained.parameter_counts()
+    src, lens, tgt, _ = _batch()
+    torch.testing.assert_close(built(src, lens, tgt, return_attn=True).logits,
+                               trained(src, lens, tgt, return_attn=True).logits)
+    bad = {**weights, next(iter(weights)): torch.zeros(1)}
+    with pytest.raises(RuntimeError):
+        build_model(cfg, *vocab, weights=bad)
