@@ -49,12 +49,13 @@ from mtkit.align import (
 )
 from mtkit.align.viz import FORMATS, print_matrix, write_heatmap
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.data.batch import collate, token_batches
+from mtkit.data.batch import collate
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, DataError
 from mtkit.fileio import InvalidUtf8, atomic_write
 from mtkit.models.base import AttentionChoice, AttentionKind, Translator
+from mtkit.translate import token_batches
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.
 CHUNK_PAIRS = 1000

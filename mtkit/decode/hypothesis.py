@@ -1,5 +1,6 @@
-"""What every search returns, and the arithmetic they share: length penalty, length limits and
-the masking of tokens that may not be produced at a step.
+"""The arithmetic every search shares: length penalty, length limits, the masking of tokens
+that may not be produced at a step, and the making of what they return (`Hypothesis`,
+defined in `mtkit.hypothesis`).
 
 Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 """
@@ -7,35 +8,15 @@ Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.hypothesis import Hypothesis
 
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """One output sentence.
-
-    tokens: target ids without BOS and without the final EOS;
-    token_logprobs: the model's log-probability of each token *and of the final EOS*, so
-    ``len(token_logprobs) == len(tokens) + 1`` (at temperature 1, before any top-k/top-p
-    filtering, so the numbers are the model's even for sampled output);
-    logprob: their sum; score: logprob divided by the length penalty of
-    ``len(token_logprobs)`` tokens (the value n-best lists are sorted by);
-    attn: (T, S) float CPU tensor with T = len(token_logprobs) (the last row is the EOS step)
-    and S the sentence's real source length (its EOS included), or None when not asked for
-    or when the model has no attention. Row t is the attention of the step that produced
-    token t of *this* hypothesis, followed through every beam reordering.
-    """
-
-    tokens: list[int]
-    score: float
-    logprob: float
-    token_logprobs: list[float]
-    attn: torch.Tensor | None = None
+__all__ = ["Hypothesis", "as_lengths", "length_penalty", "max_lengths", "source_lengths",
+           "step_logprobs", "to_hypotheses"]
 
 
 def length_penalty(lengths: torch.Tensor | int, kind: str,
