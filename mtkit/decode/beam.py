@@ -189,7 +189,7 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     shortest = int(limits.min())  # rows only leave, so the shortest limit only grows
     beam = _Beam(torch.arange(batch, device=device), scores, limits.index_select(0, rows),
                  torch.full((batch,), BOS_ID, dtype=torch.long, device=device),
-                 enc.index_select(rows), model.init_state(enc), None)
+                 model.expand(enc, k), model.init_state(enc), None)
     fin, hist = _Finished.empty(batch, k, device), _History()
     for t in range(int(limits.max()) + 1):
         if t == 0:

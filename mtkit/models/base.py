@@ -54,16 +54,22 @@ class Encoded:
 
     memory: (B, S, H) encoder states; src_mask: (B, S) bool, True on real tokens;
     extras: further batch-first tensors a model needs at every step (e.g. final states,
-    precomputed cross-attention keys and values).
+    precomputed cross-attention keys and values); group: decoder rows per row of these
+    tensors (`Translator.expand`): rows g*b .. g*b+g-1 of a step read row b.
     """
 
     memory: torch.Tensor
     src_mask: torch.Tensor
     extras: State
+    group: int = 1
 
     def index_select(self, idx: torch.Tensor) -> Encoded:
-        return Encoded(self.memory.index_select(0, idx), self.src_mask.index_select(0, idx),
-                       reorder(self.extras, idx))
+        """The decoder rows idx (B',) (reordered or tiled); of a grouped Encoded, whole
+        groups in order (as beam search drops finished sentences)."""
+        assert idx.numel() % self.group == 0, (idx.numel(), self.group)
+        rows = idx[:: self.group] // self.group if self.group > 1 else idx
+        return Encoded(self.memory.index_select(0, rows), self.src_mask.index_select(0, rows),
+                       reorder(self.extras, rows), self.group)
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,13 @@ class Translator(nn.Module):
     def init_state(self, enc: Encoded) -> State:
         """The decoder state before the first target token."""
         raise NotImplementedError
+
+    def expand(self, enc: Encoded, k: int) -> Encoded:
+        """`enc` (B rows) for k decoder rows per sentence, rows b*k .. b*k+k-1 reading
+        sentence b (a beam). Here every tensor is tiled; a model whose step can read one copy
+        for k rows returns `enc` grouped instead (`Encoded.group`), without copying."""
+        rows = torch.arange(enc.src_mask.size(0), device=enc.src_mask.device)
+        return enc.index_select(rows.repeat_interleave(k))
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
              need_attn: bool = True, order: torch.Tensor | None = None) -> Step:

@@ -25,6 +25,7 @@ from mtkit.models.attention import (
     LocationAttention,
 )
 from mtkit.models.base import Translator
+from mtkit.models.embedding import ScaledEmbedding
 from mtkit.models.rnn import BahdanauDecoder, Bridge, LuongDecoder, RNNEncoder, RNNTranslator
 from mtkit.models.transformer import (
     Decoder,
@@ -32,7 +33,6 @@ from mtkit.models.transformer import (
     Encoder,
     EncoderLayer,
     FeedForward,
-    ScaledEmbedding,
     Transformer,
 )
 

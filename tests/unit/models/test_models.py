@@ -534,3 +534,30 @@ def test_a_model_built_around_weights_holds_those_tensors(name):
     bad = {**weights, next(iter(weights)): torch.zeros(1)}
     with pytest.raises(RuntimeError):
         build_model(cfg, *vocab, weights=bad)
+
+
+@pytest.mark.parametrize("name", ["gru-bahdanau-general", *TRANSFORMERS])
+@torch.no_grad()
+def test_expand_for_a_beam_equals_tiling_and_the_transformer_does_not_copy(name):
+    """`expand(enc, k)` (what beam search reads the source through): stepping with it equals
+    stepping with every row tiled k times, also after whole sentences are dropped. The
+    Transformer groups instead of tiling: the k rows of a sentence query one copy."""
+    model, k = _model(CASES[name]), 3
+    src, lens, tgt, _ = _batch()
+    enc = model.encode(src, lens)
+    tiled = enc.index_select(torch.arange(4).repeat_interleave(k))
+    expanded = model.expand(enc, k)
+    if name in TRANSFORMERS:
+        assert expanded.group == k
+        assert expanded.extras["cross_k0"].data_ptr() == enc.extras["cross_k0"].data_ptr()
+    rows = torch.arange(4 * k)
+    got, want = model.init_state(expanded), model.init_state(tiled)
+    for t in range(3):
+        a, b = model.step(tgt[rows // k, t], got, expanded), model.step(tgt[rows // k, t], want,
+                                                                         tiled)
+        _assert_same_steps([a], [b])
+        got, want = a.state, b.state
+    keep = torch.tensor([0, 1, 2, 9, 10, 11])  # sentences 0 and 3, as a beam drops the others
+    a = model.step(tgt[keep // k, 3], got, expanded.index_select(keep), order=keep)
+    b = model.step(tgt[keep // k, 3], want, tiled.index_select(keep), order=keep)
+    _assert_same_steps([a], [b])
