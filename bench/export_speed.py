@@ -14,6 +14,11 @@ Start-up is timed as the whole command on a one-line input with --greedy (proces
 imports, loading, one batch decoded, exit), median of --runs, interleaved.
 
 The load average (os.getloadavg) is printed before and after: compare figures within one run.
+Beside wall-clock seconds, each cell gives the command's CPU seconds (user + system, from
+getrusage of the child), which other processes on a shared machine disturb less.
+
+--before TREE adds the same model decoded by an older source tree: "mtkit before", and
+"ct2 float32 before" (the float32 export through that tree's `mtkit translate`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import gzip
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,19 +63,25 @@ def _mirror(arg: Path | None) -> Path:
     return Path(env) if env else REPO.parent / "shared" / "data" / "multi30k"
 
 
-def _mtkit(*args: object, stdin: str | None = None, source: Path | None = None) -> float:
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _mtkit(*args: object, stdin: str | None = None, source: Path | None = None
+           ) -> tuple[float, float]:
     """Run `mtkit ARGS` in a fresh process (from the source tree `source` if given); its
-    wall-clock seconds. It runs in the temporary folder: `python -m` puts the working folder
-    first on the path, where a checkout's own mtkit would win over `source`."""
+    wall-clock and CPU seconds. It runs in the temporary folder: `python -m` puts the working
+    folder first on the path, where a checkout's own mtkit would win over `source`."""
     cmd = [sys.executable, "-m", "mtkit", *(str(a) for a in args)]
     env = {**os.environ, "PYTHONPATH": str(source)} if source else None
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu()
     proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env,
                           cwd=tempfile.gettempdir())
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     if proc.returncode:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return seconds
+    return seconds, cpu
 
 
 def _bleu(hyp: Path, ref: list[str]) -> float:
@@ -83,8 +95,8 @@ Systems = dict[str, tuple[Path, Path | None]]
 
 
 def _time_all(systems: Systems, src: Path, work: Path, runs: int, threads: int
-              ) -> dict[tuple[str, str], list[float]]:
-    times: dict[tuple[str, str], list[float]] = {}
+              ) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(runs):
         for search, flags in SEARCHES.items():
             for name, (model, tree) in systems.items():
@@ -95,14 +107,20 @@ def _time_all(systems: Systems, src: Path, work: Path, runs: int, threads: int
     return times
 
 
-def _startup(systems: Systems, runs: int, threads: int, line: str) -> dict[str, float]:
-    times: dict[str, list[float]] = {}
+def _startup(systems: Systems, runs: int, threads: int, line: str
+             ) -> dict[str, tuple[float, float]]:
+    times: dict[str, list[tuple[float, float]]] = {}
     for _ in range(runs):
         for name, (model, tree) in systems.items():
             sec = _mtkit("translate", model, "--greedy", "--threads", threads,
                          stdin=line + "\n", source=tree)
             times.setdefault(name, []).append(sec)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: _medians(t) for name, t in times.items()}
+
+
+def _medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """Median wall-clock and median CPU seconds of (wall, cpu) runs."""
+    return (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,8 +140,10 @@ def main(argv: list[str] | None = None) -> None:
     systems: Systems = {"mtkit": (args.run, None)}
     if args.before is not None:
         systems["mtkit before"] = (args.run, args.before.resolve())
-    systems.update({"ct2 float32": (work / "ct2-float32", None),
-                    "ct2 int8": (work / "ct2-int8", None)})
+    systems["ct2 float32"] = (work / "ct2-float32", None)
+    if args.before is not None:
+        systems["ct2 float32 before"] = (work / "ct2-float32", args.before.resolve())
+    systems["ct2 int8"] = (work / "ct2-int8", None)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
           f"{os.cpu_count()} CPUs, python {platform.python_version()}; model {args.run}; "
           f"{n} sentences; {args.threads} threads; median of {args.runs} interleaved runs")
@@ -132,19 +152,20 @@ def main(argv: list[str] | None = None) -> None:
     first = src.read_text(encoding="utf-8").splitlines()[0]
     start = _startup(systems, args.runs, args.threads, first)
     print(f"# load average after: {os.getloadavg()}")
-    print("| system | search | seconds | sentences/s | BLEU | × ct2 float32 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| system | search | seconds | CPU s | sentences/s | BLEU | × ct2 float32 "
+          "| × ct2 float32, CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for search in SEARCHES:
-        base = statistics.median(times[("ct2 float32", search)])
+        base, base_cpu = _medians(times[("ct2 float32", search)])
         for name in systems:
-            sec = statistics.median(times[(name, search)])
+            sec, cpu = _medians(times[(name, search)])
             bleu = _bleu(work / f"{name}.{search.replace(' ', '')}.de", ref)
-            print(f"| {name} | {search} | {sec:.2f} | {n / sec:.1f} | {bleu:.1f} | "
-                  f"{sec / base:.2f} |")
-    print("\n| system | start-up: one line, greedy, whole command (s) |")
-    print("| --- | --- |")
-    for name, sec in start.items():
-        print(f"| {name} | {sec:.2f} |")
+            print(f"| {name} | {search} | {sec:.2f} | {cpu:.2f} | {n / sec:.1f} | {bleu:.1f} | "
+                  f"{sec / base:.2f} | {cpu / base_cpu:.2f} |")
+    print("\n| system | start-up: one line, greedy, whole command (s) | CPU s |")
+    print("| --- | --- | --- |")
+    for name, (sec, cpu) in start.items():
+        print(f"| {name} | {sec:.2f} | {cpu:.2f} |")
     if not args.skip_gnmt:
         out = work / "mtkit.beam5-gnmt.de"
         _mtkit("translate", args.run, "-i", src, "-o", out, "--threads", args.threads,

@@ -49,7 +49,7 @@ from mtkit.data.batch import Batch, collate
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.device import Amp, resolve_device, setup_backend
 from mtkit.models.build import build_model
-from mtkit.models.transformer import sinusoids
+from mtkit.models.embedding import sinusoids
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward

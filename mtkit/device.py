@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,6 +77,19 @@ def cuda_defaults() -> None:
     FlashAttention (causal self-attention) or the memory-efficient kernel (padding masks),
     which have no per-shape setup."""
     torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+def host_memory_defaults() -> None:
+    """Large CPU tensors on 2 MB pages: PyTorch madvises allocations of 2 MB or more for
+    transparent huge pages when THP_MEM_ALLOC_ENABLE=1 (off by default, as it may cost a
+    little memory). Decoding allocates tensors of tens of MB at every step (logits and
+    log-probabilities over the vocabulary for every beam row); glibc maps such blocks fresh
+    each time, and the kernel faults in and zeroes them 4 kB at a time. Measured on a 2-core
+    machine: filling a new (1500, 8000) float tensor took 34-42 ms with 4 kB pages, 8-10 ms
+    with 2 MB pages (bench/RESULTS.md, issue 14). The variable is read once, at torch's first
+    CPU allocation, so call this before any tensor exists; a value the user set wins. It
+    changes no number, only where memory comes from."""
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
 @dataclass

@@ -301,6 +301,9 @@ class Loaded(NamedTuple):
 def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
     """Rebuild a trained model for inference. The tokenizer is read from the ``data/`` folder
     of the run directory that holds the checkpoint."""
+    from mtkit.device import host_memory_defaults
+
+    host_memory_defaults()  # before torch allocates its first tensor (the checkpoint's)
     import torch
 
     from mtkit.config import recipe_from_yaml_text
@@ -318,9 +321,8 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
                               f"beside it for the tokenizer ({e})") from None
     vocab = state["vocab"]
     check_vocab(vocab, vocab_info(tokenizer), ddir=ddir, what=str(path))
-    model = build_model(recipe.model, vocab["src"], vocab["tgt"])
     try:
-        model.load_state_dict(state["model"])
+        model = build_model(recipe.model, vocab["src"], vocab["tgt"], weights=state["model"])
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not fit the model its recipe describes "
                               f"({str(e).splitlines()[0]})") from None

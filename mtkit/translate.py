@@ -14,25 +14,29 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
-import torch
-
-from mtkit.align import Readout, extract_links, format_pharaoh, from_attention, select_rows
 from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
-from mtkit.data.batch import collate, token_batches
+from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
-from mtkit.decode import Hypothesis, decode_batch
 from mtkit.errors import CheckpointError, DataError
-from mtkit.models.base import Translator
+from mtkit.hypothesis import Hypothesis
+
+# torch (and with it the search, the models, the aligner) is imported where mtkit's own
+# decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`
+# without them (torch takes 2.5-3.5 s to import on 2 cores, numpy 0.2 s).
+if TYPE_CHECKING:
+    import torch
+
+    from mtkit.models.base import Translator
 
 OutputFormat = Literal["text", "jsonl"]
 FORMATS = ("text", "jsonl")
 # Maps (source pieces, target pieces, attention (T, S)) to Pharaoh word links "i-j ...".
-AlignFn = Callable[[list[str], list[str], torch.Tensor], str]
+AlignFn = Callable[[list[str], list[str], "torch.Tensor"], str]
 # Lines per chunk: large enough for well-filled length-sorted batches, small enough that
 # memory stays flat and a pipe sees output early.
 CHUNK_LINES = 2000
@@ -43,6 +47,7 @@ def pharaoh_aligner(method: str = "argmax-tgt", readout: Readout = "current") ->
     into words, EOS dropped (mtkit.align). No second pass is needed for the shift read-out:
     a search's attention (`Hypothesis.attn`, mtkit's or CTranslate2's) ends with the step that
     produced EOS, which is the step whose input is the last token."""
+    from mtkit.align import extract_links, format_pharaoh, from_attention, select_rows
 
     def align(src_pieces: list[str], tgt_pieces: list[str], attn: torch.Tensor) -> str:
         rows = select_rows(attn, len(tgt_pieces), readout)
@@ -89,6 +94,21 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
             chunk = []
     if chunk:
         yield chunk
+
+
+def token_batches(sizes: Sequence[int], budget: int) -> Iterator[list[int]]:
+    """Positions into `sizes` grouped into batches, longest first, so that each batch's
+    padded size (its longest item times its count) stays within `budget` (an item bigger than
+    the budget goes alone). For inference, where every sentence is decoded once (`align`
+    batches this way too)."""
+    batch: list[int] = []
+    for i in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
+        if batch and sizes[batch[0]] * (len(batch) + 1) > budget:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
 class LineTranslator:
@@ -202,10 +222,15 @@ class StreamTranslator(LineTranslator):
         self.model = model.eval()
         self.device = device
 
-    @torch.inference_mode()
     def _search(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
-        b = collate(ids, None, range(len(ids))).to(self.device, non_blocking=True)
-        return decode_batch(self.model, b, self.cfg, need_attn=self.align_fn is not None)
+        import torch
+
+        from mtkit.data.batch import collate
+        from mtkit.decode import decode_batch
+
+        with torch.inference_mode():
+            b = collate(ids, None, range(len(ids))).to(self.device, non_blocking=True)
+            return decode_batch(self.model, b, self.cfg, need_attn=self.align_fn is not None)
 
 
 def load_translator(paths: list[Path], device: torch.device, *, mode: str = "logprob"

@@ -42,10 +42,14 @@ class TranslateFlags:
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
-        from mtkit.align import METHODS, READOUTS
+        from mtkit.config.guided import READOUTS
         from mtkit.translate import FORMATS
 
-        methods = [m for m in METHODS if m != "threshold"]
+        methods: list[str] = []
+        if self.align_method is not None:  # mtkit.align imports numpy: only when named
+            from mtkit.align import METHODS
+
+            methods = [m for m in METHODS if m != "threshold"]
         checks = [
             (self.greedy and self.sample, "--greedy and --sample exclude each other"),
             (self.beam is not None and (self.greedy or self.sample), "--beam is for beam "
@@ -144,12 +148,7 @@ def translate(
 
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
-    import torch
-
     from mtkit import translate as tr
-    from mtkit.align import DEFAULT_METHOD
-    from mtkit.align.readout import default_readout
-    from mtkit.device import inference_device
 
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
@@ -161,9 +160,13 @@ def translate(
         raise ConfigError(f"-o {output}: is the input file {input}; writing the translation "
                           "there would replace the source; give another output file")
     exported = _exported(models)
-    if exported is not None:
+    if exported is not None:  # CTranslate2 decodes: torch is never imported
         model, recipe = None, exported.recipe
     else:
+        import torch
+
+        from mtkit.device import inference_device
+
         if threads > 0:
             torch.set_num_threads(threads)
         dev = inference_device(device)
@@ -181,8 +184,13 @@ def translate(
                         "so it gives no alignment")
     refuse(problems)
     interactive = input is None and sys.stdin.isatty()  # translate each line as it is typed
-    align_fn = (tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
-                                   readout or default_readout(recipe)) if align else None)
+    align_fn = None
+    if align:  # mtkit.align imports numpy: only when asked for
+        from mtkit.align import DEFAULT_METHOD
+        from mtkit.align.readout import default_readout
+
+        align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
+                                      readout or default_readout(recipe))
     chunk_lines = 1 if interactive else tr.CHUNK_LINES
     if exported is not None:
         from mtkit.export.ct2_translate import CT2Translator
@@ -248,11 +256,8 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
     stderr when it is a terminal that translations are not printed to."""
     from contextlib import ExitStack
 
-    from rich.console import Console
-
     from mtkit.fileio import InvalidUtf8, atomic_write, decode_lines, open_binary
 
-    err = Console(stderr=True)
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
     with ExitStack() as stack:
         if output is None:
@@ -260,20 +265,22 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         raw = stack.enter_context(open_binary(input)) if input else sys.stdin.buffer
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         shared = sys.stdout.isatty() and output is None or sys.stdin.isatty() and input is None
-        on_batch = _progress_bar(stack, err) if err.is_terminal and not shared else None
+        # rich (0.1 s to import) only for the bar: not when stderr goes to a file or a pipe
+        on_batch = _progress_bar(stack) if sys.stderr.isatty() and not shared else None
         stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
     if invalid.lines:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     return stats
 
 
-def _progress_bar(stack: Any, console: Any) -> Any:
-    """A transient sentence counter on `console`, closed with `stack`; returns its advance."""
+def _progress_bar(stack: Any) -> Any:
+    """A transient sentence counter on stderr, closed with `stack`; returns its advance."""
+    from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     bar = stack.enter_context(Progress(
         SpinnerColumn(), TextColumn("translating"), TextColumn("{task.completed} sentences"),
-        TimeElapsedColumn(), console=console, transient=True))
+        TimeElapsedColumn(), console=Console(stderr=True), transient=True))
     task = bar.add_task("translate", total=None)
     return lambda n: bar.advance(task, n)
 

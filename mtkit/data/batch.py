@@ -127,20 +127,6 @@ def _dense_links(links: Sequence[np.ndarray], src_lens: np.ndarray, tgt_lens: np
     return out
 
 
-def token_batches(sizes: Sequence[int], budget: int) -> Iterator[list[int]]:
-    """Positions into `sizes` grouped into batches, longest first, so that each batch's
-    padded size (its longest item times its count) stays within `budget` (an item bigger than
-    the budget goes alone). For inference, where every sentence is decoded once."""
-    batch: list[int] = []
-    for i in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
-        if batch and sizes[batch[0]] * (len(batch) + 1) > budget:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
-
-
 def iterate_batches(data: ParallelData, sampler: Iterable[Sequence[int]],
                     max_len: int | None) -> Iterator[Batch]:
     """Padded `Batch`es for the index batches of `sampler` (a `TokenBatchSampler` or any

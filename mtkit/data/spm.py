@@ -13,14 +13,16 @@ import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 import sentencepiece as spm
 
 from mtkit.config import SpmConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.errors import DataError
+
+if TYPE_CHECKING:  # numpy only for guided alignment: translating with an export needs none
+    import numpy as np
 
 JOINT_MODEL = "spm.model"
 SRC_MODEL = "spm.src.model"
@@ -148,6 +150,8 @@ class Tokenizer:
         """(V,) bool for the `side` ("src" or "tgt") vocabulary: True for the pieces that begin
         a word, which sentencepiece marks with a leading U+2581 (special pieces never do)."""
         if side not in self._starts:
+            import numpy as np
+
             proc = self._src if side == "src" else self._tgt
             self._starts[side] = np.array(
                 [proc.id_to_piece(i).startswith("\u2581") for i in range(proc.get_piece_size())])

@@ -29,7 +29,7 @@ from mtkit.decode.hypothesis import (
     step_logprobs,
     to_hypotheses,
 )
-from mtkit.models.base import Encoded, Translator, reorder
+from mtkit.models.base import Encoded, State, Translator
 
 # Finished sentences leave the batch once they are at least 1/PRUNE_SHARE of it: dropping them
 # copies every encoder and state tensor, which at every finish cost more than their rows.
@@ -92,8 +92,9 @@ class _Beam:
     scores: torch.Tensor  # (Ba, K) log-probs of active hypotheses; -inf for empty slots
     max_len: torch.Tensor  # (Ba*K,) per-row output limit
     prev: torch.Tensor  # (Ba*K,) last token of each active hypothesis
-    enc: Encoded
-    state: dict[str, torch.Tensor]
+    enc: Encoded  # Ba*K rows
+    state: State  # as the last step left it: its rows are reordered by the next step...
+    order: torch.Tensor | None  # ... (Ba*K,): the state row each hypothesis continues
 
 
 def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
@@ -156,18 +157,18 @@ def _done(beam: _Beam, scores: torch.Tensor, fin: _Finished, cfg: DecodeConfig) 
     return (torch.isfinite(f).sum(1) >= k) | (bound <= f[:, cfg.nbest - 1])
 
 
-def _next_beam(beam: _Beam, state: dict[str, torch.Tensor], scores: torch.Tensor,
-               parent: torch.Tensor, token: torch.Tensor, done: torch.Tensor | None,
-               hist: _History) -> _Beam:
-    """Reorder the state after selection, dropping the sentences in `done` (Ba,) if given."""
+def _next_beam(beam: _Beam, state: State, scores: torch.Tensor, order: torch.Tensor,
+               token: torch.Tensor, done: torch.Tensor | None, hist: _History) -> _Beam:
+    """The beam after selection: `order` (Ba*K,) the state row each new hypothesis extends,
+    dropping the sentences in `done` (Ba,) if given."""
     if done is None:
-        return _Beam(beam.alive, scores, beam.max_len, token, beam.enc, reorder(state, parent))
+        return _Beam(beam.alive, scores, beam.max_len, token, beam.enc, state, order)
     k = scores.size(1)
     keep = (~done).nonzero().squeeze(1)
     rows = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
     hist.keep_rows(rows)
     return _Beam(beam.alive[keep], scores[keep], beam.max_len[rows], token[rows],
-                 beam.enc.index_select(rows), reorder(state, parent[rows]))
+                 beam.enc.index_select(rows), state, order[rows])
 
 
 @torch.no_grad()
@@ -181,20 +182,31 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     """
     k, batch, device = cfg.beam_size, enc.src_mask.size(0), enc.src_mask.device
     assert cfg.nbest <= k, "DecodeConfig validation keeps nbest <= beam_size"
-    rows = torch.arange(batch, device=device).repeat_interleave(k)
+    rows = torch.arange(batch, device=device).repeat_interleave(k)  # sentence of each row
     scores = torch.full((batch, k), -math.inf, device=device)
     scores[:, 0] = 0.0  # all K rows start identical: only one may expand at first
-    enc_k = enc.index_select(rows)
-    beam = _Beam(torch.arange(batch, device=device), scores,
-                 as_lengths(max_len, batch, device).index_select(0, rows),
-                 torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device),
-                 enc_k, model.init_state(enc_k))
+    limits = as_lengths(max_len, batch, device)
+    shortest = int(limits.min())  # rows only leave, so the shortest limit only grows
+    beam = _Beam(torch.arange(batch, device=device), scores, limits.index_select(0, rows),
+                 torch.full((batch,), BOS_ID, dtype=torch.long, device=device),
+                 model.expand(enc, k), model.init_state(enc), None)
     fin, hist = _Finished.empty(batch, k, device), _History()
-    for t in range(int(beam.max_len.max()) + 1):
-        out = model.step(beam.prev, beam.state, beam.enc, need_attn=need_attn)
-        lp = step_logprobs(out.logits, t, cfg.min_len, beam.max_len)
-        attn = out.attn if need_attn else None
+    for t in range(int(limits.max()) + 1):
+        if t == 0:
+            # The K rows of a sentence are identical before the first step: it runs once
+            # per sentence, and its output is tiled (the state by the next step's order).
+            out = model.step(beam.prev, beam.state, enc, need_attn=need_attn)
+            lp = step_logprobs(out.logits, t, cfg.min_len, limits,
+                               shortest=shortest).index_select(0, rows)
+            attn = out.attn.index_select(0, rows) if need_attn and out.attn is not None \
+                else None
+        else:
+            out = model.step(beam.prev, beam.state, beam.enc, need_attn=need_attn,
+                             order=beam.order)
+            lp = step_logprobs(out.logits, t, cfg.min_len, beam.max_len, shortest=shortest)
+            attn = out.attn if need_attn else None
         scores, parent, token = _advance(beam, lp, attn, t, fin, hist, cfg)
+        order = rows[parent] if t == 0 else parent  # rows of the state each extends
         done = _done(beam, scores, fin, cfg)
         n_done = int(done.sum())
         if n_done == done.numel():
@@ -206,7 +218,7 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
             if n_done:
                 scores = scores.masked_fill(done.unsqueeze(1), -math.inf)
             done = None
-        beam = _next_beam(beam, out.state, scores, parent, token, done, hist)
+        beam = _next_beam(beam, out.state, scores, order, token, done, hist)
     return _collect(fin, hist, enc.src_mask, cfg)
 
 

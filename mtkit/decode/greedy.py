@@ -18,7 +18,7 @@ from mtkit.decode.hypothesis import (
     step_logprobs,
     to_hypotheses,
 )
-from mtkit.models.base import Encoded, Translator, reorder
+from mtkit.models.base import Encoded, Translator
 
 # Picks the next token of every row from masked log-probabilities: (B, V) -> (B,) long.
 Chooser = Callable[[torch.Tensor], torch.Tensor]
@@ -33,20 +33,21 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
     Returns tokens (B, T) with one EOS per row (PAD after it), their log-probabilities
     (B, T) (0 after the EOS) and attention (B, T, S) or None. One model step per position
     for all unfinished rows together; rows that emit EOS leave the batch (their state and
-    encoder rows are dropped), and the only host sync per step counts them.
+    encoder rows are dropped, the state's by the next step: `order`), and the only host
+    sync per step counts them.
     """
     batch, device = enc.src_mask.size(0), enc.src_mask.device
     limit = as_lengths(max_len, batch, device)
-    steps = int(limit.max()) + 1
+    steps, shortest = int(limit.max()) + 1, int(limit.min())
     tokens = torch.full((batch, steps), PAD_ID, dtype=torch.long, device=device)
     lps = torch.zeros(batch, steps, device=device)
     attn = None
     rows = torch.arange(batch, device=device)  # the original rows still decoding
-    state = model.init_state(enc)
+    state, order = model.init_state(enc), None
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     for t in range(steps):
-        out = model.step(prev, state, enc, need_attn=need_attn)
-        lp = step_logprobs(out.logits, t, min_len, limit)
+        out = model.step(prev, state, enc, need_attn=need_attn, order=order)
+        lp = step_logprobs(out.logits, t, min_len, limit, shortest=shortest)
         tok = choose(lp)
         tokens[rows, t] = tok
         lps[rows, t] = lp.gather(1, tok.unsqueeze(1)).squeeze(1)
@@ -58,11 +59,11 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
         n_ended = int(ended.sum())
         if n_ended == rows.numel():
             break
-        state, prev = out.state, tok
+        state, prev, order = out.state, tok, None
         if n_ended:
             keep = (~ended).nonzero().squeeze(1)
             rows, limit, prev = rows[keep], limit[keep], prev[keep]
-            enc, state = enc.index_select(keep), reorder(state, keep)
+            enc, order = enc.index_select(keep), keep
     return tokens[:, : t + 1], lps[:, : t + 1], None if attn is None else attn[:, : t + 1]
 
 

@@ -1,5 +1,6 @@
-"""What every search returns, and the arithmetic they share: length penalty, length limits and
-the masking of tokens that may not be produced at a step.
+"""The arithmetic every search shares: length penalty, length limits, the masking of tokens
+that may not be produced at a step, and the making of what they return (`Hypothesis`,
+defined in `mtkit.hypothesis`).
 
 Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 """
@@ -7,35 +8,15 @@ Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.hypothesis import Hypothesis
 
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """One output sentence.
-
-    tokens: target ids without BOS and without the final EOS;
-    token_logprobs: the model's log-probability of each token *and of the final EOS*, so
-    ``len(token_logprobs) == len(tokens) + 1`` (at temperature 1, before any top-k/top-p
-    filtering, so the numbers are the model's even for sampled output);
-    logprob: their sum; score: logprob divided by the length penalty of
-    ``len(token_logprobs)`` tokens (the value n-best lists are sorted by);
-    attn: (T, S) float CPU tensor with T = len(token_logprobs) (the last row is the EOS step)
-    and S the sentence's real source length (its EOS included), or None when not asked for
-    or when the model has no attention. Row t is the attention of the step that produced
-    token t of *this* hypothesis, followed through every beam reordering.
-    """
-
-    tokens: list[int]
-    score: float
-    logprob: float
-    token_logprobs: list[float]
-    attn: torch.Tensor | None = None
+__all__ = ["Hypothesis", "as_lengths", "length_penalty", "max_lengths", "source_lengths",
+           "step_logprobs", "to_hypotheses"]
 
 
 def length_penalty(lengths: torch.Tensor | int, kind: str,
@@ -72,16 +53,24 @@ def as_lengths(max_len: torch.Tensor | int, batch: int, device: torch.device) ->
     return max_len.to(device=device, dtype=torch.long)
 
 
-def step_logprobs(logits: torch.Tensor, t: int, min_len: int,
-                  max_len: torch.Tensor) -> torch.Tensor:
+def step_logprobs(logits: torch.Tensor, t: int, min_len: int, max_len: torch.Tensor, *,
+                  shortest: int | None = None) -> torch.Tensor:
     """Log-probabilities of the next token with the impossible ones set to -inf.
 
-    logits: (B, V) for output position t (0-based); max_len: (B,) per-row limits.
+    logits: (B, V) for output position t (0-based); max_len: (B,) per-row limits; shortest:
+    a lower bound of max_len, known on the host, if the caller has one.
     PAD and BOS are never produced; EOS is banned while t < min_len; at t == max_len only EOS
     is allowed, so every hypothesis ends in EOS. The surviving values are the model's own
     log-probabilities (not renormalised), so scores stay comparable with forced decoding.
     """
     lp = torch.log_softmax(logits.float(), dim=-1)
+    if shortest is not None and t < shortest:
+        # No row is at its limit: skip the pass over (B, V) that forces EOS (2% of a beam).
+        lp[:, PAD_ID] = -math.inf
+        lp[:, BOS_ID] = -math.inf
+        if t < min_len:
+            lp[:, EOS_ID] = -math.inf
+        return lp
     eos = lp[:, EOS_ID].clone()
     forced = max_len <= t
     # in place: one pass over (B, V) besides the softmax

@@ -31,7 +31,8 @@ from torch import nn
 from mtkit.config import TransformerConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, UNK_ID
 from mtkit.export.engine import ctranslate2
-from mtkit.models.transformer import CrossAttention, Transformer, sinusoids
+from mtkit.models.embedding import sinusoids
+from mtkit.models.transformer import CrossAttention, Transformer
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which every mtkit norm uses
 

@@ -28,14 +28,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decode import Hypothesis
 from mtkit.errors import ConfigError
 from mtkit.export.ct2_dir import Export
 from mtkit.export.engine import ctranslate2
+from mtkit.hypothesis import Hypothesis
 from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat
 
 
@@ -132,9 +130,18 @@ class CT2Translator(LineTranslator):
         ids = ids[:limit]
         # Row t of the attention belongs to the step that produced token t; the step after the
         # last kept token is the EOS step (whether the engine chose EOS there or not).
-        weights = None if attn is None else torch.tensor(attn, dtype=torch.float32)[: len(ids) + 1]
+        weights = None if attn is None else _tensor(attn)[: len(ids) + 1]
         logprob = score * (len(ids) + 1) ** _penalty(self.cfg)
         return Hypothesis(ids, float(score), float(logprob), [], weights)
+
+
+def _tensor(rows: list) -> Any:
+    """The engine's attention as the (T, S) float tensor mtkit's aligner reads. torch is
+    imported only here, with --align: without it, translating with an export never loads
+    torch, which takes longer to import than the engine to start."""
+    import torch
+
+    return torch.tensor(rows, dtype=torch.float32)
 
 
 def open_export(path: Path) -> Export:

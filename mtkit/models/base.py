@@ -3,8 +3,14 @@
 Shapes: B batch (times beam), S source length, T target length, H hidden, V vocabulary.
 
 Every tensor in an `Encoded` and in a decoder state has the batch on dimension 0, so a single
-``index_select(0, idx)`` (see `reorder`) both tiles a batch for beam search and reorders it
-after each step. States are returned as new values, never mutated.
+``index_select(0, idx)`` (see `reorder`) both tiles a batch and reorders it.
+
+Who owns a decoder state: the search that holds it. `Translator.step` returns the state for
+the next position and may write into the memory of the state it was given (the Transformer
+moves its cache between two reused buffers, `mtkit.models.kv_cache`), so a state is spent
+once stepped: step it once, or copy it first with `reorder` (which always copies) to go on
+from it twice. A search reorders rows (beam parents, finished sentences dropped) by passing
+`order` to the next step, which lets a model fuse the reorder with its cache update.
 """
 
 from __future__ import annotations
@@ -48,22 +54,29 @@ class Encoded:
 
     memory: (B, S, H) encoder states; src_mask: (B, S) bool, True on real tokens;
     extras: further batch-first tensors a model needs at every step (e.g. final states,
-    precomputed cross-attention keys and values).
+    precomputed cross-attention keys and values); group: decoder rows per row of these
+    tensors (`Translator.expand`): rows g*b .. g*b+g-1 of a step read row b.
     """
 
     memory: torch.Tensor
     src_mask: torch.Tensor
     extras: State
+    group: int = 1
 
     def index_select(self, idx: torch.Tensor) -> Encoded:
-        return Encoded(self.memory.index_select(0, idx), self.src_mask.index_select(0, idx),
-                       reorder(self.extras, idx))
+        """The decoder rows idx (B',) (reordered or tiled); of a grouped Encoded, whole
+        groups in order (as beam search drops finished sentences)."""
+        assert idx.numel() % self.group == 0, (idx.numel(), self.group)
+        rows = idx[:: self.group] // self.group if self.group > 1 else idx
+        return Encoded(self.memory.index_select(0, rows), self.src_mask.index_select(0, rows),
+                       reorder(self.extras, rows), self.group)
 
 
 @dataclass(frozen=True)
 class Step:
     """One decoder step: logits (B, V); attn (B, S), rows summing to 1 over real source tokens
-    and exactly 0 on padding, or None for a model without attention; the NEW state."""
+    and exactly 0 on padding, or None for a model without attention; the state for the next
+    position (the one passed in is spent: see the module doc)."""
 
     logits: torch.Tensor
     attn: torch.Tensor | None
@@ -102,7 +115,8 @@ def host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def reorder(state: State, idx: torch.Tensor) -> State:
-    """Select (tile or reorder) batch rows of every tensor in a state: idx (B',) -> (B', ...)."""
+    """Select (tile or reorder) batch rows of every tensor in a state: idx (B',) -> (B', ...).
+    The result is a copy, sharing no memory with `state`."""
     return {k: v.index_select(0, idx) for k, v in state.items()}
 
 
@@ -127,10 +141,21 @@ class Translator(nn.Module):
         """The decoder state before the first target token."""
         raise NotImplementedError
 
+    def expand(self, enc: Encoded, k: int) -> Encoded:
+        """`enc` (B rows) for k decoder rows per sentence, rows b*k .. b*k+k-1 reading
+        sentence b (a beam). Here every tensor is tiled; a model whose step can read one copy
+        for k rows returns `enc` grouped instead (`Encoded.group`), without copying."""
+        rows = torch.arange(enc.src_mask.size(0), device=enc.src_mask.device)
+        return enc.index_select(rows.repeat_interleave(k))
+
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
-             need_attn: bool = True) -> Step:
-        """prev: (B,) the previous target token (BOS at the first step). With need_attn=False
-        the step may skip computing attention weights and returns attn=None."""
+             need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
+        """prev: (B',) the previous target token (BOS at the first step) of each row; enc: B'
+        rows. order: (B',) row r continues row order[r] of `state` (B rows), as if `state`
+        were ``reorder(state, order)``; None: each row its own (B' = B). With
+        need_attn=False the step may skip computing attention weights and returns
+        attn=None. `state` is spent: the step may have written into its memory (module doc).
+        """
         raise NotImplementedError
 
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

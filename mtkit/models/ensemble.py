@@ -93,12 +93,12 @@ class Ensemble(Translator):
         return state
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
-             need_attn: bool = True) -> Step:
+             need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
         """prev: (B,) -> logits (B, V), the members' combined log-probabilities."""
         logprobs, attns, new_state = [], [], {}
         for i, m in enumerate(self.members):
             out = m.step(prev, _unprefixed(state, i), self._member_enc(enc, i),
-                         need_attn=need_attn)
+                         need_attn=need_attn, order=order)
             logprobs.append(torch.log_softmax(out.logits.float(), dim=-1))
             attns.append(out.attn)
             new_state.update(_prefixed(out.state, i))

@@ -40,6 +40,7 @@ from mtkit.models.base import (
     Step,
     Translator,
     host_to_device,
+    reorder,
     source_mask,
 )
 
@@ -361,7 +362,10 @@ class RNNTranslator(Translator):
         return self.decoder.initial_state(h, c)
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
-             need_attn: bool = True) -> Step:
+             need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
+        # The state is a few (B, ...) tensors: reordering them first costs next to nothing.
+        if order is not None:
+            state = reorder(state, order)
         return self.decoder.step(prev, state, enc, need_attn)
 
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

@@ -259,3 +259,32 @@ def test_a_checkpoint_refuses_a_vocabulary_it_was_not_trained_on(toy_model, src_
     out = _cli("translate", run, "-i", src_file)
     assert out.exit_code == 2
     assert "is not the one this checkpoint was trained with" in out.output
+
+
+_THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+_HUGE_PAGES = """
+import sys, torch
+from mtkit.run import load_model
+load_model(sys.argv[1])
+big = torch.empty(64 << 20, dtype=torch.uint8).fill_(1)  # 64 MB, touched
+kb = [int(line.split()[1]) for line in open("/proc/self/smaps_rollup")
+      if line.startswith("AnonHugePages:")][0]
+print(kb)
+"""
+
+
+@pytest.mark.skipif(not _THP_MODE.is_file() or "[madvise]" not in _THP_MODE.read_text(),
+                    reason="needs Linux transparent huge pages in madvise mode (in 'always' "
+                    "mode every process gets them, in 'never' none)")
+@pytest.mark.parametrize("user", [None, "0"])
+def test_loading_a_model_puts_large_tensors_on_huge_pages(toy_model, user):
+    """`load_model` sets THP_MEM_ALLOC_ENABLE before torch's first allocation, so a large
+    tensor allocated afterwards lies on 2 MB pages; a value the user set wins."""
+    env = {k: v for k, v in _env().items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if user is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = user
+    proc = subprocess.run([sys.executable, "-c", _HUGE_PAGES, str(toy_model)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    huge_kb = int(proc.stdout)
+    assert (huge_kb >= 32 << 10) if user is None else (huge_kb < 32 << 10), huge_kb

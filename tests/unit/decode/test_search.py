@@ -25,7 +25,7 @@ from mtkit.decode import (
     sample,
 )
 from mtkit.decode.sampling import filter_logprobs
-from mtkit.models.base import Encoded, Output, State, Step, Translator
+from mtkit.models.base import Encoded, Output, State, Step, Translator, reorder
 from mtkit.models.build import build_model
 
 torch.set_num_threads(1)
@@ -66,8 +66,10 @@ class TableTranslator(Translator):
         return {"fed": torch.zeros(enc.src_mask.size(0), 0, dtype=torch.long)}
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
-             need_attn: bool = True) -> Step:
+             need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
         self.calls += 1
+        if order is not None:
+            state = reorder(state, order)
         fed = torch.cat([state["fed"], prev.unsqueeze(1)], 1)  # BOS first
         logits = torch.tensor([self.probs(tuple(p[1:])) for p in fed.tolist()]).log()
         attn = torch.zeros(enc.src_mask.shape)
@@ -278,7 +280,9 @@ class ToyGRU(Translator):
         return {"h": enc.extras["h0"]}
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
-             need_attn: bool = True) -> Step:
+             need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
+        if order is not None:
+            state = reorder(state, order)
         h = self.cell(self.tgt_emb(prev), state["h"])
         attn, ctx = None, torch.zeros_like(h)
         if self.has_attention:

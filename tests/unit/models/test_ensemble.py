@@ -88,8 +88,10 @@ def test_state_is_packed_batch_first_and_reorders():
     idx = torch.tensor([3, 3, 0])
     prev = torch.tensor([2, 2, 2])
     moved = ens.step(prev, reorder(state, idx), enc.index_select(idx))
+    fused = ens.step(prev, reorder(state, torch.arange(4)), enc.index_select(idx), order=idx)
     whole = ens.step(torch.full((4,), 2), state, enc)
     torch.testing.assert_close(moved.logits, whole.logits[idx])
+    torch.testing.assert_close(fused.logits, moved.logits)
 
 
 def test_forward_matches_steps_and_attention_maps_average():

@@ -1,6 +1,8 @@
 """The model interface's invariants, for every RNN cell × placement × attention and the
 Transformer: stepping equals teacher forcing, padding changes nothing, attention rows are
-distributions that are exactly zero on padding, and reordering a state commutes with stepping."""
+distributions that are exactly zero on padding, reordering a state commutes with stepping, and
+the state contract of `mtkit.models.base`: a step with `order` equals stepping the reordered
+state, and `reorder` copies, so a copy can be stepped apart from its original."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.vocab import BOS_ID, PAD_ID
 from mtkit.errors import ConfigError, MtkitError
+from mtkit.models import kv_cache
 from mtkit.models.base import AttentionChoice, reorder
 from mtkit.models.build import build_model
 from mtkit.models.rnn import rnn_step
@@ -82,10 +85,7 @@ def _step_all(model, src, lens, tgt, *, need_attn=True):
     state = model.init_state(enc)
     logits, attn = [], []
     for t in range(tgt.size(1)):
-        before = {k: v.clone() for k, v in state.items()}
         out = model.step(tgt[:, t], state, enc, need_attn=need_attn)
-        for k, v in before.items():  # states are values: stepping never mutates its input
-            assert torch.equal(state[k], v), k
         state = out.state
         logits.append(out.logits)
         attn.append(out.attn)
@@ -143,34 +143,100 @@ def test_attention_rows_are_distributions_exactly_zero_on_padding(name):
     assert (attn >= 0).all()
 
 
+def _stepped(model, enc, tgt, steps):
+    """The state after feeding tgt[:, :steps]."""
+    state = model.init_state(enc)
+    for t in range(steps):
+        state = model.step(tgt[:, t], state, enc).state
+    return state
+
+
+def _assert_same_steps(got, want):
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.logits, w.logits, atol=1e-5, rtol=0)
+        assert (g.attn is None) == (w.attn is None)
+        if w.attn is not None:
+            torch.testing.assert_close(g.attn, w.attn, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 @torch.no_grad()
 def test_reorder_then_step_equals_stepping_the_reordered_batch(name):
+    """Two further steps (the second reads all that the first left) equal decoding the
+    reordered batch from the start; the rows all differ, so a field left unordered shows."""
     model = _model(CASES[name])
     src, lens, tgt, _ = _batch()
     enc = model.encode(src, lens)
-    state = model.init_state(enc)
-    for t in range(2):
-        state = model.step(tgt[:, t], state, enc).state
-    for k, v in state.items():  # every field differs across rows, so a skipped one shows
-        if v.is_floating_point():
-            assert not torch.equal(v[0], v[1]), k
+    state = _stepped(model, enc, tgt, 2)
     idx = torch.tensor([2, 0, 0, 3, 1])  # reorders and tiles, as beam search does
     moved = reorder({**state, "sentinel": torch.arange(4)}, idx)
     assert torch.equal(moved.pop("sentinel"), idx)
-    got = model.step(tgt[idx, 2], moved, enc.index_select(idx))
+    enc_idx = enc.index_select(idx)
+    got = [model.step(tgt[idx, 2], moved, enc_idx)]
+    got.append(model.step(tgt[idx, 3], got[0].state, enc_idx))
 
     enc2 = model.encode(src[idx], lens[idx])
-    state2 = model.init_state(enc2)
-    for t in range(2):
-        state2 = model.step(tgt[idx, t], state2, enc2).state
-    want = model.step(tgt[idx, 2], state2, enc2)
-    torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=0)
-    if model.has_attention:
-        torch.testing.assert_close(got.attn, want.attn, atol=1e-5, rtol=0)
-    assert set(got.state) == set(want.state)
-    for k in want.state:
-        torch.testing.assert_close(got.state[k], want.state[k], atol=1e-5, rtol=0)
+    want = [model.step(tgt[idx, 2], _stepped(model, enc2, tgt[idx], 2), enc2)]
+    want.append(model.step(tgt[idx, 3], want[0].state, enc2))
+    assert set(got[1].state) == set(want[1].state)
+    _assert_same_steps(got, want)
+
+
+# Orders a search passes to `step`: beam parents (reorder and duplicate rows), a beam that
+# drops finished sentences (fewer rows), greedy dropping finished rows, a first beam step's
+# tiling of each sentence into its beam (more rows).
+ORDERS = {"beam": [2, 0, 0, 3], "beam-drop": [1, 1, 3], "greedy-drop": [0, 2, 3],
+          "tile": [0, 0, 1, 1, 2, 2, 3, 3]}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("order", list(ORDERS))
+@torch.no_grad()
+def test_a_step_with_order_equals_stepping_the_reordered_state(name, order, monkeypatch):
+    """What beam and greedy search pass: `order` fuses the reorder into the step (the
+    Transformer gathers its cache straight into the spare buffer). Two-position buffers make
+    the Transformer's cache outgrow them on the way."""
+    monkeypatch.setattr(kv_cache, "FIRST_POSITIONS", 2)
+    model = _model(CASES[name])
+    src, lens, tgt, _ = _batch()
+    idx = torch.tensor(ORDERS[order])
+    enc = model.encode(src, lens)
+    state = _stepped(model, enc, tgt, 2)
+    copy = reorder(state, torch.arange(4))  # `state` is spent by the fused step
+    enc_idx = enc.index_select(idx)
+    got = [model.step(tgt[idx, 2], state, enc_idx, order=idx)]
+    want = [model.step(tgt[idx, 2], reorder(copy, idx), enc_idx)]
+    for t in (3, 4):
+        got.append(model.step(tgt[idx, t], got[-1].state, enc_idx))
+        want.append(model.step(tgt[idx, t], want[-1].state, enc_idx))
+    _assert_same_steps(got, want)
+
+
+@pytest.mark.parametrize("name", ["gru-bahdanau-general", *TRANSFORMERS])
+@torch.no_grad()
+def test_reorder_copies_so_that_a_copy_can_go_on_apart(name):
+    """A step may write into the memory of the state it was given, so a state is spent once
+    stepped; to continue one prefix twice, copy it with `reorder`. If `reorder` shared memory
+    with its input, the copy's step would overwrite the original's continuation."""
+    model = _model(CASES[name])
+    src, lens, tgt, _ = _batch()
+    enc = model.encode(src, lens)
+    state = _stepped(model, enc, tgt, 2)
+    copy = reorder(state, torch.arange(4))
+    for k, v in copy.items():
+        if v.numel():
+            assert v.untyped_storage().data_ptr() != state[k].untyped_storage().data_ptr(), k
+    other = torch.full((4,), 9)
+    first = model.step(tgt[:, 2], state, enc)
+    second = model.step(other, copy, enc)  # writes into the copy's memory only
+    after_first = model.step(tgt[:, 3], first.state, enc)
+    after_second = model.step(tgt[:, 3], second.state, enc)
+    full = model(src, lens, tgt)
+    torch.testing.assert_close(after_first.logits, full.logits[:, 3], atol=1e-5, rtol=0)
+    branched = tgt.clone()
+    branched[:, 2] = other
+    torch.testing.assert_close(after_second.logits, model(src, lens, branched).logits[:, 3],
+                               atol=1e-5, rtol=0)
 
 
 # --------------------------------------------------------------------------- RNN specifics
@@ -322,17 +388,26 @@ def _tf(**kw) -> ModelConfig:
 
 
 @torch.no_grad()
-def test_kv_cache_grows_one_position_per_step_cross_kv_computed_once():
+def test_kv_cache_moves_between_two_buffers_cross_kv_computed_once():
+    """The self-attention cache grows one position per step and, once its two buffers are
+    allocated, every step (reordering or not) writes it into the other one: no allocation
+    per step, which is what made the old torch.cat / index_select cache slow."""
     model = _model(_tf())
     src, lens, tgt, _ = _batch()
     enc = model.encode(src, lens)
     assert enc.extras["cross_k1"].shape == (4, 2, 7, 8)
     state = model.init_state(enc)
-    assert set(state) == {"self_k0", "self_v0", "self_k1", "self_v1"}
-    for t in range(3):
+    assert set(state) == {f"{kind}_{kv}{i}" for kind in ("self", "spare") for kv in "kv"
+                          for i in (0, 1)}
+    memory = []
+    for t in range(6):
         assert state["self_k0"].shape == (4, 2, t, 8)
-        state = model.step(tgt[:, t], state, enc).state
-    assert state["self_v1"].shape == (4, 2, 3, 8)
+        order = torch.tensor([1, 0, 3, 2]) if t % 2 else None  # beam-like swaps
+        state = model.step(tgt[:, t], state, enc, order=order).state
+        memory.append(state["self_k0"].untyped_storage().data_ptr())
+        assert state["spare_k0"].untyped_storage().data_ptr() != memory[-1]
+    assert state["self_v1"].shape == (4, 2, 6, 8)
+    assert memory[1:] == [memory[1], memory[2]] * 2 + [memory[1]]
 
 
 @torch.no_grad()
@@ -430,3 +505,59 @@ def test_build_model_names_the_valid_choices():
     bad_cell = ModelConfig(arch="rnn", rnn=dataclasses.replace(RNNConfig(), cell="elman"))
     with pytest.raises(ConfigError, match="lstm, gru, rnn"):
         build_model(bad_cell, SRC_V, TGT_V)
+
+
+@pytest.mark.parametrize("name", ["tf-pre-sin-shared", "tf-post-learned",
+                                  "lstm-luong-general", "gru-bahdanau-additive"])
+@torch.no_grad()
+def test_a_model_built_around_weights_holds_those_tensors(name):
+    """build_model(weights=...) (what loading a checkpoint uses): no random initialisation
+    and no copy, the parameters are the given tensors, ties are kept, and the model computes
+    what one built and then loaded computes."""
+    cfg = CASES[name]
+    trained = _model(cfg, seed=3)
+    copies: dict[int, torch.Tensor] = {}  # a checkpoint stores a tied tensor once
+    weights = {k: copies.setdefault(v.data_ptr(), v.clone())
+               for k, v in trained.state_dict().items()}
+    vocab = SRC_V, trained.state_dict()[next(k for k in weights if "generator" in k)].size(0)
+    built = build_model(cfg, *vocab, weights=weights).eval()
+    for key, value in built.state_dict().items():
+        assert value.data_ptr() == weights[key].data_ptr(), key
+    tied = [(n, p) for n, p in trained.named_parameters(remove_duplicate=False)]
+    same = {n: id(p) for n, p in built.named_parameters(remove_duplicate=False)}
+    for (a, pa), (b, pb) in itertools.combinations(tied, 2):
+        assert (pa is pb) == (same[a] == same[b]), (a, b)
+    assert built.parameter_counts() == trained.parameter_counts()
+    src, lens, tgt, _ = _batch()
+    torch.testing.assert_close(built(src, lens, tgt, return_attn=True).logits,
+                               trained(src, lens, tgt, return_attn=True).logits)
+    bad = {**weights, next(iter(weights)): torch.zeros(1)}
+    with pytest.raises(RuntimeError):
+        build_model(cfg, *vocab, weights=bad)
+
+
+@pytest.mark.parametrize("name", ["gru-bahdanau-general", *TRANSFORMERS])
+@torch.no_grad()
+def test_expand_for_a_beam_equals_tiling_and_the_transformer_does_not_copy(name):
+    """`expand(enc, k)` (what beam search reads the source through): stepping with it equals
+    stepping with every row tiled k times, also after whole sentences are dropped. The
+    Transformer groups instead of tiling: the k rows of a sentence query one copy."""
+    model, k = _model(CASES[name]), 3
+    src, lens, tgt, _ = _batch()
+    enc = model.encode(src, lens)
+    tiled = enc.index_select(torch.arange(4).repeat_interleave(k))
+    expanded = model.expand(enc, k)
+    if name in TRANSFORMERS:
+        assert expanded.group == k
+        assert expanded.extras["cross_k0"].data_ptr() == enc.extras["cross_k0"].data_ptr()
+    rows = torch.arange(4 * k)
+    got, want = model.init_state(expanded), model.init_state(tiled)
+    for t in range(3):
+        a, b = model.step(tgt[rows // k, t], got, expanded), model.step(tgt[rows // k, t], want,
+                                                                         tiled)
+        _assert_same_steps([a], [b])
+        got, want = a.state, b.state
+    keep = torch.tensor([0, 1, 2, 9, 10, 11])  # sentences 0 and 3, as a beam drops the others
+    a = model.step(tgt[keep // k, 3], got, expanded.index_select(keep), order=keep)
+    b = model.step(tgt[keep // k, 3], want, tiled.index_select(keep), order=keep)
+    _assert_same_steps([a], [b])
