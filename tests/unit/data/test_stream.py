@@ -128,6 +128,27 @@ def test_reservoir_sample_is_uniform_and_reproducible() -> None:
     assert _draw(5) == _draw(5) and _draw(5) != _draw(6)
 
 
+def test_reservoir_applies_a_chunk_as_one_by_one_replacement() -> None:
+    """Algorithm R applied item by item, with the same draws, keeps the same sample: also
+    when several items of a chunk draw the same slot (a 3-item sample and chunks of 40 make
+    that certain), where only the last of them may stay."""
+    r = Reservoir(3, seed=7)
+    rng = np.random.default_rng(7)
+    items, keys, seen = [], [], 0
+    for start in range(0, 400, 40):
+        chunk = [f"x{i}" for i in range(start, start + 40)]
+        r.add(chunk, np.arange(start, start + 40) * 10)
+        room = max(0, min(40, 3 - len(items)))
+        items += chunk[:room]
+        keys += [10 * i for i in range(start, start + room)]
+        slots = rng.integers(0, seen + np.arange(room, 40) + 1)
+        for i, j in enumerate(slots.tolist(), room):
+            if j < 3:
+                items[j], keys[j] = chunk[i], 10 * (start + i)
+        seen += 40
+    assert list(r.drain()) == [items[i] for i in np.argsort(keys, kind="stable")]
+
+
 def test_side_writer_writes_what_np_save_writes(tmp_path: Path) -> None:
     sents = [[5, 6, 7], [], [8], [9, 10]]
     w = SideWriter(tmp_path, "train", "src", 8000)
