@@ -13,9 +13,8 @@ import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Literal
-
-import sentencepiece as spm
 
 from mtkit.config import SpmConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -23,6 +22,30 @@ from mtkit.errors import DataError
 
 if TYPE_CHECKING:  # numpy only for guided alignment: translating with an export needs none
     import numpy as np
+
+
+def _import_sentencepiece() -> ModuleType:
+    """Import sentencepiece with its OpenMP threads waiting passively.
+
+    The trainer's seed extraction starts a second OpenMP (libgomp) thread that, by libgomp's
+    default, spins while the first runs the long single-threaded part: on 1M sentences it
+    kept the second core busy for most of the phase, doing nothing (and, on a loaded machine,
+    took half the working thread's CPU). Passive waiting gives byte-identical models. libgomp
+    reads the policy once, when it is loaded by this import; the variable is set only for
+    that moment, so that torch's own OpenMP runtime, if loaded later, keeps its default, and a
+    value the user set is left alone."""
+    ours = "OMP_WAIT_POLICY" not in os.environ
+    if ours:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+    try:
+        import sentencepiece
+    finally:
+        if ours:
+            del os.environ["OMP_WAIT_POLICY"]
+    return sentencepiece
+
+
+spm = _import_sentencepiece()
 
 JOINT_MODEL = "spm.model"
 SRC_MODEL = "spm.src.model"
