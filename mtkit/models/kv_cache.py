@@ -47,13 +47,18 @@ def extend(cache: torch.Tensor, spare: torch.Tensor, new: torch.Tensor,
     """
     rows, heads, _, head_dim = new.shape
     t = cache.size(2)
+    if torch.is_grad_enabled() and (new.requires_grad or cache.requires_grad):
+        # Writes into given memory (out=) cannot be differentiated: a step under autograd
+        # allocates, as the searches, which run without it, never do.
+        kept = cache if order is None else cache.index_select(0, order)
+        return torch.cat([kept, new], dim=2), spare
     size = rows * heads * (t + 1) * head_dim
     if spare.numel() < size or spare.dtype != new.dtype:
         spare = new.new_empty(rows, heads * _positions(t + 1) * head_dim)
     out = spare.view(-1)[:size].view(rows, heads, t + 1, head_dim)
     if order is None:
-        out[:, :, :t] = cache
-    elif cache.dtype == out.dtype:
+        return torch.cat([cache, new], dim=2, out=out), _memory(cache, rows)
+    if cache.dtype == out.dtype:
         torch.index_select(cache, 0, order, out=out[:, :, :t])  # no temporary
     else:  # a cache from `empty` before the first write, or from another precision
         out[:, :, :t] = cache.index_select(0, order)

@@ -561,3 +561,21 @@ def test_expand_for_a_beam_equals_tiling_and_the_transformer_does_not_copy(name)
     a = model.step(tgt[keep // k, 3], got, expanded.index_select(keep), order=keep)
     b = model.step(tgt[keep // k, 3], want, tiled.index_select(keep), order=keep)
     _assert_same_steps([a], [b])
+
+
+def test_transformer_steps_under_autograd_and_gradients_flow():
+    """The cache's writes into reused memory cannot be differentiated: under autograd a step
+    allocates instead, with and without `order`, and gives the no-grad step's numbers."""
+    model = _model(_tf())
+    src, lens, tgt, _ = _batch()
+    enc = model.encode(src, lens)
+    state, total = model.init_state(enc), 0.0
+    with torch.no_grad():
+        quiet = _step_all(model, src, lens, tgt[:, :3])[0]
+    for t in range(3):
+        out = model.step(tgt[:, t], state, enc, order=torch.arange(4) if t == 2 else None)
+        torch.testing.assert_close(out.logits, quiet[:, t], atol=1e-5, rtol=0)
+        total = total + out.logits.logsumexp(-1).sum()
+        state = out.state
+    total.backward()
+    assert model.decoder.layers[0].self_attn.qkv.weight.grad.abs().sum() > 0
