@@ -23,6 +23,7 @@ from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode.hypothesis import (
     Hypothesis,
+    Scratch,
     as_lengths,
     length_penalty,
     source_lengths,
@@ -99,7 +100,8 @@ class _Beam:
     order: torch.Tensor | None  # ... (Ba*K,): the state row each hypothesis continues
 
 
-def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+def _select(beam: _Beam, lp: torch.Tensor, k: int, scratch: Scratch
+            ) -> tuple[torch.Tensor, ...]:
     """Expand every active hypothesis by every token and pick candidates.
 
     lp: (Ba*K, V) masked log-probs. Returns the top 2K candidates' scores, source rows and
@@ -107,7 +109,9 @@ def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     indices into the 2K, each (Ba, K), best first.
     """
     n_alive, vocab = beam.scores.size(0), lp.size(1)
-    cand = (beam.scores.unsqueeze(2) + lp.view(n_alive, k, vocab)).view(n_alive, k * vocab)
+    out = scratch.take("candidates", (n_alive, k, vocab))
+    cand = torch.add(beam.scores.unsqueeze(2), lp.view(n_alive, k, vocab), out=out)
+    cand = cand.view(n_alive, k * vocab)
     top_score, top_idx = cand.topk(2 * k, dim=1)
     base = torch.arange(n_alive, device=lp.device).unsqueeze(1) * k
     top_row, top_tok = base + top_idx // vocab, top_idx % vocab
@@ -120,14 +124,14 @@ def _penalised(raw: torch.Tensor, length: torch.Tensor | int, cfg: DecodeConfig)
 
 
 def _advance(beam: _Beam, lp: torch.Tensor, attn: torch.Tensor | None, t: int,
-             fin: _Finished, hist: _History, cfg: DecodeConfig
+             fin: _Finished, hist: _History, cfg: DecodeConfig, scratch: Scratch
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One search step after the model's: finish EOS candidates, record history.
 
     Returns the new active scores (Ba, K), their parent rows (Ba*K,) and tokens (Ba*K,).
     """
     k = cfg.beam_size
-    top_score, top_row, top_tok, new_scores, keep = _select(beam, lp, k)
+    top_score, top_row, top_tok, new_scores, keep = _select(beam, lp, k, scratch)
     # Only EOS among the K best candidates finishes: one ranked lower would not have been
     # in a K-wide beam (this is also what makes beam size 1 exactly greedy).
     first_score, first_row = top_score[:, :k], top_row[:, :k]
@@ -192,7 +196,7 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     beam = _Beam(torch.arange(batch, device=device), scores, limits.index_select(0, rows),
                  torch.full((batch,), BOS_ID, dtype=torch.long, device=device),
                  model.expand(enc, k), model.init_state(enc), None)
-    fin, hist = _Finished.empty(batch, k, device), _History()
+    fin, hist, scratch = _Finished.empty(batch, k, device), _History(), Scratch(device)
     for t in range(int(limits.max()) + 1):
         if t == 0:
             # The K rows of a sentence are identical before the first step: it runs once
@@ -205,9 +209,10 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
         else:
             out = model.step(beam.prev, beam.state, beam.enc, need_attn=need_attn,
                              order=beam.order)
-            lp = step_logprobs(out.logits, t, cfg.min_len, beam.max_len, shortest=shortest)
+            lp = step_logprobs(out.logits, t, cfg.min_len, beam.max_len, shortest=shortest,
+                               scratch=scratch)
             attn = out.attn if need_attn else None
-        scores, parent, token = _advance(beam, lp, attn, t, fin, hist, cfg)
+        scores, parent, token = _advance(beam, lp, attn, t, fin, hist, cfg, scratch)
         order = rows[parent] if t == 0 else parent  # rows of the state each extends
         done = _done(beam, scores, fin, cfg)
         n_done = int(done.sum())

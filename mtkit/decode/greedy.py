@@ -13,6 +13,7 @@ from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode.hypothesis import (
     Hypothesis,
+    Scratch,
     as_lengths,
     source_lengths,
     step_logprobs,
@@ -43,11 +44,11 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
     lps = torch.zeros(batch, steps, device=device)
     attn = None
     rows = torch.arange(batch, device=device)  # the original rows still decoding
-    state, order = model.init_state(enc), None
+    state, order, scratch = model.init_state(enc), None, Scratch(device)
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     for t in range(steps):
         out = model.step(prev, state, enc, need_attn=need_attn, order=order)
-        lp = step_logprobs(out.logits, t, min_len, limit, shortest=shortest)
+        lp = step_logprobs(out.logits, t, min_len, limit, shortest=shortest, scratch=scratch)
         tok = choose(lp)
         tokens[rows, t] = tok
         lps[rows, t] = lp.gather(1, tok.unsqueeze(1)).squeeze(1)

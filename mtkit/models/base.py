@@ -7,7 +7,7 @@ Every tensor in an `Encoded` and in a decoder state has the batch on dimension 0
 
 Who owns a decoder state: the search that holds it. `Translator.step` returns the state for
 the next position and may write into the memory of the state it was given (the Transformer
-moves its cache between two reused buffers, `mtkit.models.kv_cache`), so a state is spent
+keeps its cache in reused buffers, `mtkit.models.kv_cache`), so a state is spent
 once stepped: step it once, or copy it first with `reorder` (which always copies) to go on
 from it twice. A search reorders rows (beam parents, finished sentences dropped) by passing
 `order` to the next step, which lets a model fuse the reorder with its cache update.
@@ -154,7 +154,9 @@ class Translator(nn.Module):
         rows. order: (B',) row r continues row order[r] of `state` (B rows), as if `state`
         were ``reorder(state, order)``; None: each row its own (B' = B). With
         need_attn=False the step may skip computing attention weights and returns
-        attn=None. `state` is spent: the step may have written into its memory (module doc).
+        attn=None. `state` is spent: the step may have written into its memory (module doc),
+        and the returned logits may live in the returned state's memory, valid until it is
+        stepped in turn.
         """
         raise NotImplementedError
 

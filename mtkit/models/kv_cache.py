@@ -1,14 +1,21 @@
-"""The Transformer decoder's self-attention cache, moved between two reused buffers.
+"""The Transformer decoder's self-attention cache, kept in buffers with room to grow.
 
-Shapes: B rows (sentences times beam), h heads, t positions decoded, dh head size, n spare
-elements per row.
+Shapes: B rows (sentences times beam), h heads, t positions decoded, c positions a buffer
+holds (c >= t), dh head size, n spare elements per row.
 
-Each decoder layer keeps its keys and its values as a cache (B, h, t, dh), contiguous (the
-fused attention kernel reads strided keys up to twice as slowly), plus a spare buffer (B, n)
-of scratch memory. A step writes the cache one position longer, its rows in the order the
-search asks for, into the spare memory (`extend`), and the memory of the old cache becomes the
-next spare. That is one copy of the cache per step and, once the buffers have grown to fit
-(doubling from `FIRST_POSITIONS`), no allocation.
+Each decoder layer keeps its keys and its values as a cache (B, h, t, dh): a view of the
+first t positions of a buffer (B, h, c, dh), so every head's positions stay contiguous (the
+attention's matmuls read it without a copy) and the next position has its place already.
+A step (`extend`) then:
+- without reordering (greedy, sampling: `order` None) writes the new position into the
+  buffer in place: nothing of the old cache is copied;
+- reordering rows (beam parents, finished rows dropped) copies the buffer's rows, whole, into
+  the spare memory in the order asked for and writes the new position there; the old
+  buffer's memory becomes the next spare. Whole rows make it one contiguous row gather: rows
+  of t positions out of c were copied one by one, about 5 microseconds each (1,080 beam
+  rows: 5-6 ms per tensor per step whatever t, issue 14);
+- when the buffer is full, moves the cache into one with GROW_BY more positions.
+Once the buffers have grown to fit, no step allocates.
 
 What it replaces: `torch.cat` to append and `index_select` to reorder, each allocating a new
 tensor the size of the cache for every layer at every step. A beam of 5 over 300 sentences
@@ -16,16 +23,17 @@ holds 46 MB per tensor at 30 positions; blocks that large come fresh from mmap, 
 kernel zeroes on first touch, and the allocation then cost more than the copy (measured in
 bench/RESULTS.md, issue 14).
 
-Because a step writes into the spare memory of the state it was given, a state is spent once
-it has been stepped: see `mtkit.models.base.Translator.step`.
+Because a step writes into the memory of the state it was given, a state is spent once it
+has been stepped: see `mtkit.models.base.Translator.step`.
 """
 
 from __future__ import annotations
 
 import torch
 
-# Positions the first buffers hold; they double when a sentence outgrows them.
-FIRST_POSITIONS = 16
+# Positions a buffer gains when the cache outgrows it. A reordering step copies whole
+# buffers, so unused positions cost copying: a few, at most GROW_BY - 1 per head.
+GROW_BY = 8
 
 
 def empty(rows: int, heads: int, head_dim: int, like: torch.Tensor
@@ -39,11 +47,11 @@ def extend(cache: torch.Tensor, spare: torch.Tensor, new: torch.Tensor,
            order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The cache one position longer, with the rows the search continues.
 
-    cache (B, h, t, dh); spare (B, n); new (B', h, 1, dh): this step's keys (or values);
-    order (B',): row r continues cache row order[r] (beam parents, or the rows still
-    decoding), or None: each row its own (B' = B).
-    Returns the cache (B', h, t+1, dh), written into the spare's memory (a new, larger buffer
-    when it is too small), and the next spare (B', n'): the old cache's memory.
+    cache (B, h, t, dh): a view into its buffer, or any tensor of that shape (from `empty`,
+    `mtkit.models.base.reorder`); spare (B, n); new (B', h, 1, dh): this step's keys (or
+    values); order (B',): row r continues cache row order[r] (beam parents, or the rows
+    still decoding), or None: each row its own (B' = B).
+    Returns the cache (B', h, t+1, dh) and the next spare (B', n').
     """
     rows, heads, _, head_dim = new.shape
     t = cache.size(2)
@@ -52,32 +60,56 @@ def extend(cache: torch.Tensor, spare: torch.Tensor, new: torch.Tensor,
         # allocates, as the searches, which run without it, never do.
         kept = cache if order is None else cache.index_select(0, order)
         return torch.cat([kept, new], dim=2), spare
-    size = rows * heads * (t + 1) * head_dim
+    buffer = _buffer(cache)
+    held = 0 if buffer is None or buffer.dtype != new.dtype else buffer.size(2)
+    if order is None and t < held:
+        out = buffer[:, :, : t + 1]
+        out[:, :, t:] = new
+        return out, spare
+    room = held if t < held else t + GROW_BY
+    size = rows * heads * room * head_dim
     if spare.numel() < size or spare.dtype != new.dtype:
-        spare = new.new_empty(rows, heads * _positions(t + 1) * head_dim)
-    out = spare.view(-1)[:size].view(rows, heads, t + 1, head_dim)
-    if order is None:
-        return torch.cat([cache, new], dim=2, out=out), _memory(cache, rows)
-    if cache.dtype == out.dtype:
-        torch.index_select(cache, 0, order, out=out[:, :, :t])  # no temporary
-    else:  # a cache from `empty` before the first write, or from another precision
-        out[:, :, :t] = cache.index_select(0, order)
+        spare = new.new_empty(rows, heads * room * head_dim)
+    into = spare.view(-1)[:size].view(rows, heads, room, head_dim)
+    if room == held:
+        torch.index_select(buffer, 0, order, out=into)  # contiguous to contiguous
+    else:  # a new buffer: the first step, a full one, or a cache from elsewhere
+        whole = cache if buffer is None else buffer  # contiguous rows gather fast
+        into[:, :, :t] = (whole if order is None else whole.index_select(0, order))[:, :, :t]
+    out = into[:, :, : t + 1]
     out[:, :, t:] = new
-    return out, _memory(cache, rows)
+    return out, spare_of(cache, rows)
 
 
-def _positions(needed: int) -> int:
-    """The positions a new buffer holds: FIRST_POSITIONS doubled until `needed` fit."""
-    n = FIRST_POSITIONS
-    while n < needed:
-        n *= 2
-    return n
+def _buffer(cache: torch.Tensor) -> torch.Tensor | None:
+    """The whole buffer (B, h, c, dh) `cache` is the first positions of, or None when it is
+    not such a view (its memory then counts as holding its own positions only)."""
+    b, h, t, dh = cache.shape
+    st = cache.stride()
+    if dh == 0 or st[3] != 1 or st[2] != dh or st[1] % dh or cache.storage_offset():
+        return None
+    room = st[1] // dh
+    if room < t or st[0] != h * room * dh:
+        return None
+    if cache.untyped_storage().nbytes() < b * h * room * dh * cache.element_size():
+        return None
+    return cache.as_strided((b, h, room, dh), st)
 
 
-def _memory(t: torch.Tensor, rows: int) -> torch.Tensor:
+def spare_of(t: torch.Tensor, rows: int) -> torch.Tensor:
     """All the memory under `t`, as a (rows, n) tensor to be overwritten as scratch.
 
-    `t` is a cache that only its (spent) state used: one this module wrote into a spare,
-    one from `empty`, or a fresh copy made by `mtkit.models.base.reorder`."""
+    `t` is a tensor that only its (spent) state used: a cache this module wrote into a spare,
+    one from `empty`, a fresh copy made by `mtkit.models.base.reorder`, or a step's logits
+    (`into_spare`)."""
     n = t.untyped_storage().nbytes() // t.element_size() // max(rows, 1)
     return t.as_strided((rows, n), (n, 1), 0)
+
+
+def into_spare(spare: torch.Tensor, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
+    """A (rows, cols) tensor of like's dtype in the spare's memory, or in a new buffer when it
+    does not fit (a search's rows only shrink, so that is its first step)."""
+    size = rows * cols
+    if spare.numel() < size or spare.dtype != like.dtype or spare.device != like.device:
+        spare = like.new_empty(size)
+    return spare.view(-1)[:size].view(rows, cols)

@@ -209,7 +209,7 @@ def test_kv_cache_decoding_equals_full_recomputation(arch: str, device: str,
     logits, attns = [], []
     for t in range(b.tgt_in.size(1)):
         out = model.step(b.tgt_in[:, t], state, enc, need_attn=True)
-        logits.append(out.logits)
+        logits.append(out.logits.clone())  # valid until the next step
         attns.append(out.attn)
         state = out.state
     real = b.tgt_in != PAD_ID

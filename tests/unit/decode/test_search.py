@@ -298,7 +298,7 @@ class ToyGRU(Translator):
         for t in range(tgt_in.size(1)):
             out = self.step(tgt_in[:, t], state, enc, need_attn=return_attn)
             state = out.state
-            logits.append(out.logits)
+            logits.append(out.logits.clone())  # valid until the next step
             attns.append(out.attn)
         with_attn = return_attn and self.has_attention
         return Output(torch.stack(logits, 1), torch.stack(attns, 1) if with_attn else None)

@@ -87,7 +87,7 @@ def _step_all(model, src, lens, tgt, *, need_attn=True):
     for t in range(tgt.size(1)):
         out = model.step(tgt[:, t], state, enc, need_attn=need_attn)
         state = out.state
-        logits.append(out.logits)
+        logits.append(out.logits.clone())  # valid until the next step (Translator.step)
         attn.append(out.attn)
     return torch.stack(logits, 1), None if attn[0] is None else torch.stack(attn, 1), state
 
@@ -151,6 +151,12 @@ def _stepped(model, enc, tgt, steps):
     return state
 
 
+def _kept(step):
+    """A step whose logits outlive the next step (they may live in the state's memory:
+    `Translator.step`)."""
+    return dataclasses.replace(step, logits=step.logits.clone())
+
+
 def _assert_same_steps(got, want):
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g.logits, w.logits, atol=1e-5, rtol=0)
@@ -172,12 +178,12 @@ def test_reorder_then_step_equals_stepping_the_reordered_batch(name):
     moved = reorder({**state, "sentinel": torch.arange(4)}, idx)
     assert torch.equal(moved.pop("sentinel"), idx)
     enc_idx = enc.index_select(idx)
-    got = [model.step(tgt[idx, 2], moved, enc_idx)]
-    got.append(model.step(tgt[idx, 3], got[0].state, enc_idx))
+    got = [_kept(model.step(tgt[idx, 2], moved, enc_idx))]
+    got.append(_kept(model.step(tgt[idx, 3], got[0].state, enc_idx)))
 
     enc2 = model.encode(src[idx], lens[idx])
-    want = [model.step(tgt[idx, 2], _stepped(model, enc2, tgt[idx], 2), enc2)]
-    want.append(model.step(tgt[idx, 3], want[0].state, enc2))
+    want = [_kept(model.step(tgt[idx, 2], _stepped(model, enc2, tgt[idx], 2), enc2))]
+    want.append(_kept(model.step(tgt[idx, 3], want[0].state, enc2)))
     assert set(got[1].state) == set(want[1].state)
     _assert_same_steps(got, want)
 
@@ -196,7 +202,7 @@ def test_a_step_with_order_equals_stepping_the_reordered_state(name, order, monk
     """What beam and greedy search pass: `order` fuses the reorder into the step (the
     Transformer gathers its cache straight into the spare buffer). Two-position buffers make
     the Transformer's cache outgrow them on the way."""
-    monkeypatch.setattr(kv_cache, "FIRST_POSITIONS", 2)
+    monkeypatch.setattr(kv_cache, "GROW_BY", 2)
     model = _model(CASES[name])
     src, lens, tgt, _ = _batch()
     idx = torch.tensor(ORDERS[order])
@@ -204,11 +210,11 @@ def test_a_step_with_order_equals_stepping_the_reordered_state(name, order, monk
     state = _stepped(model, enc, tgt, 2)
     copy = reorder(state, torch.arange(4))  # `state` is spent by the fused step
     enc_idx = enc.index_select(idx)
-    got = [model.step(tgt[idx, 2], state, enc_idx, order=idx)]
-    want = [model.step(tgt[idx, 2], reorder(copy, idx), enc_idx)]
+    got = [_kept(model.step(tgt[idx, 2], state, enc_idx, order=idx))]
+    want = [_kept(model.step(tgt[idx, 2], reorder(copy, idx), enc_idx))]
     for t in (3, 4):
-        got.append(model.step(tgt[idx, t], got[-1].state, enc_idx))
-        want.append(model.step(tgt[idx, t], want[-1].state, enc_idx))
+        got.append(_kept(model.step(tgt[idx, t], got[-1].state, enc_idx)))
+        want.append(_kept(model.step(tgt[idx, t], want[-1].state, enc_idx)))
     _assert_same_steps(got, want)
 
 
@@ -389,25 +395,35 @@ def _tf(**kw) -> ModelConfig:
 
 @torch.no_grad()
 def test_kv_cache_moves_between_two_buffers_cross_kv_computed_once():
-    """The self-attention cache grows one position per step and, once its two buffers are
-    allocated, every step (reordering or not) writes it into the other one: no allocation
-    per step, which is what made the old torch.cat / index_select cache slow."""
+    """The self-attention cache grows one position per step; once its two buffers are
+    allocated, a step without reordering writes its position in place and a reordering step
+    copies the cache into the other buffer: no allocation per step, which is what made the
+    old torch.cat / index_select cache slow. On CPU the logits of every step are written into
+    one buffer too, rows dropped or not."""
     model = _model(_tf())
     src, lens, tgt, _ = _batch()
     enc = model.encode(src, lens)
     assert enc.extras["cross_k1"].shape == (4, 2, 7, 8)
     state = model.init_state(enc)
     assert set(state) == {f"{kind}_{kv}{i}" for kind in ("self", "spare") for kv in "kv"
-                          for i in (0, 1)}
-    memory = []
+                          for i in (0, 1)} | {"spare_logits"}
+    memory, logits = [], []
     for t in range(6):
         assert state["self_k0"].shape == (4, 2, t, 8)
         order = torch.tensor([1, 0, 3, 2]) if t % 2 else None  # beam-like swaps
-        state = model.step(tgt[:, t], state, enc, order=order).state
+        out = model.step(tgt[:, t], state, enc, order=order)
+        state = out.state
         memory.append(state["self_k0"].untyped_storage().data_ptr())
         assert state["spare_k0"].untyped_storage().data_ptr() != memory[-1]
+        logits.append(out.logits.untyped_storage().data_ptr())
     assert state["self_v1"].shape == (4, 2, 6, 8)
-    assert memory[1:] == [memory[1], memory[2]] * 2 + [memory[1]]
+    a, b = memory[0], memory[1]  # the first step allocates a, the first reordering one b
+    assert a != b and memory == [a, b, b, a, a, b]
+    assert logits == [logits[0]] * 6
+    dropped = model.step(tgt[:2, 0], state, enc.index_select(torch.tensor([0, 2])),
+                         order=torch.tensor([0, 2]))
+    assert dropped.logits.shape == (2, model_vocab(model))
+    assert dropped.logits.untyped_storage().data_ptr() == logits[0]
 
 
 @torch.no_grad()
