@@ -117,6 +117,7 @@ def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.
                 ce = alignment_ce(out.attn, b.align, readout=guide.readout)
                 total = total + guide.weight * guide.normalizer * ce
                 align_sum += ce.detach()
+            del out  # the logits: the graph keeps what the backward pass needs, not them
             amp.backward(total)
         loss_sum += sums.loss.detach()
         nll_sum += sums.nll

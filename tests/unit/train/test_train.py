@@ -60,22 +60,40 @@ def _mtkit(*args: str) -> list[str]:
 # --------------------------------------------------------------------------- loss
 
 
-def test_loss_equals_torch_label_smoothed_cross_entropy() -> None:
+@pytest.mark.parametrize("smoothing", [0.1, 0.0])
+def test_loss_equals_torch_label_smoothed_cross_entropy(smoothing: float) -> None:
+    """Values and gradient (the loss computes its own: `_SmoothedNLL`), scaled as the trainer
+    scales the loss, against torch's cross-entropy."""
     logits = torch.randn(3, 5, 11, requires_grad=True)
     target = torch.randint(4, 11, (3, 5))
     target[0, 3:] = PAD_ID
     target[2, 1:] = PAD_ID
-    sums = label_smoothed_nll(logits, target, smoothing=0.1)
-    ref = F.cross_entropy(logits.view(-1, 11), target.view(-1), label_smoothing=0.1,
+    sums = label_smoothed_nll(logits, target, smoothing=smoothing)
+    ref = F.cross_entropy(logits.view(-1, 11), target.view(-1), label_smoothing=smoothing,
                           ignore_index=PAD_ID, reduction="sum")
     nll = F.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=PAD_ID,
                           reduction="sum")
     torch.testing.assert_close(sums.loss, ref)
     torch.testing.assert_close(sums.nll, nll)
-    (g_ours,) = torch.autograd.grad(sums.loss, logits)
-    (g_ref,) = torch.autograd.grad(ref, logits)
+    assert not sums.nll.requires_grad
+    (g_ours,) = torch.autograd.grad(sums.loss * 0.25, logits)
+    (g_ref,) = torch.autograd.grad(ref * 0.25, logits)
     torch.testing.assert_close(g_ours, g_ref)
     assert g_ours[2, 1:].abs().sum() == 0  # padding gets no gradient
+
+
+def test_loss_gradient_comes_back_in_the_logits_dtype() -> None:
+    """Under autocast the logits are bf16; the softmax runs in float32 and the gradient is
+    handed back as bf16, as autograd's log-softmax of logits.float() did."""
+    logits = torch.randn(2, 3, 9, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(4, 9, (2, 3))
+    sums = label_smoothed_nll(logits, target, smoothing=0.1)
+    ref = F.cross_entropy(logits.float().view(-1, 9), target.view(-1), label_smoothing=0.1,
+                          reduction="sum")
+    (g_ours,) = torch.autograd.grad(sums.loss, logits)
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    assert sums.loss.dtype == torch.float32 and g_ours.dtype == torch.bfloat16
+    torch.testing.assert_close(g_ours, g_ref)
 
 
 def test_loss_without_smoothing_is_the_nll_and_ppl_is_its_exp() -> None:
