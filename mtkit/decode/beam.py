@@ -202,8 +202,9 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
             # The K rows of a sentence are identical before the first step: it runs once
             # per sentence, and its output is tiled (the state by the next step's order).
             out = model.step(beam.prev, beam.state, enc, need_attn=need_attn)
-            lp = step_logprobs(out.logits, t, cfg.min_len, limits,
-                               shortest=shortest).index_select(0, rows)
+            lp = torch.index_select(
+                step_logprobs(out.logits, t, cfg.min_len, limits, shortest=shortest), 0, rows,
+                out=scratch.take("logprobs", (rows.numel(), out.logits.size(1))))
             attn = out.attn.index_select(0, rows) if need_attn and out.attn is not None \
                 else None
         else:
