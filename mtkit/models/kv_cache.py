@@ -15,7 +15,8 @@ A step (`extend`) then:
   of t positions out of c were copied one by one, about 5 microseconds each (1,080 beam
   rows: 5-6 ms per tensor per step whatever t, issue 14);
 - when the buffer is full, moves the cache into one with GROW_BY more positions.
-Once the buffers have grown to fit, no step allocates.
+A growth allocates the new buffer, and the next reordering step a spare of its size; the
+steps between growths allocate nothing.
 
 What it replaces: `torch.cat` to append and `index_select` to reorder, each allocating a new
 tensor the size of the cache for every layer at every step. A beam of 5 over 300 sentences
@@ -101,7 +102,7 @@ def spare_of(t: torch.Tensor, rows: int) -> torch.Tensor:
 
     `t` is a tensor that only its (spent) state used: a cache this module wrote into a spare,
     one from `empty`, a fresh copy made by `mtkit.models.base.reorder`, or a step's logits
-    (`into_spare`)."""
+    (`into_spare`), which the caller reads only until the next step."""
     n = t.untyped_storage().nbytes() // t.element_size() // max(rows, 1)
     return t.as_strided((rows, n), (n, 1), 0)
 

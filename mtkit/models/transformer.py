@@ -125,12 +125,15 @@ class CrossAttention(_Attention):
         self.kv = nn.Linear(d_model, 2 * d_model)
 
     def kv_heads(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """memory (B, S, d) -> keys, values (B, h, S, dh), each contiguous: they are read at
-        every decoding step, and as views into the projection's output the step's matmuls
-        copied them each time (a beam's cross-attention step over 216 sentences: 4.4 ms
-        strided, 1.9 ms contiguous; the fused kernel 6.4 and 4.5 ms)."""
-        k, v = self.kv(memory).chunk(2, dim=-1)
-        return self._split(k).contiguous(), self._split(v).contiguous()
+        """memory (B, S, d) -> keys, values (B, h, S, dh). Without autograd (decoding) each is
+        made contiguous: they are read at every decoding step, and as views into the
+        projection's output the step's matmuls copied them each time (a beam's
+        cross-attention step over 216 sentences: 4.4 ms strided, 1.9 ms contiguous; the fused
+        kernel 6.4 and 4.5 ms). Training reads them once and keeps the views."""
+        k, v = (self._split(t) for t in self.kv(memory).chunk(2, dim=-1))
+        if torch.is_grad_enabled():
+            return k, v
+        return k.contiguous(), v.contiguous()
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *,
                 need_weights: bool = False, incremental: bool = False
@@ -270,7 +273,7 @@ def _generate(generator: nn.Linear, h: torch.Tensor, spare: torch.Tensor
     zeroes; with the bias copied into them first (how addmm adds it), the projection took
     44 ms fresh against 33 ms in reused memory, for 1,080 rows (issue 14). The logits are
     valid until the next step of the state they came with (`Translator.step`)."""
-    if h.device.type != "cpu" or (torch.is_grad_enabled() and h.requires_grad):
+    if h.device.type != "cpu" or torch.is_grad_enabled():  # out= is not differentiable
         return generator(h), spare
     out = kv_cache.into_spare(spare, h.size(0), generator.out_features, h)
     if generator.bias is None:

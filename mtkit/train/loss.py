@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from mtkit.config.guided import Readout
 from mtkit.data.vocab import PAD_ID
@@ -65,12 +66,14 @@ class _SmoothedNLL(torch.autograd.Function):
         if smoothing != 0.0:
             uniform = -lp.sum(1).masked_fill(~real, 0.0).sum() / lp.size(1)
             loss = (1.0 - smoothing) * nll + smoothing * uniform
-        ctx.save_for_backward(lp.exp_(), target, real)  # lp is not needed any more
+        if ctx.needs_input_grad[0]:  # not in validation
+            ctx.save_for_backward(lp.exp_(), target, real)  # lp is not needed any more
         ctx.smoothing, ctx.dtype = smoothing, logits.dtype
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
+    @once_differentiable  # a second-order gradient would be silently wrong: refused
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor | None
                  ) -> tuple[torch.Tensor, None, None]:
         grad, target, real = ctx.saved_tensors

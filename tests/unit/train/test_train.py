@@ -82,6 +82,16 @@ def test_loss_equals_torch_label_smoothed_cross_entropy(smoothing: float) -> Non
     assert g_ours[2, 1:].abs().sum() == 0  # padding gets no gradient
 
 
+def test_loss_refuses_a_second_order_gradient() -> None:
+    """The loss's hand-written backward is first-order only: differentiating it again is an
+    error, not a silently missing term."""
+    logits = torch.randn(2, 3, 7, requires_grad=True)
+    sums = label_smoothed_nll(logits, torch.randint(4, 7, (2, 3)), smoothing=0.1)
+    (g,) = torch.autograd.grad(sums.loss, logits, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad|once_differentiable"):
+        g.sum().backward()
+
+
 def test_loss_gradient_comes_back_in_the_logits_dtype() -> None:
     """Under autocast the logits are bf16; the softmax runs in float32 and the gradient is
     handed back as bf16, as autograd's log-softmax of logits.float() did."""
