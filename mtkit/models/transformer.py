@@ -9,8 +9,8 @@ Attention runs through `torch.nn.functional.scaled_dot_product_attention` (fused
 weights are never materialised) unless a caller asks for the weights, or a decoding step
 runs on CPU: then an explicit softmax path computes the same thing (see `_attend`).
 
-Encoded.extras: "cross_k{i}", "cross_v{i}" (B, h, S, dh), contiguous, for decoder layer i:
-the cross-attention keys and values, computed once per sentence in `encode`.
+Encoded.extras: "cross_k{i}", "cross_v{i}" (B, h, S, dh) for decoder layer i (contiguous
+when decoding): the cross-attention keys and values, computed once per sentence in `encode`.
 Decoder state: "self_k{i}", "self_v{i}" (B, h, t, dh), the self-attention cache after t
 steps (a view into a buffer with room for more), "spare_k{i}", "spare_v{i}" (B, n), the
 memory a reordering step copies it into (`mtkit.models.kv_cache`), and "spare_logits"
