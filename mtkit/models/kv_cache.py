@@ -68,10 +68,8 @@ def extend(cache: torch.Tensor, spare: torch.Tensor, new: torch.Tensor,
         out[:, :, t:] = new
         return out, spare
     room = held if t < held else t + GROW_BY
-    size = rows * heads * room * head_dim
-    if spare.numel() < size or spare.dtype != new.dtype:
-        spare = new.new_empty(rows, heads * room * head_dim)
-    into = spare.view(-1)[:size].view(rows, heads, room, head_dim)
+    into = into_spare(spare, rows, heads * room * head_dim, new).view(rows, heads, room,
+                                                                    head_dim)
     if room == held:
         torch.index_select(buffer, 0, order, out=into)  # contiguous to contiguous
     else:  # a new buffer: the first step, a full one, or a cache from elsewhere
