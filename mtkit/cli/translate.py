@@ -20,6 +20,7 @@ from mtkit.cli.options import (
     refuse,
     search_method,
 )
+from mtkit.cli.startup import collector_paused
 from mtkit.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -163,15 +164,16 @@ def translate(
     if exported is not None:  # CTranslate2 decodes: torch is never imported
         model, recipe = None, exported.recipe
     else:
-        import torch
+        with collector_paused():
+            import torch
 
-        from mtkit.device import inference_device
+            from mtkit.device import inference_device
 
-        if threads > 0:
-            torch.set_num_threads(threads)
-        dev = inference_device(device)
-        model, recipe, tok = tr.load_translator(list(models), dev,
-                                                mode=ensemble_mode or "logprob")
+            if threads > 0:
+                torch.set_num_threads(threads)
+            dev = inference_device(device)
+            model, recipe, tok = tr.load_translator(list(models), dev,
+                                                    mode=ensemble_mode or "logprob")
     decoding = DecodeFlags(
         method=search_method(greedy=greedy, sample=sample, beam=beam), beam_size=beam,
         nbest=nbest, length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,

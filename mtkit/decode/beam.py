@@ -100,21 +100,24 @@ class _Beam:
     order: torch.Tensor | None  # ... (Ba*K,): the state row each hypothesis continues
 
 
-def _select(beam: _Beam, lp: torch.Tensor, k: int, scratch: Scratch
-            ) -> tuple[torch.Tensor, ...]:
+def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     """Expand every active hypothesis by every token and pick candidates.
 
     lp: (Ba*K, V) masked log-probs. Returns the top 2K candidates' scores, source rows and
     tokens, each (Ba, 2K), and the K best non-EOS among them: their scores and their
     indices into the 2K, each (Ba, K), best first.
     """
-    n_alive, vocab = beam.scores.size(0), lp.size(1)
-    out = scratch.take("candidates", (n_alive, k, vocab))
-    cand = torch.add(beam.scores.unsqueeze(2), lp.view(n_alive, k, vocab), out=out)
-    cand = cand.view(n_alive, k * vocab)
+    n_alive = beam.scores.size(0)
+    # The 2K best of a sentence's K x V sums are among the 2K best tokens of each row (a
+    # row's score is the same for all its tokens), so the sums are formed for K x 2K tokens
+    # only: no (Ba, K x V) tensor is written and read again (issue 14).
+    width = min(2 * k, lp.size(1))
+    row_lp, row_tok = lp.topk(width, dim=1)  # (Ba*K, W)
+    cand = (row_lp.view(n_alive, k, width) + beam.scores.unsqueeze(2)).view(n_alive, -1)
     top_score, top_idx = cand.topk(2 * k, dim=1)
     base = torch.arange(n_alive, device=lp.device).unsqueeze(1) * k
-    top_row, top_tok = base + top_idx // vocab, top_idx % vocab
+    top_row = base + top_idx // width
+    top_tok = row_tok.view(n_alive, -1).gather(1, top_idx)
     keep_score, keep = top_score.masked_fill(top_tok == EOS_ID, -math.inf).topk(k, dim=1)
     return top_score, top_row, top_tok, keep_score, keep
 
@@ -124,14 +127,14 @@ def _penalised(raw: torch.Tensor, length: torch.Tensor | int, cfg: DecodeConfig)
 
 
 def _advance(beam: _Beam, lp: torch.Tensor, attn: torch.Tensor | None, t: int,
-             fin: _Finished, hist: _History, cfg: DecodeConfig, scratch: Scratch
+             fin: _Finished, hist: _History, cfg: DecodeConfig
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One search step after the model's: finish EOS candidates, record history.
 
     Returns the new active scores (Ba, K), their parent rows (Ba*K,) and tokens (Ba*K,).
     """
     k = cfg.beam_size
-    top_score, top_row, top_tok, new_scores, keep = _select(beam, lp, k, scratch)
+    top_score, top_row, top_tok, new_scores, keep = _select(beam, lp, k)
     # Only EOS among the K best candidates finishes: one ranked lower would not have been
     # in a K-wide beam (this is also what makes beam size 1 exactly greedy).
     first_score, first_row = top_score[:, :k], top_row[:, :k]
@@ -213,7 +216,7 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
             lp = step_logprobs(out.logits, t, cfg.min_len, beam.max_len, shortest=shortest,
                                scratch=scratch)
             attn = out.attn if need_attn else None
-        scores, parent, token = _advance(beam, lp, attn, t, fin, hist, cfg, scratch)
+        scores, parent, token = _advance(beam, lp, attn, t, fin, hist, cfg)
         order = rows[parent] if t == 0 else parent  # rows of the state each extends
         done = _done(beam, scores, fin, cfg)
         n_done = int(done.sum())
