@@ -80,8 +80,9 @@ class _SmoothedNLL(torch.autograd.Function):
         eps = ctx.smoothing
         if eps != 0.0:
             grad.sub_(eps / grad.size(1))
-        rows = real.nonzero().squeeze(1)
-        grad[rows, target[rows]] -= 1.0 - eps
+        # At every row's target, PAD rows included (their gradient is zeroed next): selecting
+        # the real rows first (`nonzero`) would make every update wait for the GPU.
+        grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((grad.size(0), 1), eps - 1.0))
         grad.mul_((real * grad_loss).unsqueeze(1))
         return grad.to(ctx.dtype), None, None
 

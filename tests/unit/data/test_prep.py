@@ -314,7 +314,8 @@ def test_separate_vocabularies(tmp_path: Path) -> None:
 def test_vocabulary_too_large_is_a_data_error(tmp_path: Path) -> None:
     _toy_copy(tmp_path)
     recipe = _recipe(tmp_path, "train.src", "train.tgt", "data.spm.vocab_size=500")
-    with pytest.raises(DataError, match=r"data\.spm: .*vocab_size 500.*value <= 51"):
+    # The largest size sentencepiece allows depends on its version (0.2.3: 51, 0.2.2: 75).
+    with pytest.raises(DataError, match=r"data\.spm: .*vocab_size 500.*value <= \d+"):
         prepare(recipe, tmp_path / "run")
 
 
