@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from mtkit import __version__
-from mtkit.cli import align, data, score, translate
+from mtkit.cli import align, data, score, startup, translate
 from mtkit.cli.options import HelpOpt, flag
 from mtkit.errors import MtkitError
 
@@ -96,6 +96,7 @@ def main() -> None:
     except ImportError:
         from click.exceptions import ClickException, UsageError
 
+    startup.own_process()
     try:
         rc = app(standalone_mode=False)
     except UsageError as e:
@@ -109,4 +110,5 @@ def main() -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         sys.exit(130)
+    startup.before_exit()
     sys.exit(rc if isinstance(rc, int) else 0)

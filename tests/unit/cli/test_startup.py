@@ -1,4 +1,5 @@
-"""The collector is paused while a command loads, and back as it was afterwards."""
+"""The collector is paused while a command loads, and back as it was afterwards; what loading
+made is frozen only when mtkit owns the process."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import gc
 
 import pytest
 
+from mtkit.cli import startup
 from mtkit.cli.startup import collector_paused
 
 
 @pytest.fixture
-def collector():
+def collector(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(startup._OWNED, "process", False)
     was_on = gc.isenabled()
     yield
+    gc.unfreeze()
     (gc.enable if was_on else gc.disable)()
 
 
@@ -35,3 +39,23 @@ def test_stays_off_when_it_was_off(collector):
     with collector_paused():
         pass
     assert not gc.isenabled()
+
+
+def test_nothing_is_frozen_in_a_process_mtkit_does_not_own(collector):
+    gc.unfreeze()
+    with collector_paused():
+        pass
+    startup.before_exit()
+    assert gc.get_freeze_count() == 0
+
+
+def test_what_loading_made_is_frozen_when_mtkit_owns_the_process(collector):
+    gc.unfreeze()
+    startup.own_process()
+    with collector_paused():
+        loaded = [[i] for i in range(1000)]
+    frozen = gc.get_freeze_count()
+    assert frozen >= len(loaded)
+    made_later = [[i] for i in range(1000)]
+    startup.before_exit()
+    assert gc.get_freeze_count() >= frozen + len(made_later)
