@@ -288,3 +288,34 @@ def test_loading_a_model_puts_large_tensors_on_huge_pages(toy_model, user):
     assert proc.returncode == 0, proc.stderr
     huge_kb = int(proc.stdout)
     assert (huge_kb >= 32 << 10) if user is None else (huge_kb < 32 << 10), huge_kb
+
+
+# --------------------------------------------------------------------------- start-up (issue 14)
+
+
+def test_in_process_translate_pauses_and_freezes_nothing(toy_model, src_file):
+    """Only a process mtkit owns has its loading frozen (mtkit/cli/startup.py)."""
+    import gc
+
+    from mtkit.cli import startup
+
+    before = gc.get_freeze_count()
+    res = _cli("translate", toy_model, "-i", src_file, "--greedy")
+    assert res.exit_code == 0, res.stderr
+    assert gc.isenabled() and gc.get_freeze_count() == before
+    assert not startup._OWNED["process"]
+
+
+def test_the_console_script_freezes_what_loading_made(toy_model, src_file):
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count(), gc.isenabled(),"
+            " file=sys.stderr))\n"
+            f"sys.argv = ['mtkit', 'translate', {str(toy_model)!r}, '-i', {str(src_file)!r},"
+            " '--greedy']\n"
+            "from mtkit.cli import main\n"
+            "main()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    frozen, enabled = out.stderr.split("frozen ")[1].split()[:2]
+    assert int(frozen) > 50_000 and enabled == "True"  # torch's modules and the model

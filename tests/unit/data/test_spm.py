@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -11,23 +12,28 @@ import pytest
 from tests.conftest import REPO
 
 
+@functools.cache
+def _sentencepiece_loads_libgomp() -> bool:
+    """Whether importing sentencepiece itself (not the module under test) maps a libgomp;
+    sentencepiece 0.2.2 on a GPU machine's image did not: there is no OpenMP wait to set."""
+    code = ("import sentencepiece; "
+            "print(any('libgomp' in line for line in open('/proc/self/maps')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return out.stdout.strip() == "True"
+
+
 def _import_spm_module(**env: str) -> subprocess.CompletedProcess:
     """Import mtkit.data.spm in a fresh interpreter (libgomp reads its settings once, when
-    loaded) with libgomp's display of its settings on; report whether the variable leaked.
-    Skips where this sentencepiece build loads no libgomp (seen: 0.2.2 on a GPU machine's
-    image): there is no OpenMP wait to set."""
-    code = ("import os, mtkit.data.spm; print(os.environ.get('OMP_WAIT_POLICY')); "
-            "print(any('libgomp' in line for line in open('/proc/self/maps')))")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    loaded) with libgomp's display of its settings on; report whether the variable leaked."""
     if not os.path.exists("/proc/self/maps"):
         pytest.skip("needs /proc/self/maps to see whether sentencepiece loads libgomp")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                         text=True, check=True, env={**base, "OMP_DISPLAY_ENV": "verbose", **env})
-    policy, gomp = out.stdout.split()
-    if gomp != "True":
+    if not _sentencepiece_loads_libgomp():
         pytest.skip("this sentencepiece build loads no libgomp: no OpenMP wait to set")
-    out.stdout = policy
-    return out
+    code = "import os, mtkit.data.spm; print(os.environ.get('OMP_WAIT_POLICY'))"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, check=True, env={**base, "OMP_DISPLAY_ENV": "verbose", **env})
 
 
 def test_sentencepiece_openmp_threads_wait_passively_and_the_setting_does_not_leak() -> None:
