@@ -8,10 +8,10 @@ them, finding next to nothing (185 objects freed in an `import torch`): with it 
 Paused only, the work is deferred, not saved: the first collections after loading scanned
 everything made meanwhile (230 ms in `mtkit translate`), and the collections of the
 interpreter's exit all of it again (exit took 0.65-0.85 s, frozen 0.17-0.25 s). So when mtkit
-owns the process (the console script, `python -m mtkit`), the
-objects that exist when loading ends are frozen (`gc.freeze`): no later collection scans them,
-exit's included. A program that calls mtkit's commands in-process, such as the tests, is left
-as it was: frozen objects that later become cyclic garbage would never be freed there."""
+owns the process (the console script, `python -m mtkit`), the objects that exist when loading
+ends are frozen (`gc.freeze`): no later collection scans them, exit's included. A program
+that calls mtkit's commands in-process, such as the tests, is left as it was: frozen objects
+that later become cyclic garbage would never be freed there."""
 
 from __future__ import annotations
 
