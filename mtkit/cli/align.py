@@ -18,6 +18,7 @@ from mtkit.cli.options import (
     refuse,
     search_method,
 )
+from mtkit.cli.startup import collector_paused
 from mtkit.errors import ConfigError, MtkitError
 
 
@@ -228,13 +229,14 @@ def align(
 
     Without -t: mtkit align runs/en-de-multi30k -s test.en --beam 5 --print --heatmap maps/
     """
-    import torch
-    from rich.console import Console
+    with collector_paused():  # see mtkit/cli/startup.py
+        import torch
+        from rich.console import Console
 
-    from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
-    from mtkit.align import run as ar
-    from mtkit.device import inference_device
-    from mtkit.run import load_model
+        from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
+        from mtkit.align import run as ar
+        from mtkit.device import inference_device
+        from mtkit.run import load_model
 
     search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
               "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
@@ -256,7 +258,8 @@ def align(
     if threads > 0:
         torch.set_num_threads(threads)
     dev = inference_device(device)
-    net, recipe, tok = load_model(model, dev)
+    with collector_paused():
+        net, recipe, tok = load_model(model, dev)
     choice = ar.choose_attention(net, recipe, self_attention or "cross", layer, _head(head))
     backward = None
     if reverse is not None:
