@@ -63,21 +63,22 @@ def extend(cache: torch.Tensor, spare: torch.Tensor, new: torch.Tensor,
         return torch.cat([kept, new], dim=2), spare
     buffer = _buffer(cache)
     held = 0 if buffer is None or buffer.dtype != new.dtype else buffer.size(2)
-    if order is None and t < held:
-        out = buffer[:, :, : t + 1]
-        out[:, :, t:] = new
-        return out, spare
-    room = held if t < held else t + GROW_BY
-    into = into_spare(spare, rows, heads * room * head_dim, new).view(rows, heads, room,
-                                                                    head_dim)
-    if room == held:
-        torch.index_select(buffer, 0, order, out=into)  # contiguous to contiguous
-    else:  # a new buffer: the first step, a full one, or a cache from elsewhere
-        whole = cache if buffer is None else buffer  # contiguous rows gather fast
-        into[:, :, :t] = (whole if order is None else whole.index_select(0, order))[:, :, :t]
+    if order is None and t < held:  # in place: the buffer has room and rows stay
+        into = buffer
+    else:
+        room = held if t < held else t + GROW_BY
+        into = into_spare(spare, rows, heads * room * head_dim, new).view(rows, heads, room,
+                                                                        head_dim)
+        if room == held:
+            torch.index_select(buffer, 0, order, out=into)  # contiguous to contiguous
+        else:  # a new buffer: the first step, a full one, or a cache from elsewhere
+            whole = cache if buffer is None else buffer  # contiguous rows gather fast
+            into[:, :, :t] = (whole if order is None else whole.index_select(0, order))[
+                :, :, :t]
+        spare = spare_of(cache, rows)  # the old cache's memory
     out = into[:, :, : t + 1]
     out[:, :, t:] = new
-    return out, spare_of(cache, rows)
+    return out, spare
 
 
 def _buffer(cache: torch.Tensor) -> torch.Tensor | None:
