@@ -24,6 +24,8 @@ from mtkit.decode import (
     max_lengths,
     sample,
 )
+from mtkit.decode import beam as beam_module
+from mtkit.decode.beam import CHUNK, row_topk
 from mtkit.decode.sampling import filter_logprobs
 from mtkit.models.base import Encoded, Output, State, Step, Translator, reorder
 from mtkit.models.build import build_model
@@ -427,3 +429,46 @@ def test_outputs_stop_within_learned_positions(method):
     dcfg = DecodeConfig(method=method, beam_size=2, max_len_a=10.0, max_len_b=10)
     for nbest in decode_batch(model, batch, dcfg):
         assert all(len(h.tokens) == 7 for h in nbest)  # 7 tokens + EOS fill 8 positions
+
+
+@pytest.mark.parametrize("v", [64 * 40, 64 * 40 + 1, 64 * 47 + 63, 3000])
+@pytest.mark.parametrize("width", [1, 4, 10])
+def test_row_topk_equals_torch_topk(v, width):
+    """The chunked top-k of the beam step gives torch's values and columns, including when the
+    vocabulary ends in a partial chunk, rows of -inf, and rows whose best values lie in the
+    columns the partial chunk's window shares with the chunk before it."""
+    g = torch.Generator().manual_seed(v + width)
+    x = torch.randn(50, v, generator=g)
+    n = v // CHUNK
+    x[1] = -math.inf
+    x[2, : v - 3] = -math.inf  # fewer finite values than `width` (for width 10)
+    x[3, n * CHUNK - 20: n * CHUNK] += 100.0  # the best in the shared columns
+    x[4, n * CHUNK:] += 100.0  # the best in the partial chunk
+    x[5, ::CHUNK] += 100.0  # one best value in every chunk
+    val, col = row_topk(x, width)
+    ref = x.topk(width, dim=1)
+    assert torch.equal(val, ref.values)
+    finite = torch.isfinite(ref.values)
+    assert torch.equal(col[finite], ref.indices[finite])
+    assert torch.equal(x.gather(1, col), val)
+    for r in range(x.size(0)):  # no column twice in a row
+        assert col[r].unique().numel() == width
+
+
+def test_beam_search_same_with_plain_topk(monkeypatch):
+    """A vocabulary large enough for the chunked top-k (a partial last chunk too): beam
+    search finds what it finds with torch's top-k."""
+    torch.manual_seed(0)
+    cfg_t = ModelConfig(arch="transformer", transformer=TransformerConfig(
+        d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn_dim=32, dropout=0.0,
+        share_embeddings=False))
+    model = build_model(cfg_t, 50, 64 * 45 + 7).eval()
+    batch = collate([[5, 6, 7], [8, 9, 10, 11, 5], [12, 13]], None, [0, 1, 2])
+    dcfg = DecodeConfig(method="beam", beam_size=5, nbest=3, max_len_a=1.0, max_len_b=6)
+    chunked = decode_batch(model, batch, dcfg)
+    calls = []
+    monkeypatch.setattr(beam_module, "row_topk",
+                        lambda x, w: calls.append(w) or x.topk(w, dim=1))
+    plain = decode_batch(model, batch, dcfg)
+    assert calls and chunked and len(chunked) == 3
+    assert_same(chunked, plain)
