@@ -14,7 +14,8 @@ A step (`extend`) then:
   buffer's memory becomes the next spare. Whole rows make it one contiguous row gather: rows
   of t positions out of c were copied one by one, about 5 microseconds each (1,080 beam
   rows: 5-6 ms per tensor per step whatever t, issue 14);
-- when the buffer is full, moves the cache into one with GROW_BY more positions.
+- when the buffer is full, moves the cache into one with GROW_BY more positions (reordered
+  first into the spare, so that only the new buffer is fresh memory).
 A growth allocates the new buffer, and the next reordering step a spare of its size; the
 steps between growths allocate nothing.
 
@@ -65,16 +66,18 @@ def extend(cache: torch.Tensor, spare: torch.Tensor, new: torch.Tensor,
     held = 0 if buffer is None or buffer.dtype != new.dtype else buffer.size(2)
     if order is None and t < held:  # in place: the buffer has room and rows stay
         into = buffer
-    else:
-        room = held if t < held else t + GROW_BY
-        into = into_spare(spare, rows, heads * room * head_dim, new).view(rows, heads, room,
+    elif t < held:  # reordered into the spare: contiguous to contiguous
+        into = into_spare(spare, rows, heads * held * head_dim, new).view(rows, heads, held,
                                                                         head_dim)
-        if room == held:
-            torch.index_select(buffer, 0, order, out=into)  # contiguous to contiguous
-        else:  # a new buffer: the first step, a full one, or a cache from elsewhere
-            whole = cache if buffer is None else buffer  # contiguous rows gather fast
-            into[:, :, :t] = (whole if order is None else whole.index_select(0, order))[
-                :, :, :t]
+        torch.index_select(buffer, 0, order, out=into)
+        spare = spare_of(cache, rows)  # the old cache's memory
+    else:  # a new buffer: the first step, a full one, or a cache from elsewhere
+        whole = cache if buffer is None else buffer  # contiguous rows gather fast
+        if order is not None:  # reordered first, into the spare's (already touched) memory
+            into = into_spare(spare, rows, whole[0].numel(), whole).view(rows, *whole.shape[1:])
+            whole = torch.index_select(whole, 0, order, out=into)
+        into = new.new_empty(rows, heads, t + GROW_BY, head_dim)
+        into[:, :, :t] = whole[:, :, :t]
         spare = spare_of(cache, rows)  # the old cache's memory
     out = into[:, :, : t + 1]
     out[:, :, t:] = new
