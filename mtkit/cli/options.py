@@ -75,6 +75,11 @@ InferenceDeviceOpt = Annotated[str, typer.Option(
 InferenceThreadsOpt = Annotated[int, typer.Option(
     "--threads", metavar="N", parser=at_least(0), show_default=False,
     help="CPU threads, 0 for torch's default (default: 0).")]
+TranslateThreadsOpt = Annotated[int, typer.Option(
+    "--threads", metavar="N", parser=at_least(0), show_default=False,
+    help="CPU threads. On a CPU, beam and greedy search decode N batches at once, one thread "
+    "each; sampling and line-by-line input from a terminal decode one batch on N threads "
+    "(default: 0, as many as the CPUs mtkit may use; for one batch, the engine's default).")]
 
 
 def search_method(*, greedy: bool = False, sample: bool = False,

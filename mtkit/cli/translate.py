@@ -15,7 +15,7 @@ from mtkit.cli.options import (
     DecodeFlags,
     HelpOpt,
     InferenceDeviceOpt,
-    InferenceThreadsOpt,
+    TranslateThreadsOpt,
     flag,
     refuse,
     search_method,
@@ -118,7 +118,7 @@ def translate(
         "--batch-tokens", metavar="N", help="Padded source tokens per batch (default: the "
         "recipe's decode.batch_tokens).")] = None,
     device: InferenceDeviceOpt = "auto",
-    threads: InferenceThreadsOpt = 0,
+    threads: TranslateThreadsOpt = 0,
     fmt: Annotated[str, typer.Option(
         "--format", metavar="FORMAT", show_default=False, help="text, or jsonl: one object per "
         "line with source, hypothesis, score, tokens, nbest and alignment (default: text).")]
@@ -195,16 +195,22 @@ def translate(
                                       readout or default_readout(recipe))
     chunk_lines = 1 if interactive else tr.CHUNK_LINES
     if exported is not None:
-        from mtkit.export.ct2_translate import CT2Translator
+        from mtkit.export.ct2_translate import CT2Translator, runs_on_cpu
 
-        worker = CT2Translator(exported, cfg, device=device, threads=threads,
+        workers, each = tr.decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
+                                              streaming=interactive)
+        worker = CT2Translator(exported, cfg, device=device, threads=each,
                                fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
-                               chunk_lines=chunk_lines)
+                               chunk_lines=chunk_lines, workers=workers)
     else:
+        workers, each = tr.decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
+                                              streaming=interactive)
+        if workers > 1:
+            torch.set_num_threads(each)
         worker = tr.StreamTranslator(
             model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
             fmt=fmt,  # type: ignore[arg-type]
-            align_fn=align_fn, chunk_lines=chunk_lines)
+            align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
     report_translation(_run_translation(worker, input, output))
 
 

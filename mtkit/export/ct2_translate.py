@@ -54,6 +54,11 @@ def _engine_device(spec: str) -> tuple[str, int]:
     return name, int(index or 0)
 
 
+def runs_on_cpu(device: str) -> bool:
+    """Whether the engine decodes on the CPU for --device (auto: when it sees no GPU)."""
+    return device == "cpu" or (device == "auto" and ctranslate2().get_cuda_device_count() == 0)
+
+
 def _penalty(cfg: DecodeConfig) -> float:
     return 1.0 if cfg.length_penalty == "average" else 0.0
 
@@ -63,16 +68,18 @@ class CT2Translator(LineTranslator):
 
     def __init__(self, export: Export, cfg: DecodeConfig, *, device: str = "cpu",
                  threads: int = 0, fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
-                 chunk_lines: int = CHUNK_LINES) -> None:
+                 chunk_lines: int = CHUNK_LINES, workers: int = 1) -> None:
+        """threads: per worker (0: the engine's default); workers: batches decoded at once, by
+        as many engine replicas (CTranslate2's inter_threads)."""
         problems = engine_problems(cfg, device)
         if problems:
             raise ConfigError("; ".join(problems))
         super().__init__(export.tokenizer, cfg, max_src_len=export.recipe.data.max_len,
-                         fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines)
+                         fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
         ct2 = ctranslate2()
         name, index = _engine_device(device)
         self.engine = ct2.Translator(str(export.path), device=name, device_index=index,
-                                     intra_threads=threads)
+                                     inter_threads=workers, intra_threads=threads)
         if cfg.method == "sample":
             ct2.set_random_seed(cfg.seed)
         tok = export.tokenizer

@@ -207,6 +207,17 @@ def test_streams_keep_order_empty_lines_and_jsonl(toy_model, toy_export, test_sr
     assert [r["id"] for r in g] == list(range(6)) and g[1]["hypothesis"] == ""
 
 
+def test_two_workers_translate_like_one(toy_export, test_src):
+    """--threads 2 on a CPU: two engine replicas decode batches at once (inter_threads), the
+    output in input order as with one thread."""
+    for search in (["--greedy"], ["--beam", "3"]):
+        args = (*search, "--batch-tokens", "60", "-i", test_src, "--device", "cpu")
+        one = _cli("translate", toy_export, *args, "--threads", "1")
+        two = _cli("translate", toy_export, *args, "--threads", "2")
+        assert one.exit_code == two.exit_code == 0, two.output
+        assert two.stdout == one.stdout and two.stdout.count("\n") == 60
+
+
 def test_sampling_is_seeded(toy_export, test_src):
     args = ("--sample", "--nbest", "2", "--seed", "3", "--top-k", "5", "-i", test_src)
     first, second = (_cli("translate", toy_export, *args) for _ in range(2))

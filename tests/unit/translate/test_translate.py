@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
 from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
@@ -20,9 +21,12 @@ from mtkit.device import inference_device
 from mtkit.errors import ConfigError
 from mtkit.translate import (
     StreamTranslator,
+    decode_parallelism,
     decode_tag,
     load_translator,
+    parallel_batches,
     pharaoh_aligner,
+    token_batches,
     translate_split,
 )
 from tests.conftest import train_toy
@@ -49,9 +53,10 @@ def test_lines(toy_model: Path) -> list[str]:
 
 def _worker(run: Path | list[Path], **kw) -> StreamTranslator:
     """A translator of `run` (several: an ensemble) with the recipe's decoding changed by kw
-    (DecodeConfig fields) and StreamTranslator options (fmt, align_fn, chunk_lines)."""
+    (DecodeConfig fields) and StreamTranslator options (fmt, align_fn, chunk_lines,
+    workers)."""
     model, recipe, tok = load_translator(run if isinstance(run, list) else [run], CPU)
-    opts = {k: kw.pop(k) for k in ("fmt", "align_fn", "chunk_lines") if k in kw}
+    opts = {k: kw.pop(k) for k in ("fmt", "align_fn", "chunk_lines", "workers") if k in kw}
     cfg = dataclasses.replace(recipe.decode, **kw)
     return StreamTranslator(model, tok, cfg, device=CPU, max_src_len=recipe.data.max_len,
                             **opts)
@@ -92,6 +97,56 @@ def test_one_batch_translates_like_one_sentence_at_a_time(toy_model, test_lines)
     _assert_same(batched, alone)
     assert [r["id"] for r in batched] == list(range(30))
     assert [r["source"] for r in batched] == lines
+
+
+@pytest.mark.parametrize("search", [{"method": "beam", "beam_size": 3}, {"method": "greedy"}])
+def test_workers_translate_like_one_batch_at_a_time(toy_model, test_lines, search):
+    """Two workers decoding batches at once give the same records, in input order, across
+    chunks, with empty lines kept; each worker gets batches of its own (no batch twice)."""
+    lines = test_lines[:40]
+    lines[5] = lines[17] = ""
+    one = _worker(toy_model, fmt="jsonl", batch_tokens=300, chunk_lines=25, **search)
+    two = _worker(toy_model, fmt="jsonl", batch_tokens=300, chunk_lines=25, workers=2, **search)
+    seen: list[list[list[int]]] = []
+    search_of = two._search
+    two._search = lambda ids: seen.append(ids) or search_of(ids)  # type: ignore[method-assign]
+    a, b = _records(one, lines), _records(two, lines)
+    _assert_same(a, b)
+    assert [r["id"] for r in b] == list(range(40)) and [r["source"] for r in b] == lines
+    assert sum(len(ids) for ids in seen) == 38 and len(seen) % 2 == 0 and len(seen) >= 4
+
+
+def test_parallel_batches_come_in_multiples_of_the_workers():
+    sizes = [3, 9, 4, 4, 12, 7, 5, 5, 6, 11, 2, 8]
+    plain = list(token_batches(sizes, 40))
+    assert parallel_batches(sizes, 40, 1) == plain
+    for workers in (2, 3, 4, 5):
+        got = parallel_batches(sizes, 40, workers)
+        assert len(got) % workers == 0 or len(got) == len(sizes), (workers, got)
+        assert sorted(i for b in got for i in b) == list(range(len(sizes)))
+        assert all(sizes[b[0]] * len(b) <= 40 for b in got)
+        if len(plain) % workers == 0:
+            assert got == plain
+        else:  # as even as can be: the smallest budget that gives no more batches
+            pad = max(sizes[b[0]] * len(b) for b in got)
+            assert len(list(token_batches(sizes, pad - 1))) > len(got)
+    assert len(plain) == 3 and len(parallel_batches(sizes, 40, 2)) == 4
+    assert parallel_batches(sizes, 200, 6) == parallel_batches(sizes, 200, 6)[:6]
+    assert parallel_batches([5], 100, 4) == [[0]] and parallel_batches([], 100, 4) == []
+
+
+def test_decode_parallelism():
+    beam, sample = dataclasses.replace(DecodeConfig(), method="beam"), \
+        dataclasses.replace(DecodeConfig(), method="sample")
+    assert decode_parallelism(2, beam, cpu=True, streaming=False) == (2, 1)
+    assert decode_parallelism(3, dataclasses.replace(beam, method="greedy"), cpu=True,
+                              streaming=False) == (3, 1)
+    assert decode_parallelism(2, sample, cpu=True, streaming=False) == (1, 2)
+    assert decode_parallelism(2, beam, cpu=False, streaming=False) == (1, 2)
+    assert decode_parallelism(2, beam, cpu=True, streaming=True) == (1, 2)
+    assert decode_parallelism(0, beam, cpu=False, streaming=False) == (1, 0)
+    workers, each = decode_parallelism(0, beam, cpu=True, streaming=False)
+    assert workers == len(os.sched_getaffinity(0)) and each == 1
 
 
 def test_translations_of_the_toy_model_are_mostly_right(toy_model, test_lines):
