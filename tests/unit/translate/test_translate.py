@@ -139,14 +139,18 @@ def test_decode_parallelism():
     beam, sample = dataclasses.replace(DecodeConfig(), method="beam"), \
         dataclasses.replace(DecodeConfig(), method="sample")
     assert decode_parallelism(2, beam, cpu=True, streaming=False) == (2, 1)
-    assert decode_parallelism(3, dataclasses.replace(beam, method="greedy"), cpu=True,
-                              streaming=False) == (3, 1)
+    greedy = dataclasses.replace(beam, method="greedy")
+    splits = {n: decode_parallelism(n, greedy, cpu=True, streaming=False)
+              for n in (1, 3, 4, 7, 8, 16, 31, 32, 64)}
+    assert splits == {1: (1, 1), 3: (2, 1), 4: (2, 2), 7: (2, 3), 8: (4, 2), 16: (4, 4),
+                      31: (4, 7), 32: (8, 4), 64: (8, 8)}
     assert decode_parallelism(2, sample, cpu=True, streaming=False) == (1, 2)
     assert decode_parallelism(2, beam, cpu=False, streaming=False) == (1, 2)
     assert decode_parallelism(2, beam, cpu=True, streaming=True) == (1, 2)
     assert decode_parallelism(0, beam, cpu=False, streaming=False) == (1, 0)
-    workers, each = decode_parallelism(0, beam, cpu=True, streaming=False)
-    assert workers == len(os.sched_getaffinity(0)) and each == 1
+    cpus = len(os.sched_getaffinity(0))
+    assert decode_parallelism(0, beam, cpu=True, streaming=False) == decode_parallelism(
+        cpus, beam, cpu=True, streaming=False)
 
 
 def test_translations_of_the_toy_model_are_mostly_right(toy_model, test_lines):
