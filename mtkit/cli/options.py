@@ -79,8 +79,8 @@ TranslateThreadsOpt = Annotated[int, typer.Option(
     "--threads", metavar="N", parser=at_least(0), show_default=False,
     help="CPU threads. On a CPU, beam and greedy search share them among batches decoded at "
     "once (2 threads: 2 batches of one thread; 16: 4 of 4); sampling and line-by-line input "
-    "from a terminal decode one batch on N threads (default: 0, as many as the CPUs mtkit may "
-    "use; for one batch, the engine's default).")]
+    "from a terminal decode one batch on N threads (default: 0, the engine's count: torch's "
+    "(the physical cores), or for an export the CPUs mtkit may use).")]
 
 
 def search_method(*, greedy: bool = False, sample: bool = False,

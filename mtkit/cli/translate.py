@@ -197,14 +197,19 @@ def translate(
     if exported is not None:
         from mtkit.export.ct2_translate import CT2Translator, runs_on_cpu
 
+        # torch is not loaded to say how many physical cores there are: the CPUs this
+        # process may run on
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
         workers, each = tr.decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
-                                              streaming=interactive)
+                                              streaming=interactive, default=usable)
         worker = CT2Translator(exported, cfg, device=device, threads=each,
                                fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
                                chunk_lines=chunk_lines, workers=workers)
     else:
         workers, each = tr.decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
-                                              streaming=interactive)
+                                              streaming=interactive,
+                                              default=torch.get_num_threads())
         if workers > 1:
             torch.set_num_threads(each)
         worker = tr.StreamTranslator(
