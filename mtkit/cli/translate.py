@@ -150,6 +150,7 @@ def translate(
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
     from mtkit import translate as tr
+    from mtkit.batches import decode_parallelism
 
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
@@ -201,13 +202,13 @@ def translate(
         # process may run on
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
             os.cpu_count() or 1)
-        workers, each = tr.decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
+        workers, each = decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
                                               streaming=interactive, default=usable)
         worker = CT2Translator(exported, cfg, device=device, threads=each,
                                fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
                                chunk_lines=chunk_lines, workers=workers)
     else:
-        workers, each = tr.decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
+        workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
                                               streaming=interactive,
                                               default=torch.get_num_threads())
         if workers > 1:

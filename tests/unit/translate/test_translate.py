@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mtkit.batches import decode_parallelism, parallel_batches, token_batches
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
 from mtkit.data.prep import data_dir
@@ -21,12 +22,9 @@ from mtkit.device import inference_device
 from mtkit.errors import ConfigError
 from mtkit.translate import (
     StreamTranslator,
-    decode_parallelism,
     decode_tag,
     load_translator,
-    parallel_batches,
     pharaoh_aligner,
-    token_batches,
     translate_split,
 )
 from tests.conftest import train_toy
