@@ -281,7 +281,9 @@ def test_kill_and_resume_ends_with_bitwise_identical_weights(tmp_path: Path) -> 
     finally:
         proc.wait()
     stopped_at = load_checkpoint(killed / "last.pt")["progress"]["update"]
-    assert proc.returncode == -signal.SIGKILL and 10 <= stopped_at < 40
+    # last.pt is pointed at checkpoint_10.pt just after that file appears: a kill in between
+    # leaves it at update 5 (seen once under load), an equally good place to resume from
+    assert proc.returncode == -signal.SIGKILL and 5 <= stopped_at < 40
     resumed = _train(killed, *sets, resume=True)
     assert resumed.update == whole.update == 40
     assert _digest(killed / "last.pt") == _digest(tmp_path / "whole" / "last.pt")
