@@ -203,14 +203,14 @@ def translate(
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
             os.cpu_count() or 1)
         workers, each = decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
-                                              streaming=interactive, default=usable)
+                                           streaming=interactive, default=usable)
         worker = CT2Translator(exported, cfg, device=device, threads=each,
                                fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
                                chunk_lines=chunk_lines, workers=workers)
     else:
         workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
-                                              streaming=interactive,
-                                              default=torch.get_num_threads())
+                                           streaming=interactive,
+                                           default=torch.get_num_threads())
         if workers > 1:
             torch.set_num_threads(each)
         worker = tr.StreamTranslator(
