@@ -43,10 +43,13 @@ def build_model(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int, *,
     given `weights` (a state dict, e.g. a checkpoint's), a model whose parameters are those
     very tensors (RuntimeError if they do not fit): they are not copied into the new model's,
     which took 0.28 s of `mtkit translate`'s start-up for the CPU demo's model on 2 cores.
+    Nor is mtkit's own initialisation run for them (0.06 of the 0.15 s that building the
+    CPU demo's 6M parameters took, issue 14).
 
-    (Building on the meta device would also save the random initialisation, but torch 2.13
-    imports torch._dynamo, 3 s, to run `normal_` there.)"""
-    model = _build(model_cfg, src_vocab, tgt_vocab)
+    (Building on the meta device would also save torch's default initialisation, but torch
+    2.13 imports torch._dynamo, 2-3 s, to run `normal_` there, and 0.7 s of other modules
+    under `torch.device("meta")`.)"""
+    model = _build(model_cfg, src_vocab, tgt_vocab, init=weights is None)
     if weights is None:
         return model
     # Tied parameters (shared embeddings) are one object in the model; loading by `assign`
@@ -62,11 +65,14 @@ def build_model(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int, *,
     return model
 
 
-def _build(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Translator:
+def _build(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int, *, init: bool
+           ) -> Translator:
+    """The model; init False: parameters as torch's modules leave them, for weights that
+    replace them all."""
     if model_cfg.arch == "rnn":
         return build_rnn(model_cfg.rnn, src_vocab, tgt_vocab)
     elif model_cfg.arch == "transformer":
-        return build_transformer(model_cfg.transformer, src_vocab, tgt_vocab)
+        return build_transformer(model_cfg.transformer, src_vocab, tgt_vocab, init=init)
     raise ConfigError(f"model.arch: unknown architecture {model_cfg.arch!r}; "
                       "expected one of rnn, transformer")
 
@@ -153,23 +159,26 @@ def build_rnn(cfg: RNNConfig, src_vocab: int, tgt_vocab: int) -> RNNTranslator:
 # --------------------------------------------------------------------------- Transformer
 
 
-def _token_embedding(vocab: int, d_model: int) -> nn.Embedding:
-    # N(0, d^-1/2): after the √d scaling the embeddings have unit variance, and a tied output
-    # layer starts with logits of unit scale.
+def _token_embedding(vocab: int, d_model: int, init: bool) -> nn.Embedding:
     tokens = nn.Embedding(vocab, d_model, padding_idx=PAD_ID)
-    nn.init.normal_(tokens.weight, std=d_model ** -0.5)
-    nn.init.zeros_(tokens.weight[PAD_ID])
+    if init:
+        # N(0, d^-1/2): after the √d scaling the embeddings have unit variance, and a tied
+        # output layer starts with logits of unit scale.
+        nn.init.normal_(tokens.weight, std=d_model ** -0.5)
+        nn.init.zeros_(tokens.weight[PAD_ID])
     return tokens
 
 
-def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int) -> Transformer:
+def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, *,
+                      init: bool = True) -> Transformer:
+    """The Transformer for `cfg`; init False skips mtkit's initialisation (see `_build`)."""
     d = cfg.d_model
     if cfg.share_embeddings and src_vocab != tgt_vocab:
         raise ConfigError(f"model.transformer.share_embeddings needs one joint vocabulary, but "
                           f"the source has {src_vocab} entries and the target {tgt_vocab}; set "
                           "data.spm.joint: true or share_embeddings: false")
-    src_tokens = _token_embedding(src_vocab, d)
-    tgt_tokens = src_tokens if cfg.share_embeddings else _token_embedding(tgt_vocab, d)
+    src_tokens = _token_embedding(src_vocab, d, init)
+    tgt_tokens = src_tokens if cfg.share_embeddings else _token_embedding(tgt_vocab, d, init)
 
     def embedding(tokens: nn.Embedding) -> ScaledEmbedding:
         return ScaledEmbedding(tokens, learned=cfg.positions == "learned",
@@ -191,7 +200,8 @@ def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int) ->
     generator = nn.Linear(d, tgt_vocab)
     model = Transformer(embedding(src_tokens), embedding(tgt_tokens), encoder, decoder,
                         generator, align_layer=cfg.align_layer, align_head=cfg.align_head)
-    _init_transformer(model, cfg)
+    if init:
+        _init_transformer(model, cfg)
     if cfg.share_embeddings:  # Press & Wolf 2017; Vaswani et al. 2017, §3.4
         generator.weight = tgt_tokens.weight
     if cfg.positions == "learned":
