@@ -7,6 +7,8 @@ import dataclasses
 import io
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -107,11 +109,55 @@ def test_workers_translate_like_one_batch_at_a_time(toy_model, test_lines, searc
     two = _worker(toy_model, fmt="jsonl", batch_tokens=300, chunk_lines=25, workers=2, **search)
     seen: list[list[list[int]]] = []
     search_of = two._search
-    two._search = lambda ids: seen.append(ids) or search_of(ids)  # type: ignore[method-assign]
+    two._search = lambda ids, stop: seen.append(ids) or search_of(ids, stop)  # type: ignore
     a, b = _records(one, lines), _records(two, lines)
     _assert_same(a, b)
     assert [r["id"] for r in b] == list(range(40)) and [r["source"] for r in b] == lines
     assert sum(len(ids) for ids in seen) == 38 and len(seen) % 2 == 0 and len(seen) >= 4
+
+
+def test_a_failing_batch_stops_the_batch_running_beside_it(toy_model, test_lines):
+    """When one worker's batch fails (or Ctrl-C arrives), the batch the other worker is
+    decoding ends at its next step instead of running to its end; the error reaches the
+    caller and nothing of the chunk is written."""
+    lines = test_lines[:40]
+    worker = _worker(toy_model, fmt="jsonl", batch_tokens=300, workers=2, method="beam",
+                     beam_size=3)
+    longest = max(len(ids) for ids in worker.tok.encode_src_lines(lines))
+    steps: dict[bool, int] = {True: 0, False: 0}  # by "decodes the first batch"
+    other_running = threading.Event()
+    first = threading.local()
+
+    class Model:  # the model, each step counted; the first batch fails at its 2nd step
+        def __getattr__(self, name):
+            return getattr(model, name)
+
+        def step(self, *args, **kwargs):
+            mine = first.is_first
+            steps[mine] += 1
+            if mine and steps[mine] == 2:
+                assert other_running.wait(30)
+                raise RuntimeError("boom")
+            if not mine and steps[mine] == 2:
+                other_running.set()
+                time.sleep(0.5)  # the caller sees the failure and sets stop meanwhile
+            return model.step(*args, **kwargs)
+
+    model, search_of = worker.model, worker._search
+
+    def search(ids, stop):
+        first.is_first = max(map(len, ids)) == longest  # batches go longest first
+        return search_of(ids, stop)
+
+    worker.model, worker._search = Model(), search  # type: ignore
+    out = io.StringIO()
+    with pytest.raises(RuntimeError, match="boom"):
+        worker.run([line + "\n" for line in lines], out)
+    for thread in threading.enumerate():  # whatever still runs, let it end
+        if thread.name.startswith("mtkit-decode"):
+            thread.join(30)
+    assert steps == {True: 2, False: 2}  # the other batch's 3rd step never ran
+    assert out.getvalue() == ""
 
 
 def test_parallel_batches_come_in_multiples_of_the_workers_with_equal_work():
