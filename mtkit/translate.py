@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
-from mtkit.batches import parallel_batches
+from mtkit.batches import decode_parallelism, parallel_batches
 from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
@@ -333,12 +333,16 @@ def decode_tag(cfg: DecodeConfig) -> str:
 
 def translate_split(run_dir: Path, split: str, *, device: torch.device,
                     decode: Callable[[DecodeConfig], DecodeConfig] = lambda d: d,
-                    ) -> SplitTranslation:
+                    threads: int = 0) -> SplitTranslation:
     """Translate a run's split with its best checkpoint (else last) and its recipe's decode
     section as changed by `decode` (1-best), into RUN_DIR/translations/SPLIT.TAG.txt, written
     atomically. A file already there is reused only when its key file (SPLIT.TAG.txt.key)
     records the same checkpoint contents, source text and decoding: file dates prove nothing
-    (a checkpoint copied in keeps an older date)."""
+    (a checkpoint copied in keeps an older date). `threads` CPU threads (0: torch's count)
+    are shared among batches decoded at once as by `mtkit translate --threads`; torch's
+    thread count is set accordingly."""
+    import torch
+
     from mtkit.fileio import atomic_write, open_text
     from mtkit.run import resolve_checkpoint
 
@@ -352,7 +356,12 @@ def translate_split(run_dir: Path, split: str, *, device: torch.device,
     if out.is_file() and _read_key(key_path) == key:
         return SplitTranslation(out, src, ref, ckpt, cfg, None)
     key_path.unlink(missing_ok=True)  # never a key beside a translation it does not describe
-    worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len)
+    workers, each = decode_parallelism(threads, cfg, cpu=device.type == "cpu", streaming=False,
+                                       default=torch.get_num_threads())
+    if each:
+        torch.set_num_threads(each)
+    worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len,
+                              workers=workers)
     with open_text(src) as lines, atomic_write(out) as f:
         stats = worker.run(lines, f)
     with atomic_write(key_path) as f:

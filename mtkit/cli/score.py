@@ -168,8 +168,9 @@ def score(
         "--device", metavar="DEVICE", help="With --run: auto, cpu, cuda, cuda:N or mps "
         "(default: auto).")] = None,
     threads: Annotated[int | None, typer.Option(
-        "--threads", metavar="N", parser=at_least(0), help="With --run: CPU threads, 0 for "
-        "torch's default (default: 0).")] = None,
+        "--threads", metavar="N", parser=at_least(0), help="With --run: CPU threads, shared "
+        "as by translate --threads (2: 2 batches of one thread at once), 0 for torch's count "
+        "(default: 0).")] = None,
     _help: HelpOpt = False,
 ) -> None:
     """Score translations with sacreBLEU: BLEU, chrF and TER, significance, BLEU by length.
@@ -238,16 +239,12 @@ def score(
 def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: bool,
                          device: str | None, threads: int | None) -> SplitTranslation:
     """Translate (or reuse the translation of) a run's split for `score --run`."""
-    import torch
-
     from mtkit import translate as tr
     from mtkit.device import inference_device
 
-    if threads:
-        torch.set_num_threads(threads)
     decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam)
     done = tr.translate_split(run, split, device=inference_device(device or "auto"),
-                              decode=decoding.over)
+                              decode=decoding.over, threads=threads or 0)
     if done.stats is None:
         typer.echo(f"mtkit: reusing {done.path} (same {done.checkpoint}, source and decoding)",
                    err=True)

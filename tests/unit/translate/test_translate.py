@@ -360,6 +360,35 @@ def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy
     assert greedy.path.name.startswith("test.greedy-") and greedy.stats is not None
 
 
+def test_split_translation_shares_threads_as_translate_does(toy_model, tmp_path, monkeypatch):
+    """`score --run --threads 2`: two batches of one thread at once on a CPU, the same
+    file as one batch at a time."""
+    import shutil
+
+    import mtkit.translate as tr
+
+    texts, workers = {}, []
+    init = tr.StreamTranslator.__init__
+
+    def spy(self, *args, **kwargs):
+        workers.append(kwargs.get("workers", 1))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(tr.StreamTranslator, "__init__", spy)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            run = tmp_path / f"run{threads}"
+            shutil.copytree(toy_model, run)
+            done = translate_split(run, "test", device=CPU, threads=threads)
+            texts[threads] = done.path.read_text()
+            assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert workers == [1, 2]
+    assert texts[1] == texts[2] and len(texts[1].splitlines()) == 60
+
+
 def test_decode_tag_ignores_the_batch_size_only(toy_model):
     _, recipe, _ = load_translator([toy_model], CPU)
     cfg = recipe.decode
