@@ -8,8 +8,9 @@ replaced with U+FFFD, and the command warns once per file with the number of suc
 the first of them (`InvalidUtf8.warning`), rather than stopping a long job over a few bytes.
 
 Write policy: every output is written to a temporary file beside its destination and renamed
-into place only when complete; a failure to write is a `WriteError` naming the destination
-and the system's reason (disk full, read-only, a folder in the way), never a traceback.
+into place only when complete (a device or a pipe, such as /dev/null, is written directly); a
+failure to write is a `WriteError` naming the destination and the system's reason (disk full,
+read-only, a folder in the way), never a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import errno
 import gzip
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -51,13 +53,25 @@ def umask() -> int:
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Write to a temporary file beside `path` and rename it into place only on success,
-    so an interrupted write never leaves a half-written file that a later run trusts."""
+    so an interrupted write never leaves a half-written file that a later run trusts.
+
+    A symbolic link is followed: the file it names is replaced, the link stays, and a file
+    replaced keeps its permissions. What is not a plain file (/dev/null, /dev/stdout, a named
+    pipe) is written as it is: a file renamed over it would take its place."""
     path = Path(path)
     if path.is_dir():
         raise WriteError(f"{path}: is a folder; expected a file name")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        found: os.stat_result | None = path.stat()  # of what a link points to
+    except OSError:
+        found = None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        yield from _write_in_place(path, mode, encoding)
+        return
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except FileExistsError:  # a file where a parent folder should be
         raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
                          ) from None
@@ -68,9 +82,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             yield f
             f.flush()
             os.fsync(f.fileno())
-        # mkstemp creates 0600; give the file the permissions a plain open() would.
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
+        # mkstemp creates 0600; give the file the permissions it had, or those a plain
+        # open() would give a new one.
+        os.chmod(tmp, stat.S_IMODE(found.st_mode) if found else 0o666 & ~umask())
+        os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -79,6 +94,21 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
             raise write_error(path, e) from None
         raise
+
+
+def _write_in_place(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
+    try:
+        f = open(path, mode, encoding=None if "b" in mode else encoding)
+    except OSError as e:
+        raise write_error(path, e) from None
+    with f:
+        try:
+            yield f
+            f.flush()
+        except OSError as e:
+            if e.errno in WRITE_ERRNOS and e.filename in (None, str(path)):
+                raise write_error(path, e) from None
+            raise
 
 
 GZIP_MAGIC = b"\x1f\x8b"  # a gzip stream's first two bytes, whatever the file is called

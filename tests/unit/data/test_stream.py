@@ -166,3 +166,33 @@ def test_side_writer_writes_what_np_save_writes(tmp_path: Path) -> None:
     big.append(np.array([69999], dtype=np.int32), np.array([1]))
     big.close()
     assert np.load(ids_path(tmp_path, "x", "tgt")).tolist() == [69999]
+
+
+def test_atomic_write_follows_links_keeps_modes_and_writes_devices_in_place(tmp_path: Path
+                                                                           ) -> None:
+    """A link keeps pointing at the file, now new; a file keeps its permissions; a named pipe
+    (as /dev/null or /dev/stdout, which a test had better not risk) is written, not replaced
+    by a plain file."""
+    import os
+    import stat
+    import threading
+
+    real, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    real.write_text("old\n")
+    real.chmod(0o600)
+    link.symlink_to(real)
+    with fileio.atomic_write(link) as f:
+        f.write("new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_text()), daemon=True)
+    reader.start()
+    with fileio.atomic_write(pipe) as f:
+        f.write("through\n")
+    reader.join(10)
+    assert got == ["through\n"] and stat.S_ISFIFO(pipe.stat().st_mode)
