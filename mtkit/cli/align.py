@@ -15,6 +15,7 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     InferenceThreadsOpt,
     flag,
+    overwrite_problems,
     refuse,
     search_method,
 )
@@ -39,6 +40,7 @@ class AlignFlags:
     threshold: float | None
     show: bool
     links: bool  # some output of links: --pharaoh, --json or --gold
+    pharaoh: bool  # --pharaoh FILE or -
     stdout_links: bool  # --pharaoh -
     level: str
     readout: str | None
@@ -74,6 +76,9 @@ class AlignFlags:
              "--threshold needs --align-method threshold"),
             (self.show and self.stdout_links,
              "--print and --pharaoh - both write to stdout; give a file"),
+            (self.self_attention is not None and (self.pharaoh or self.gold is not None),
+             "--self-attention relates a sentence's words to each other, not source to target: "
+             "--pharaoh and --gold need cross-attention (--json keeps its matrices)"),
             (self.symmetrize is not None and not self.reverse,
              "--symmetrize combines the links of two models: add --reverse RUN"),
         ]
@@ -236,7 +241,7 @@ def align(
         from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
         from mtkit.align import run as ar
         from mtkit.device import inference_device
-        from mtkit.run import load_model
+        from mtkit.run import load_model, resolve_checkpoint
 
     search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
               "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
@@ -247,7 +252,7 @@ def align(
         greedy=greedy, beam=beam, self_attention=self_attention, heatmap_format=fmt,
         heatmap=heatmap, one_based=one_based, gold=gold, method=method, threshold=threshold,
         show=show, links=pharaoh is not None or json_out is not None or gold is not None,
-        stdout_links=str(pharaoh) == "-", level=level, readout=readout,
+        pharaoh=pharaoh is not None, stdout_links=str(pharaoh) == "-", level=level, readout=readout,
         reverse=reverse is not None, symmetrize=symmetrize).problems())
     outputs = ar.AlignOutputs(
         show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
@@ -255,6 +260,10 @@ def align(
         method=method or DEFAULT_METHOD, threshold=threshold)
     outputs.check()
     ar.check_inputs(src, tgt, gold)
+    refuse(overwrite_problems({"--pharaoh": pharaoh, "--json": json_out}, {
+        "the -s file": src, "the -t file": tgt, "the --gold file": gold,
+        "the checkpoint": resolve_checkpoint(model),
+        "the --reverse checkpoint": None if reverse is None else resolve_checkpoint(reverse)}))
     if threads > 0:
         torch.set_num_threads(threads)
     dev = inference_device(device)

@@ -150,13 +150,23 @@ def average(
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
-    from mtkit.run import AVERAGED
+    import zipfile
+
+    from mtkit.run import AVERAGED, data_dir
     from mtkit.train.checkpoint import save_average, select_for_average
 
     paths = select_for_average(inputs, last)
     out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
     if any(out.resolve() == p.resolve() for p in paths):
         raise MtkitError(f"--output {out} is one of the checkpoints being averaged")
+    if not out.is_dir():  # (a folder is refused where the file is written)
+        if out.exists() and not zipfile.is_zipfile(out):  # checkpoints are zip archives
+            raise MtkitError(f"--output {out}: exists and is not a checkpoint; an average "
+                             "replaces only a checkpoint: give a new file name")
+        if not data_dir(out.parent).is_dir():
+            raise MtkitError(f"--output {out}: {out.parent} has no data/ folder; translate, "
+                             "score and align read a checkpoint's tokenizer from the data/ "
+                             "folder beside it: write the average into the run directory")
     save_average(paths, out)
     typer.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
                f"into {out}", err=True)

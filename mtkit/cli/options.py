@@ -5,7 +5,8 @@ at once with `refuse`. No ML logic lives here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
@@ -50,6 +51,28 @@ def refuse(problems: list[str]) -> None:
     """Raise every problem of a request at once, as one user error."""
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one existing file (links followed)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def overwrite_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None]
+                       ) -> list[str]:
+    """Outputs (flag -> file; None or - for none, or stdout) that would replace an input
+    (description -> file), or that name the same file as another output."""
+    outs = [(f, p) for f, p in outputs.items() if p is not None and str(p) != "-"]
+    problems = [f"{f} {out}: is {what} {inp}; writing there would replace it; give another file"
+                for f, out in outs for what, inp in inputs.items()
+                if inp is not None and same_file(out, inp)]
+    problems += [f"{f} and {g} name the same file {p}; give each its own"
+                 for i, (f, p) in enumerate(outs) for g, q in outs[i + 1:]
+                 if os.path.realpath(p) == os.path.realpath(q)]
+    return problems
 
 
 # Every command declares `-h/--help` itself, because typer's own shows `<bool>` beside it.

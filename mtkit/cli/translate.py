@@ -17,6 +17,7 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     TranslateThreadsOpt,
     flag,
+    overwrite_problems,
     refuse,
     search_method,
 )
@@ -157,11 +158,9 @@ def translate(
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
-    if input is not None and output is not None and output.exists() and (
-            os.path.samefile(input, output)):
-        raise ConfigError(f"-o {output}: is the input file {input}; writing the translation "
-                          "there would replace the source; give another output file")
     exported = _exported(models)
+    refuse(overwrite_problems({"-o": output}, {"the input file": input,
+                                               **_model_files(models, exported)}))
     if exported is not None:  # CTranslate2 decodes: torch is never imported
         model, recipe = None, exported.recipe
     else:
@@ -218,6 +217,17 @@ def translate(
             fmt=fmt,  # type: ignore[arg-type]
             align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
     report_translation(_run_translation(worker, input, output))
+
+
+def _model_files(models: list[Path], exported: Any) -> dict[str, Path]:
+    """The files the models are read from (a run directory's checkpoint, an export's
+    weights), which an output must not replace."""
+    from mtkit.run import resolve_checkpoint
+
+    if exported is not None:
+        return {"the exported model's weights": exported.path / "model.bin"}
+    return {"the checkpoint" if m.is_file() else f"the checkpoint of {m}": resolve_checkpoint(m)
+            for m in models if m.exists()}
 
 
 def _exported(models: list[Path]) -> Any:

@@ -168,6 +168,10 @@ def _write(tmp: Path, spec, recipe: Recipe, tok: Tokenizer, quantization: str,
 def write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantization: str,
                  checkpoint: Path, note: str | None) -> None:
     """Save `spec` (already quantized) and mtkit's files into `out`, atomically."""
+    out = out.resolve()  # `-o .` names a folder by its parent's entry, which `.` has not
+    if out == Path.cwd().resolve():
+        raise ConfigError(f"-o {out}: is the current folder, which an export replaces as a "
+                          "whole; give a new or empty folder inside it")
     check_destination(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))

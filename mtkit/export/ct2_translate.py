@@ -31,7 +31,7 @@ from typing import Any
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.errors import ConfigError
+from mtkit.errors import CheckpointError, ConfigError
 from mtkit.export.ct2_dir import Export
 from mtkit.export.engine import ctranslate2
 from mtkit.hypothesis import Hypothesis
@@ -79,8 +79,14 @@ class CT2Translator(LineTranslator):
                          fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
         ct2 = ctranslate2()
         name, index = _engine_device(device)
-        self.engine = ct2.Translator(str(export.path), device=name, device_index=index,
-                                     inter_threads=workers, intra_threads=threads)
+        try:
+            self.engine = ct2.Translator(str(export.path), device=name, device_index=index,
+                                         inter_threads=workers, intra_threads=threads)
+        except (RuntimeError, ValueError, OSError) as e:  # no such device, a damaged file
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            where = "" if device == "auto" else f" on {device}"
+            raise CheckpointError(f"{export.path}: CTranslate2 cannot load it{where} "
+                                  f"({reason})") from None
         if cfg.method == "sample":
             ct2.set_random_seed(cfg.seed)
         tok = export.tokenizer

@@ -258,6 +258,30 @@ def test_export_option_errors_are_one_line(toy_model, tmp_path):
     assert not (tmp_path / "a").exists()
 
 
+def test_the_current_folder_is_refused_as_an_export_folder(toy_model, tmp_path, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    _one_error_line(_cli("export", toy_model, "-o", "."), "is the current folder")
+    assert here.is_dir() and not list(here.iterdir()) and Path.cwd() == here
+
+
+def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, test_src,
+                                                      tmp_path):
+    """A damaged model.bin, or a device the engine lacks: one line naming the export."""
+    broken = tmp_path / "broken"
+    shutil.copytree(toy_export, broken)
+    with open(broken / "model.bin", "r+b") as f:
+        f.truncate(200)
+    _one_error_line(_cli("translate", broken, "-i", test_src), str(broken),
+                    "CTranslate2 cannot load it")
+    if not ct2.get_cuda_device_count():
+        _one_error_line(_cli("translate", toy_export, "-i", test_src, "--device", "cuda"),
+                        "CTranslate2 cannot load it on cuda")
+    _one_error_line(_cli("translate", toy_export, "-i", test_src, "-o",
+                         toy_export / "model.bin"), "-o", "exported model's weights")
+
+
 def test_an_rnn_says_what_to_use_instead(toy_run, tmp_path):
     run = tmp_path / "rnn"
     shutil.copytree(toy_run, run)

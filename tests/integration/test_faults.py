@@ -233,6 +233,57 @@ def test_translate_refuses_to_write_over_its_input(toy_model, tmp_path):
         _fails(_cli("translate", toy_model, "-i", src, "-o", out), f"-o {out}",
                "is the input file")
     assert src.read_text() == "a b c\n"
+    best = toy_model / "best.pt"
+    before = best.read_bytes()
+    _fails(_cli("translate", toy_model, "-i", src, "-o", best), "-o", "is the checkpoint of")
+    _fails(_cli("translate", best, "-i", src, "-o", best), "-o", "is the checkpoint")
+    assert best.read_bytes() == before
+
+
+def test_align_refuses_to_write_over_its_inputs_or_one_output_twice(toy_model, tmp_path):
+    src, tgt, gold = tmp_path / "a.en", tmp_path / "a.de", tmp_path / "gold"
+    src.write_text("a b c\n")
+    tgt.write_text("c b a\n")
+    gold.write_text("0-2\n")
+    mine = _tree(tmp_path)
+    pairs = ["-s", src, "-t", tgt]
+    _fails(_cli("align", toy_model, "-s", src, "--pharaoh", src), "--pharaoh", "the -s file")
+    _fails(_cli("align", toy_model, *pairs, "--json", tgt), "--json", "the -t file")
+    _fails(_cli("align", toy_model, *pairs, "--pharaoh", gold, "--gold", gold),
+           "--pharaoh", "the --gold file")
+    _fails(_cli("align", toy_model, *pairs, "--pharaoh", tmp_path / "x", "--json",
+                tmp_path / "x"), "--pharaoh and --json name the same file")
+    assert _tree(tmp_path) == mine
+
+
+def test_self_attention_gives_no_links_or_aer(toy_model, tmp_path):
+    src, tgt = tmp_path / "a.en", tmp_path / "a.de"
+    src.write_text("a b c\n")
+    tgt.write_text("c b a\n")
+    for extra in (["--pharaoh", tmp_path / "links"], ["--gold", src]):
+        _fails(_cli("align", toy_model, "-s", src, "-t", tgt, "--self-attention", "encoder",
+                    *extra), "--self-attention", "cross-attention")
+    assert not (tmp_path / "links").exists()
+    done = _cli("align", toy_model, "-s", src, "-t", tgt, "--self-attention", "encoder",
+                "--json", tmp_path / "m.json")
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "m.json").read_text())
+
+
+def test_average_writes_only_a_new_file_or_over_a_checkpoint_beside_data(toy_model, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    text = run / "notes.txt"
+    text.write_text("mine\n")
+    pair = [run / "best.pt", run / "last.pt"]
+    _fails(_cli("average", *pair, "-o", text), "--output", "not a checkpoint")
+    assert text.read_text() == "mine\n"
+    _fails(_cli("average", *pair, "-o", tmp_path / "avg.pt"), "--output", "no data/ folder")
+    assert not (tmp_path / "avg.pt").exists()
+    done = _cli("average", *pair, "-o", run / "avg.pt")
+    assert done.exit_code == 0, done.output
+    again = _cli("average", *pair, "-o", run / "avg.pt")  # a checkpoint may be replaced
+    assert again.exit_code == 0, again.output
 
 
 # --------------------------------------------------------------------------- 6. write failures
