@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -34,13 +35,15 @@ def matrix_record(matrix: AlignMatrix, *, index: int, links: Iterable[Link] | No
 
 
 def write_json(path: str | Path, records: Sequence[dict[str, Any]], *,
-               scores: AlignScores | None = None) -> None:
+               scores: AlignScores | None = None, stdout: IO[str] | None = None) -> None:
     """Write records from `matrix_record` (and corpus scores) atomically as one JSON document:
     {"format": "mtkit-align", "version": 1, "sentences": [...], "scores": {...}}. weights[j][i]
-    is the attention of target token j on source token i."""
+    is the attention of target token j on source token i. A path of '-' writes to `stdout`."""
     doc: dict[str, Any] = {"format": "mtkit-align", "version": 1, "sentences": list(records)}
     if scores is not None:
         doc["scores"] = scores.as_dict()
-    with atomic_write(path) as f:
+    with contextlib.nullcontext(stdout) if str(path) == "-" else atomic_write(path) as f:
+        assert f is not None, "JSON output to '-' needs a stdout stream"
         json.dump(doc, f, ensure_ascii=False, indent=1)
         f.write("\n")
+        f.flush()

@@ -90,8 +90,9 @@ class AlignOutputs:
     """What to make of the matrices (any combination). show: print each matrix to the console;
     heatmap_dir/heatmap_format: one image per pair; pharaoh: a file of word links, one line
     per pair ('-': standard output); json: matrices, tokens, links (and gold scores) of every
-    pair; gold/one_based: gold links to score against; level: matrices over words (pieces
-    merged) or pieces; method and threshold: link extraction (mtkit.align.extract_links)."""
+    pair ('-': standard output); gold/one_based: gold links to score against; level: matrices
+    over words (pieces merged) or pieces; method and threshold: link extraction
+    (mtkit.align.extract_links)."""
 
     show: bool = False
     heatmap_dir: Path | None = None
@@ -268,7 +269,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     if golds is not None:
         report.scores, _ = score_corpus(sinks.links, golds)
     if outputs.json is not None:
-        write_json(outputs.json, sinks.records, scores=report.scores)
+        write_json(outputs.json, sinks.records, scores=report.scores, stdout=stdout)
     report.seconds = time.perf_counter() - start
     return report
 

@@ -42,6 +42,7 @@ class AlignFlags:
     links: bool  # some output of links: --pharaoh, --json or --gold
     pharaoh: bool  # --pharaoh FILE or -
     stdout_links: bool  # --pharaoh -
+    stdout_json: bool  # --json -
     level: str
     readout: str | None
     reverse: bool  # --reverse RUN given
@@ -74,8 +75,8 @@ class AlignFlags:
              "--align-method and --threshold apply to links: add --pharaoh, --json or --gold"),
             (self.threshold is not None and method != "threshold",
              "--threshold needs --align-method threshold"),
-            (self.show and self.stdout_links,
-             "--print and --pharaoh - both write to stdout; give a file"),
+            (self.show + self.stdout_links + self.stdout_json > 1,
+             "--print, --pharaoh - and --json - each write to stdout: give the others a file"),
             (self.self_attention is not None and (self.pharaoh or self.gold is not None),
              "--self-attention relates a sentence's words to each other, not source to target: "
              "--pharaoh and --gold need cross-attention (--json keeps its matrices)"),
@@ -143,7 +144,7 @@ def align(
         "target j), one line per pair, to this file (- for standard output).")] = None,
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="FILE", help="Write matrices, tokens, links (and gold scores) as "
-        "JSON.")] = None,
+        "JSON; - for standard output.")] = None,
     level: Annotated[str, typer.Option(
         "--level", metavar="LEVEL", show_default=False, help="word (pieces merged, EOS "
         "dropped) or subword (pieces); applies to every output (default: word).")] = "word",
@@ -252,7 +253,8 @@ def align(
         greedy=greedy, beam=beam, self_attention=self_attention, heatmap_format=fmt,
         heatmap=heatmap, one_based=one_based, gold=gold, method=method, threshold=threshold,
         show=show, links=pharaoh is not None or json_out is not None or gold is not None,
-        pharaoh=pharaoh is not None, stdout_links=str(pharaoh) == "-", level=level, readout=readout,
+        pharaoh=pharaoh is not None, stdout_links=str(pharaoh) == "-",
+        stdout_json=str(json_out) == "-", level=level, readout=readout,
         reverse=reverse is not None, symmetrize=symmetrize).problems())
     outputs = ar.AlignOutputs(
         show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
@@ -287,5 +289,5 @@ def align(
     for invalid in report.invalid_utf8:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     if report.scores is not None:  # on stderr when stdout carries the links
-        typer.echo(ar.format_scores(report.scores), err=str(pharaoh) == "-")
+        typer.echo(ar.format_scores(report.scores), err="-" in (str(pharaoh), str(json_out)))
     typer.echo(f"mtkit: {report.summary()}", err=True)

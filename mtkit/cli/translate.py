@@ -76,10 +76,11 @@ def translate(
     models: Annotated[list[Path], typer.Argument(
         metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
     input: Annotated[Path | None, typer.Option(
-        "-i", "--input", metavar="FILE", help="Input file (default: standard input).")] = None,
+        "-i", "--input", metavar="FILE", help="Input file, - for standard input (default: "
+        "standard input).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", metavar="FILE", help="Output file, written whole or not at all "
-        "(default: standard output).")] = None,
+        "-o", "--output", metavar="FILE", help="Output file, written whole or not at all; - "
+        "for standard output (default: standard output).")] = None,
     beam: Annotated[int | None, typer.Option(
         "-b", "--beam", metavar="N", help="Beam size (default: the recipe's "
         "decode.beam_size).")] = None,
@@ -153,6 +154,7 @@ def translate(
     from mtkit import translate as tr
     from mtkit.batches import decode_parallelism
 
+    input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())

@@ -197,6 +197,15 @@ def test_empty_pairs_get_empty_link_lines(trained, tmp_path):
     assert len(list((tmp_path / "m").iterdir())) == 3
 
 
+def test_json_to_stdout_holds_the_links_written_to_a_file(trained, pairs, tmp_path):
+    res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--json", "-",
+               "--pharaoh", tmp_path / "links")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["format"] == "mtkit-align" and not (Path.cwd() / "-").exists()
+    assert [s["links"] for s in doc["sentences"]] == (tmp_path / "links").read_text().splitlines()
+
+
 def test_methods_and_threshold(trained, pairs):
     def links(*args: str) -> list[set]:
         res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--pharaoh", "-", *args)
@@ -345,7 +354,8 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "-t", "{tgt}", "--print", "--align-method", "union"], "apply to links"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--self-attention", "cross"],
      "--self-attention: invalid choice"),
-    (["-s", "{src}", "-t", "{tgt}", "--print", "--pharaoh", "-"], "both write to stdout"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--pharaoh", "-"], "each write to stdout"),
+    (["-s", "{src}", "-t", "{tgt}", "--json", "-", "--pharaoh", "-"], "each write to stdout"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--device", "gpu"],
      "--device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
     (["-s", "{src}", "--print", "--beam", "0"], "--beam (decode.beam_size): out of range"),

@@ -166,6 +166,16 @@ def test_bad_options_are_one_line_errors(toy_model, args, words):
     assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
 
 
+def test_a_dash_names_standard_input_and_output(toy_model, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plain = _cli("translate", toy_model, "--greedy", input="sa gu\nmu\n")
+    dashes = _cli("translate", toy_model, "--greedy", "-i", "-", "-o", "-",
+                  input="sa gu\nmu\n")
+    assert plain.exit_code == dashes.exit_code == 0, dashes.output
+    assert dashes.stdout == plain.stdout and len(plain.stdout.splitlines()) == 2
+    assert not (tmp_path / "-").exists()
+
+
 def test_bad_checkpoints_are_one_line_errors(toy_model, tmp_path):
     result = _cli("translate", tmp_path / "nowhere", input="sa gu\n")
     assert result.exit_code == 2
