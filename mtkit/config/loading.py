@@ -279,6 +279,22 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...]) -> str:
     return source
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML requires keys
+    to be unique; PyYAML keeps the last, so `vocab_size: 500` above `vocab_size: 400` went
+    unnoticed)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
     """Read a YAML recipe, apply ``--set`` overrides, validate. Relative paths in the recipe
     are relative to the recipe file."""
@@ -286,7 +302,7 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     if not path.is_file():
         raise ConfigError(f"{path}: recipe file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -354,6 +354,8 @@ def test_read_only_run_folder(toy_model, tmp_path):
     ("name: x\nmodel: {arch: rnn}\n", ["data.train: missing"]),
     ("name: x\ndata:\n  train: {src: a.txt}\n  valid: {src: a.txt, tgt: b.txt}\n",
      ["data.train.tgt: missing"]),
+    ("name: x\ndata:\n  spm:\n    vocab_size: 500\n    vocab_size: 400\n",
+     ["line 5 not valid YAML (key 'vocab_size' is given twice in one mapping)"]),
 ])
 def test_recipe_mistakes_are_reported_by_the_config(tmp_path, text, words):
     recipe = tmp_path / "r.yaml"
