@@ -132,6 +132,7 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
             _held[key] -= 1
         return
     path = run_dir / LOCK
+    created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -153,6 +154,11 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
             yield
         finally:
             del _held[key]
+            if created:  # a command that failed before writing anything leaves no folder
+                with contextlib.suppress(OSError):
+                    if os.listdir(run_dir) == [LOCK]:
+                        os.unlink(path)
+                        os.rmdir(run_dir)
     finally:
         os.close(fd)  # closing drops the flock
 

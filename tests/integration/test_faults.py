@@ -129,6 +129,20 @@ def test_a_run_dir_that_is_a_file_is_refused(tmp_path):
     assert a_file.read_text() == "x\n"
 
 
+def test_a_command_that_fails_before_writing_leaves_no_run_folder(tmp_path):
+    """A run folder the command made holds only its lock when it fails early (a data file
+    missing, --resume of nothing): both go; a folder that was there stays."""
+    recipe = tmp_path / "bad.yml"
+    recipe.write_text(_toy_recipe(tmp_path).read_text().replace("train.src", "missing.src", 1))
+    _fails(_cli("prep", recipe, "--run-dir", tmp_path / "new"), "missing.src")
+    _fails(_cli("train", _toy_recipe(tmp_path), "--run-dir", tmp_path / "new2", "--resume",
+                *FAST), "--resume")
+    assert not (tmp_path / "new").exists() and not (tmp_path / "new2").exists()
+    (tmp_path / "kept").mkdir()
+    _fails(_cli("prep", recipe, "--run-dir", tmp_path / "kept"), "missing.src")
+    assert (tmp_path / "kept").is_dir()
+
+
 # --------------------------------------------------------------------------- 2. one writer
 
 
