@@ -221,6 +221,9 @@ def score(
         sc.plot_format(plot)  # a bad extension fails before any scoring
     edges = sc.parse_buckets(buckets) if buckets is not None else sc.DEFAULT_BUCKETS
     if run is not None and split is not None:
+        # the files given beside it are checked before the split is translated (minutes)
+        given = [sc.read_text(p) for p in hyps if p != sc.STDIN]
+        sc.check_line_counts([sc.read_text(refs[0])], given, None)
         hyps = [_translate_run_split(run, split, beam=beam, greedy=greedy, device=device,
                                      threads=threads).path, *hyps]
     report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,

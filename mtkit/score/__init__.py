@@ -22,6 +22,7 @@ from mtkit.score.metrics import (
     SignificanceOptions,
     Text,
     bucket_bounds,
+    check_line_counts,
     parse_buckets,
     parse_metrics,
     read_text,
@@ -41,5 +42,6 @@ from mtkit.score.report import (
 
 __all__ = ["DEFAULT_BUCKETS", "METRICS", "PLOT_FORMATS", "STDIN", "TESTS", "LengthBucket",
            "MetricOptions", "MetricScore", "PairedScore", "PairedTestResult", "ScoreReport",
-           "SignificanceOptions", "Text", "bucket_bounds", "parse_buckets", "parse_metrics",
-           "plot_by_length", "plot_format", "read_text", "score_files", "score_texts"]
+           "SignificanceOptions", "Text", "bucket_bounds", "check_line_counts", "parse_buckets",
+           "parse_metrics", "plot_by_length", "plot_format", "read_text", "score_files",
+           "score_texts"]

@@ -163,7 +163,7 @@ def _read_bytes(path: Path, name: str) -> bytes:
         raise DataError(f"{name}: broken gzip file ({e})") from None
 
 
-def _check_line_counts(refs: Sequence[Text], hyps: Sequence[Text], src: Text | None) -> None:
+def check_line_counts(refs: Sequence[Text], hyps: Sequence[Text], src: Text | None) -> None:
     """Every input must be line-parallel with the first reference."""
     first = refs[0]
     others = [("reference", r) for r in refs[1:]] + [("hypothesis", h) for h in hyps]
@@ -205,7 +205,7 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
     if significance is not None and len(hyps) < 2:
         raise MtkitError("paired significance tests need two or more hypothesis files; "
                          "the first is the baseline")
-    _check_line_counts(refs, hyps, src)
+    check_line_counts(refs, hyps, src)
     scorers = {key: _make_metric(key, metrics, refs) for key in metrics.metrics}
     # Per-sentence sufficient statistics, once per metric and system; the corpus score is their
     # aggregate, exactly as in sacrebleu's corpus_score.

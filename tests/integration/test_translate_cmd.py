@@ -229,6 +229,14 @@ def test_score_run_with_greedy_and_other_systems(run_copy, tmp_path):
     assert systems[0]["scores"]["BLEU"]["score"] > systems[1]["scores"]["BLEU"]["score"]
 
 
+def test_score_run_checks_other_systems_before_translating(run_copy, tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("a b\n")
+    result = _cli("score", "--run", run_copy, "--split", "test", short)
+    assert result.exit_code == 2 and "line counts differ" in result.stderr
+    assert str(short) in result.stderr and not (run_copy / "translations").exists()
+
+
 def test_score_run_by_length_takes_the_split_source(run_copy):
     result = _cli("score", "--run", run_copy, "--split", "test", "--by-length", "--buckets",
                   "3,5", "-m", "bleu", "--json")
