@@ -158,6 +158,8 @@ def translate(
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
+    if input is not None and input.is_dir():
+        raise DataError(f"{input}: is a folder; expected the input file")
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
     exported = _exported(models)

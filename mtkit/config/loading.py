@@ -299,6 +299,8 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     """Read a YAML recipe, apply ``--set`` overrides, validate. Relative paths in the recipe
     are relative to the recipe file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; expected a recipe file (YAML)")
     if not path.is_file():
         raise ConfigError(f"{path}: recipe file not found")
     try:

@@ -81,7 +81,9 @@ def resolve(source: FileSource, *, mirror: str | Path | None = None,
         path = Path(source.path)
         if not path.is_file():
             where = f" (recipe key {key})" if key else ""
-            raise DataError(f"{path}: data file not found{where}")
+            what = "is a folder; expected a data file" if path.is_dir() else \
+                "data file not found"
+            raise DataError(f"{path}: {what}{where}")
         _verify(path, source.sha256, str(path))
         return path
     assert source.url is not None and source.sha256 is not None  # checked by the config

@@ -318,6 +318,18 @@ def test_outputs_that_name_folders_or_paths_under_files(toy_model, tmp_path):
     assert a_file.read_text() == "mine\n"
 
 
+def test_a_folder_where_a_file_is_read_is_named_a_folder(toy_model, tmp_path):
+    _fails(_cli("translate", toy_model, "-i", tmp_path), str(tmp_path), "is a folder")
+    _fails(_cli("prep", tmp_path, "--run-dir", tmp_path / "run"), "is a folder",
+           "recipe file")
+    recipe = tmp_path / "bad.yml"
+    (tmp_path / "train.src").mkdir()
+    recipe.write_text(_toy_recipe(tmp_path).read_text().replace(
+        str(RECIPES / "toy" / "train.src"), str(tmp_path / "train.src"), 1))
+    _fails(_cli("prep", recipe, "--run-dir", tmp_path / "run"), "is a folder",
+           "data.train.src")
+
+
 def test_disk_full_while_training_names_the_last_complete_checkpoint(toy_run, tmp_path):
     with _tmpfs(tmp_path / "small", "3m") as disk:
         run = disk / "run"
