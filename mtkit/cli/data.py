@@ -115,9 +115,9 @@ def train(
     from mtkit.train.session import train as run_training
 
     flags = {"--device": device, "--threads": threads}  # the recipe fields they set
-    sets = list(overrides or []) + [f"train.{name[2:]}={value}"
-                                    for name, value in flags.items() if value is not None]
-    rec = load_recipe(recipe, sets)
+    named = {f"train.{name[2:]}={value}": f"{name} {value}"
+             for name, value in flags.items() if value is not None}
+    rec = load_recipe(recipe, list(overrides or []) + list(named), flags=named)
     result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
                           console=Console(stderr=True))
     if result.reason == "interrupted":

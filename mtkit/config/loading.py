@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -233,14 +234,16 @@ def apply_override(raw: dict, assignment: str) -> None:
 
 
 def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None,
-                     overrides: tuple[str, ...] = ()) -> Recipe:
+                     overrides: tuple[str, ...] = (), flags: Mapping[str, str] | None = None
+                     ) -> Recipe:
     """Validate a raw mapping into a `Recipe`, raising one ConfigError listing every problem.
     A problem at a key that an override set is attributed to that ``--set`` instead of the
-    recipe file."""
+    recipe file, or to the command-line flag `flags` names for the override (e.g.
+    ``{"train.device=tpu": "--device tpu"}``)."""
     problems = _Problems()
     recipe = _build(Recipe, raw, "", problems, base)
     if problems.items:
-        lines = [f"{_origin(key, msg, source, overrides)}: {key}: {msg}"
+        lines = [f"{_origin(key, msg, source, overrides, flags)}: {key}: {msg}"
                  for key, msg in problems.items]
         head = f"{len(lines)} problems in recipe:\n" if len(lines) > 1 else ""
         raise ConfigError(head + "\n".join(lines))
@@ -269,13 +272,15 @@ def updated_section(section: Any, changes: dict[str, Any], *, prefix: str, sourc
     return obj
 
 
-def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...]) -> str:
+def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
+            flags: Mapping[str, str] | None = None) -> str:
     for o in reversed(overrides):  # the last --set of a key wins
         k = o.split("=", 1)[0].strip()
+        named = (flags or {}).get(o, f"--set {o}")
         if key == k or key.startswith((k + ".", k + "[")):
-            return f"--set {o}"
+            return named
         if k.startswith(key + ".") and msg.startswith("unknown key"):
-            return f"--set {o}"  # the override created an unknown section
+            return named  # the override created an unknown section
     return source
 
 
@@ -295,9 +300,11 @@ class _UniqueKeys(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                flags: Mapping[str, str] | None = None) -> Recipe:
     """Read a YAML recipe, apply ``--set`` overrides, validate. Relative paths in the recipe
-    are relative to the recipe file."""
+    are relative to the recipe file; `flags` names the command-line flag behind an override
+    (see `recipe_from_dict`)."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder; expected a recipe file (YAML)")
@@ -318,8 +325,8 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     for o in overrides:
         apply_override(raw, o)
     recipe = recipe_from_dict(raw, source=str(path), base=path.resolve().parent,
-                              overrides=tuple(overrides))
-    lines = [f"{_origin(key, msg, str(path), tuple(overrides))}: {key}: {msg}"
+                              overrides=tuple(overrides), flags=flags)
+    lines = [f"{_origin(key, msg, str(path), tuple(overrides), flags)}: {key}: {msg}"
              for key, msg in _other_arch(raw, recipe)]
     if lines:
         head = f"{len(lines)} problems in recipe:\n" if len(lines) > 1 else ""

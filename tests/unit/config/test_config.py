@@ -246,6 +246,9 @@ def test_overrides(tmp_path: Path) -> None:
         load_recipe(path, ["train.lr.x=1"])
     with pytest.raises(ConfigError, match=r"empty key part"):
         load_recipe(path, ["train..lr=1"])
+    # a command-line flag that sets a recipe field is named as the user typed it
+    with pytest.raises(ConfigError, match=r"^--device tpu: train\.device: expected auto"):
+        load_recipe(path, ["train.device=tpu"], flags={"train.device=tpu": "--device tpu"})
 
 
 def test_relative_paths_resolve_against_the_recipe(tmp_path: Path,
