@@ -205,5 +205,11 @@ def load_export(path: Path) -> Export:
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path / MARKER}: format {meta.get('format')!r}; expected "
                               f"{FORMAT!r}")
-    return Export(path, recipe, Tokenizer.load(path), str(meta.get("quantization")))
+    try:
+        tok = Tokenizer.load(path)
+    except MtkitError as e:  # its advice (run mtkit prep) is for a run's data/ folder
+        raise CheckpointError(f"{path}: the export's sentencepiece model is missing or "
+                              f"unreadable ({str(e).split(';')[0]}); export the run again") \
+            from None
+    return Export(path, recipe, tok, str(meta.get("quantization")))
 
