@@ -324,32 +324,8 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
         raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
     for o in overrides:
         apply_override(raw, o)
-    recipe = recipe_from_dict(raw, source=str(path), base=path.resolve().parent,
-                              overrides=tuple(overrides), flags=flags)
-    lines = [f"{_origin(key, msg, str(path), tuple(overrides), flags)}: {key}: {msg}"
-             for key, msg in _other_arch(raw, recipe)]
-    if lines:
-        head = f"{len(lines)} problems in recipe:\n" if len(lines) > 1 else ""
-        raise ConfigError(head + "\n".join(lines))
-    return recipe
-
-
-def _other_arch(raw: dict, recipe: Recipe) -> list[tuple[str, str]]:
-    """Settings of the architecture the recipe does not train (model.rnn.* under arch
-    transformer, and the reverse), which would be ignored. A value equal to its default is
-    let be: a run's recipe.yaml lists every field of both sections. Only a recipe file is
-    checked, not the recipe inside a checkpoint."""
-    model = raw.get("model")
-    arch = recipe.model.arch
-    other = "rnn" if arch == "transformer" else "transformer"
-    given = model.get(other) if isinstance(model, dict) else None
-    if not isinstance(given, dict):
-        return []
-    section = getattr(recipe.model, other)
-    default = type(section)()
-    return [(f"model.{other}.{k}", f"applies to model.arch {other}, and this recipe's "
-             f"model.arch is {arch}: remove it, or set model.arch: {other}")
-            for k in given if hasattr(default, k) and getattr(section, k) != getattr(default, k)]
+    return recipe_from_dict(raw, source=str(path), base=path.resolve().parent,
+                            overrides=tuple(overrides), flags=flags)
 
 
 def recipe_to_dict(recipe: Any) -> Any:

@@ -17,7 +17,6 @@ from mtkit.config import (
     parse_duration,
     recipe_from_dict,
     recipe_from_yaml_text,
-    recipe_to_dict,
     split_corpora,
 )
 from mtkit.errors import ConfigError
@@ -275,25 +274,6 @@ def test_dump_round_trip(tmp_path: Path) -> None:
     r = load_recipe(_write(tmp_path / "r.yaml", MINIMAL), ["train.lr=1e-3"])
     again = recipe_from_yaml_text(dump_recipe(r), source="checkpoint")
     assert again == r
-
-
-def test_settings_of_the_other_architecture_are_refused_unless_default(tmp_path: Path) -> None:
-    """model.rnn.* under arch transformer would be ignored: refused, naming the key (and
-    the --set that gave it); a run's recipe.yaml, listing both sections' defaults, loads."""
-    raw = _with(**{"model.rnn.hidden_dim": 512, "model.rnn.cell": "gru"})
-    with pytest.raises(ConfigError) as e:
-        load_recipe(_write(tmp_path / "r.yaml", raw))
-    assert str(e.value) == (f"{tmp_path / 'r.yaml'}: model.rnn.hidden_dim: applies to model.arch "
-                            "rnn, and this recipe's model.arch is transformer: remove it, or "
-                            "set model.arch: rnn")
-    with pytest.raises(ConfigError, match=r"^--set model.transformer.heads=8: model.transfor"):
-        load_recipe(_write(tmp_path / "r.yaml", MINIMAL),
-                    ["model.arch=rnn", "model.transformer.heads=8"])
-    assert load_recipe(_write(tmp_path / "r.yaml", raw), ["model.arch=rnn"]).model.rnn.hidden_dim \
-        == 512
-    full = recipe_to_dict(load_recipe(_write(tmp_path / "r.yaml", MINIMAL)))
-    assert set(full["model"]) == {"arch", "rnn", "transformer"}
-    assert load_recipe(_write(tmp_path / "full.yaml", full)).model.arch == "transformer"
 
 
 @pytest.mark.parametrize("name", ["en-de.yaml", "en-de-cpu.yaml", "en-de-rnn.yaml", "toy.yaml"])
