@@ -172,8 +172,13 @@ def test_average_command_on_a_run_directory(toy_trained: Path, tmp_path: Path) -
     model, _, _ = run_files.load_model(run / "averaged.pt", "cpu")  # translate/score accept it
     assert ckpt.weights_digest(model.state_dict()) == ckpt.weights_digest(avg)
     result = CliRunner().invoke(app, ["average", str(run / "checkpoint_2.pt"),
+                                      str(run / "checkpoint_6.pt"), "-o", str(run / "a.pt")])
+    assert result.exit_code == 0 and (run / "a.pt").is_file()
+    # where no data/ folder is beside it, nothing could load the average: refused
+    result = CliRunner().invoke(app, ["average", str(run / "checkpoint_2.pt"),
                                       str(run / "checkpoint_6.pt"), "-o", str(tmp_path / "a.pt")])
-    assert result.exit_code == 0 and (tmp_path / "a.pt").is_file()
+    assert result.exit_code == 2 and "no data/ folder" in result.output
+    assert not (tmp_path / "a.pt").exists()
 
 
 def test_average_command_errors_are_one_line(toy_trained: Path) -> None:
