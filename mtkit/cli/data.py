@@ -139,8 +139,9 @@ def average(
         "numbered checkpoints (checkpoint_UPDATE.pt) of the run directory, N >= 2 "
         "(default: every one kept).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", metavar="FILE", help="Where to write the average (default: "
-        "averaged.pt in the run directory, or beside the first file).")] = None,
+        "--output", "-o", metavar="FILE", help="Where to write the average: a new file or a "
+        "checkpoint, in a run directory (beside its data/ folder) (default: averaged.pt in "
+        "the run directory, or beside the first file).")] = None,
     _help: HelpOpt = False,
 ) -> None:
     """Average the weights of several checkpoints (Vaswani et al. 2017) into one checkpoint.
