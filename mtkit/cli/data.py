@@ -169,5 +169,5 @@ def average(
                              "score and align read a checkpoint's tokenizer from the data/ "
                              "folder beside it: write the average into the run directory")
     save_average(paths, out)
-    typer.echo(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
+    typer.echo(f"mtkit: averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
                f"into {out}", err=True)

@@ -90,7 +90,9 @@ def print_report(report: PrepReport, recipe: Recipe, console: Console) -> None:
         if report.alignments is not None:
             console.print(report.alignments.summary(), markup=False, highlight=False)
     for invalid in report.invalid_utf8:
-        console.print(f"warning: {invalid.warning()}", markup=False, highlight=False)
+        # one unwrapped line, as every command warns (rich wraps at 80 columns off a terminal)
+        console.print(f"mtkit: warning: {invalid.warning()}", markup=False, highlight=False,
+                      soft_wrap=True)
     console.print(_splits_table(report, recipe))
     vocab = (f"joint {report.src_vocab_size}" if recipe.data.spm.joint else
              f"source {report.src_vocab_size}, target {report.tgt_vocab_size}")
