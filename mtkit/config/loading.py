@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -322,6 +323,10 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
+    if "name" not in raw and re.fullmatch(r"[A-Za-z0-9_.-]+", path.stem) and path.stem.strip("."):
+        # a plain folder name, as `Recipe.name` must be: runs/NAME/ then tells runs of
+        # different recipes apart
+        raw["name"] = path.stem
     for o in overrides:
         apply_override(raw, o)
     return recipe_from_dict(raw, source=str(path), base=path.resolve().parent,

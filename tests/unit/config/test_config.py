@@ -265,6 +265,13 @@ def test_relative_paths_resolve_against_the_recipe(tmp_path: Path,
     assert r.data.valid.tgt.file_name == "v.tgt.gz"
 
 
+def test_a_recipe_without_a_name_takes_its_file_name(tmp_path: Path) -> None:
+    assert load_recipe(_write(tmp_path / "my-exp.v2.yaml", MINIMAL)).name == "my-exp.v2"
+    assert load_recipe(_write(tmp_path / "x y.yaml", MINIMAL)).name == "run"  # not a plain name
+    named = _write(tmp_path / "other.yaml", {**MINIMAL, "name": "abc"})
+    assert load_recipe(named).name == "abc" and load_recipe(named, ["name=d"]).name == "d"
+
+
 def test_plain_url_string_becomes_a_url_source() -> None:
     with pytest.raises(ConfigError, match=r"data\.train\.src\.sha256: a URL source needs"):
         recipe_from_dict(_with(**{"data.train.src": "https://example.org/a.gz"}))
