@@ -196,9 +196,11 @@ class LineTranslator:
         scores = [h.score if h else 0.0 for h in hyps]
         if self.fmt == "jsonl":
             return self._jsonl(it, hyps, texts, scores)
-        if self.cfg.nbest > 1:  # Moses n-best: id ||| hypothesis ||| score [||| alignment]
+        if self.cfg.nbest > 1:
+            # Moses n-best: id ||| hypothesis ||| features ||| total [||| alignment], the one
+            # feature (F0, as Marian names it) being the score
             links = [f" ||| {self._align(it, h)}" if self.align_fn else "" for h in hyps]
-            return "".join(f"{it.index} ||| {t} ||| {s:.4f}{a}\n"
+            return "".join(f"{it.index} ||| {t} ||| F0= {s:.4f} ||| {s:.4f}{a}\n"
                            for t, s, a in zip(texts, scores, links, strict=True))
         if self.align_fn is not None:
             return f"{texts[0]} ||| {self._align(it, hyps[0])}\n"

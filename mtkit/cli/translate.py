@@ -85,7 +85,8 @@ def translate(
         "-b", "--beam", metavar="N", help="Beam size (default: the recipe's "
         "decode.beam_size).")] = None,
     nbest: Annotated[int | None, typer.Option(
-        "--nbest", metavar="N", help="Hypotheses per sentence; text gives Moses n-best lines "
+        "--nbest", metavar="N", help="Hypotheses per sentence; text gives Moses n-best lines, "
+        "'ID ||| HYPOTHESIS ||| F0= SCORE ||| SCORE' (and ' ||| LINKS' with --align) "
         "(default: the recipe's decode.nbest).")] = None,
     greedy: Annotated[bool, flag("--greedy", help="Greedy search.")] = False,
     sample: Annotated[bool, flag("--sample", help="Sample instead of searching.")] = False,

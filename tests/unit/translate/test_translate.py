@@ -289,9 +289,12 @@ def test_nbest_text_is_moses_format_with_alignments(toy_model, test_lines):
                   [test_lines[0], "", test_lines[1]])
     fields = [line.split(" ||| ") for line in out]
     assert [f[0] for f in fields] == ["0", "0", "1", "2", "2"]
-    assert all(len(f) == 4 for f in fields)
-    assert fields[2][1:] == ["", "0.0000", ""]
-    assert float(fields[0][2]) >= float(fields[1][2])
+    assert all(len(f) == 5 for f in fields)  # id, hypothesis, features, total, alignment
+    assert fields[2][1:] == ["", "F0= 0.0000", "0.0000", ""]
+    assert all(f[2] == f"F0= {f[3]}" for f in fields)
+    assert float(fields[0][3]) >= float(fields[1][3])
+    plain, _ = _run(_worker(toy_model, nbest=2), [test_lines[0]])
+    assert [line.split(" ||| ")[2:] for line in plain] == [f[2:4] for f in fields[:2]]
 
 
 def test_an_ensemble_of_two_copies_translates_like_the_model(toy_model, test_lines):
