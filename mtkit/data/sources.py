@@ -100,7 +100,8 @@ def resolve(source: FileSource, *, mirror: str | Path | None = None,
         _download(source.url, cached, source.sha256, on_download)
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
-        where = f"not in the mirror {mdir}; " if mdir is not None else ""
+        where = "" if mdir is None else f"not in the mirror {mdir}; " if mdir.is_dir() else \
+            f"the mirror {mdir} does not exist; "
         raise DataError(
             f"{name}: cannot get {source.url} ({reason}); {where}connect to the network, or "
             f"put {name} in a folder DIR and pass --mirror DIR (or set MTKIT_DATA_MIRROR=DIR)"

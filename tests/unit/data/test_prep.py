@@ -403,6 +403,8 @@ def test_missing_file_without_network_or_mirror(tmp_path: Path, monkeypatch) -> 
     assert "MTKIT_DATA_MIRROR=DIR" in msg and "\n" not in msg
     with pytest.raises(DataError, match=rf"not in the mirror {tmp_path}"):
         sources.resolve(src, mirror=tmp_path)
+    with pytest.raises(DataError, match=rf"the mirror {tmp_path / 'typo'} does not exist"):
+        sources.resolve(src, mirror=tmp_path / "typo")
 
 
 def test_missing_local_file(tmp_path: Path) -> None:
