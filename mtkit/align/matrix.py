@@ -57,16 +57,28 @@ def as_array(attn: Any) -> np.ndarray:
 
 def word_ids(pieces: Sequence[str]) -> list[int]:
     """The word index of each sentencepiece piece: a piece starting with '▁' begins a new word,
-    as does the first piece and the EOS token; other pieces continue the word before them.
-    E.g. ['▁Fahr', 'rad', '▁fährt'] -> [0, 0, 1]."""
+    as do the first piece and the EOS token; other pieces continue the word before them.
+    E.g. ['▁Fahr', 'rad', '▁fährt'] -> [0, 0, 1].
+
+    Words are those of the decoded text split at spaces: a piece of '▁' alone is a space with
+    no word of its own, so it joins the word that follows it (['▁', '▁Hund'] is one word,
+    'Hund'), or at the end the word before it. A model's output may hold such pieces, and
+    link indices must count the words a reader of the hypothesis sees."""
     ids: list[int] = []
+    filled = False  # whether the current word has a character yet
     for piece in pieces:
-        if not ids:
-            ids.append(0)
-        elif piece.startswith(WORD_START) or piece == EOS_TOKEN:
+        if ids and (piece == EOS_TOKEN or piece.startswith(WORD_START) and filled):
             ids.append(ids[-1] + 1)
+            filled = False
         else:
-            ids.append(ids[-1])
+            ids.append(ids[-1] if ids else 0)
+        filled = filled or piece.strip(WORD_START) != ""
+    # Only the last word (before EOS) can be spaces alone: it goes to the word before it.
+    end = len(pieces) - (1 if pieces and pieces[-1] == EOS_TOKEN and len(pieces) > 1 else 0)
+    last = [i for i in range(end) if ids[i] == ids[end - 1]] if end else []
+    if last and ids[last[0]] > 0 and all(not pieces[i].strip(WORD_START) for i in last):
+        for i in range(last[0], len(ids)):
+            ids[i] -= 1
     return ids
 
 

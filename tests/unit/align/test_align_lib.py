@@ -46,7 +46,15 @@ def test_word_ids_and_words():
     assert word_ids(["rad", "▁x", "</s>"]) == [0, 1, 2]  # first piece and EOS start words
     assert words(SRC) == ["Das", "Fahrrad", "fährt"]
     assert words(["▁", "(", "▁a"]) == ["(", "a"]
-    assert words(["▁a", "▁"]) == ["a", "▁"]  # a bare marker keeps a visible label
+    assert words(["▁"]) == ["▁"]  # a bare marker alone keeps a visible label
+    # Words are those of the text split at spaces: a bare marker is a space, no word (a
+    # model's output may hold them; link indices count the words a reader sees).
+    for pieces, ids in [(["▁a", "▁"], [0, 0]), (["▁", "▁a"], [0, 0]),
+                        (["▁a", "▁", "▁b"], [0, 1, 1]), (["▁a", "▁", "▁", "</s>"], [0, 0, 0, 1]),
+                        (["▁a", "▁", "b", "▁c"], [0, 1, 1, 2])]:
+        assert word_ids(pieces) == ids, pieces
+        text = "".join(p for p in pieces if p != "</s>").replace("▁", " ")
+        assert words([p for p in pieces if p != "</s>"]) == text.split(), pieces
 
 
 def test_drop_eos_renormalises_rows():
