@@ -19,6 +19,7 @@ import contextlib
 import errno
 import gzip
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -61,6 +62,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     path = Path(path)
     if path.is_dir():
         raise WriteError(f"{path}: is a folder; expected a file name")
+    fd = _open_descriptor(path)
+    if fd is not None:
+        yield from _write_descriptor(path, fd, mode, encoding)
+        return
     try:
         found: os.stat_result | None = path.stat()  # of what a link points to
     except OSError:
@@ -94,6 +99,32 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
             raise write_error(path, e) from None
         raise
+
+
+# Names of this process's open files: /dev/stdout under `> log` is the file `log`, which a
+# rename would replace and an open() for writing would truncate (under `>> log` too).
+_DESCRIPTOR = re.compile(r"/dev/(?:(stdout)|(stderr)|fd/(\d+))|/proc/self/fd/(\d+)")
+
+
+def _open_descriptor(path: Path) -> int | None:
+    """The file descriptor `path` names (/dev/stdout, /dev/fd/N, ...), or None."""
+    m = _DESCRIPTOR.fullmatch(os.path.abspath(path))
+    if m is None:
+        return None
+    return 1 if m[1] else 2 if m[2] else int(m[3] or m[4])
+
+
+def _write_descriptor(path: Path, fd: int, mode: str, encoding: str | None) -> Iterator[IO]:
+    """Write through a copy of an open descriptor: where its file stands, nothing replaced
+    or truncated."""
+    try:
+        f = os.fdopen(os.dup(fd), mode.replace("w", "a"),
+                      encoding=None if "b" in mode else encoding)
+    except OSError as e:
+        raise write_error(path, e) from None
+    with f:
+        yield f
+        f.flush()
 
 
 def _write_in_place(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:

@@ -196,3 +196,19 @@ def test_atomic_write_follows_links_keeps_modes_and_writes_devices_in_place(tmp_
         f.write("through\n")
     reader.join(10)
     assert got == ["through\n"] and stat.S_ISFIFO(pipe.stat().st_mode)
+
+
+def test_atomic_write_to_dev_stdout_writes_where_stdout_stands(tmp_path: Path) -> None:
+    """Under `>> log`, /dev/stdout is the file `log`: written through the open descriptor,
+    not replaced (nor truncated), so what was in it and what follows stay."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "log"
+    log.write_text("keep\n")
+    code = ("from mtkit.fileio import atomic_write\nprint('before', flush=True)\n"
+            "with atomic_write('/dev/stdout') as f:\n    f.write('translation\\n')\n"
+            "print('after')\n")
+    with open(log, "a") as out:
+        subprocess.run([sys.executable, "-c", code], stdout=out, check=True)
+    assert log.read_text() == "keep\nbefore\ntranslation\nafter\n"
