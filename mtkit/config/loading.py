@@ -285,14 +285,21 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
     return source
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"  # the key of `<<: *anchor`
+
+
 class _UniqueKeys(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping (YAML requires keys
     to be unique; PyYAML keeps the last, so `vocab_size: 500` above `vocab_size: 400` went
     unnoticed)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        # The mapping's own scalar keys only: a merge (`<<: *base`) may be overridden by a key
+        # written beside it, and other keys are left to PyYAML to accept or refuse.
         seen: set = set()
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(

@@ -265,6 +265,21 @@ def test_relative_paths_resolve_against_the_recipe(tmp_path: Path,
     assert r.data.valid.tgt.file_name == "v.tgt.gz"
 
 
+def test_yaml_keys_given_twice_are_refused_merges_are_not(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    body = yaml.safe_dump(MINIMAL)
+    recipe.write_text(body + "train:\n  lr: 1.0e-3\n  lr: 2.0e-3\n")
+    with pytest.raises(ConfigError, match=r"r\.yaml: line \d+ not valid YAML \(key 'lr' is given "
+                       r"twice in one mapping\)"):
+        load_recipe(recipe)
+    recipe.write_text(body + "train:\n  <<: {lr: 1.0e-3, seed: 5}\n  lr: 2.0e-3\n")
+    r = load_recipe(recipe)  # a merged key overridden beside the merge: YAML's own rule
+    assert r.train.lr == pytest.approx(2e-3) and r.train.seed == 5
+    recipe.write_text(body + "[a, b]: 1\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML \(found unhashable key\)"):
+        load_recipe(recipe)
+
+
 def test_a_recipe_without_a_name_takes_its_file_name(tmp_path: Path) -> None:
     assert load_recipe(_write(tmp_path / "my-exp.v2.yaml", MINIMAL)).name == "my-exp.v2"
     assert load_recipe(_write(tmp_path / "x y.yaml", MINIMAL)).name == "run"  # not a plain name
