@@ -151,23 +151,37 @@ def average(
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
-    import zipfile
-
     from mtkit.run import AVERAGED, data_dir
     from mtkit.train.checkpoint import save_average, select_for_average
 
     paths = select_for_average(inputs, last)
     out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
+    where = f"--output {out}" if output is not None else f"{out} (where the average goes " \
+        "without --output)"
     if any(out.resolve() == p.resolve() for p in paths):
-        raise MtkitError(f"--output {out} is one of the checkpoints being averaged")
+        raise MtkitError(f"{where} is one of the checkpoints being averaged")
     if not out.is_dir():  # (a folder is refused where the file is written)
-        if out.exists() and not zipfile.is_zipfile(out):  # checkpoints are zip archives
-            raise MtkitError(f"--output {out}: exists and is not a checkpoint; an average "
-                             "replaces only a checkpoint: give a new file name")
+        if out.exists() and not _is_checkpoint(out):
+            raise MtkitError(f"{where}: exists and is not a checkpoint; an average replaces "
+                             "only a checkpoint: give a new file name")
         if not data_dir(out.parent).is_dir():
-            raise MtkitError(f"--output {out}: {out.parent} has no data/ folder; translate, "
-                             "score and align read a checkpoint's tokenizer from the data/ "
-                             "folder beside it: write the average into the run directory")
+            raise MtkitError(f"{where}: {out.parent} has no data/ folder; translate, score "
+                             "and align read a checkpoint's tokenizer from the data/ folder "
+                             "beside it: write the average into the run directory (-o FILE)")
     save_average(paths, out)
     typer.echo(f"mtkit: averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
                f"into {out}", err=True)
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """Whether `path` is a file torch.save wrote (a zip archive holding NAME/data.pkl), which
+    an average may replace; a device or pipe is not opened."""
+    import zipfile
+
+    if not path.is_file():
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("/data.pkl") for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -292,6 +293,18 @@ def test_average_writes_only_a_new_file_or_over_a_checkpoint_beside_data(toy_mod
     pair = [run / "best.pt", run / "last.pt"]
     _fails(_cli("average", *pair, "-o", text), "--output", "not a checkpoint")
     assert text.read_text() == "mine\n"
+    with zipfile.ZipFile(run / "notes.zip", "w") as z:  # a zip, not a checkpoint
+        z.writestr("a.txt", "mine")
+    _fails(_cli("average", *pair, "-o", run / "notes.zip"), "--output", "not a checkpoint")
+    assert zipfile.ZipFile(run / "notes.zip").namelist() == ["a.txt"]
+    os.mkfifo(run / "pipe")  # not opened (it would block)
+    _fails(_cli("average", *pair, "-o", run / "pipe"), "--output", "not a checkpoint")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for p in pair:
+        shutil.copy(p, elsewhere / p.name)
+    _fails(_cli("average", *(elsewhere / p.name for p in pair)), "where the average goes "
+           "without --output", "no data/ folder")
     _fails(_cli("average", *pair, "-o", tmp_path / "avg.pt"), "--output", "no data/ folder")
     assert not (tmp_path / "avg.pt").exists()
     done = _cli("average", *pair, "-o", run / "avg.pt")
