@@ -132,18 +132,8 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
             _held[key] -= 1
         return
     path = run_dir / LOCK
-    created = not run_dir.exists()
+    created, fd = _locked(run_dir, path)
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as e:
-        raise RunDirError(f"{path}: cannot create the run lock ({e.strerror})") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError(f"{run_dir}: in use by {_holder(fd)}; wait for it to end, or "
-                              "use another --run-dir") from None
         holder = {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         with contextlib.suppress(OSError):  # the record only names us to others
@@ -161,6 +151,34 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
                         os.rmdir(run_dir)
     finally:
         os.close(fd)  # closing drops the flock
+
+
+def _locked(run_dir: Path, path: Path) -> tuple[bool, int]:
+    """Create `run_dir` if needed and take the lock file's lock: (whether the folder was
+    made here, the open lock file). A holder that made the folder removes it with the lock
+    when it wrote nothing else (`run_lock`), so a lock taken on a file that is then no longer
+    there (or another one is) is taken again."""
+    while True:
+        created = not run_dir.exists()
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise RunDirError(f"{path}: cannot create the run lock ({e.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunDirError(f"{run_dir}: in use by {holder}; wait for it to end, or use "
+                              "another --run-dir") from None
+        try:
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            return created, fd
+        os.close(fd)
 
 
 def _holder(fd: int) -> str:

@@ -147,6 +147,34 @@ def test_a_command_that_fails_before_writing_leaves_no_run_folder(tmp_path):
 # --------------------------------------------------------------------------- 2. one writer
 
 
+def test_a_lock_file_removed_as_it_is_locked_is_locked_again(tmp_path, monkeypatch):
+    """A holder removes a run folder it made along with the lock when it wrote nothing else;
+    a process that opened that lock file just before then locks a file no longer there, and
+    must take the lock again on the one that is."""
+    from mtkit import run as run_mod
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / ".mtkit.lock"
+    lock.write_text("")
+    calls = []
+    real = run_mod.fcntl.flock
+
+    def flock(fd, op):
+        calls.append(fd)
+        if len(calls) == 1:  # the holder removes the file between our open and our lock
+            os.unlink(lock)
+        return real(fd, op)
+
+    monkeypatch.setattr(run_mod.fcntl, "flock", flock)
+    created, fd = run_mod._locked(run, lock)
+    try:
+        assert len(calls) == 2 and not created
+        assert os.fstat(fd).st_ino == os.stat(lock).st_ino
+    finally:
+        os.close(fd)
+
+
 _HOLD = """
 import sys, time
 from mtkit.run import run_lock
