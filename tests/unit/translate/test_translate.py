@@ -124,21 +124,21 @@ def test_a_failing_batch_stops_the_batch_running_beside_it(toy_model, test_lines
     worker = _worker(toy_model, fmt="jsonl", batch_tokens=300, workers=2, method="beam",
                      beam_size=3)
     longest = max(len(ids) for ids in worker.tok.encode_src_lines(lines))
-    steps: dict[bool, int] = {True: 0, False: 0}  # by "decodes the first batch"
+    beside: list[list[int]] = []  # the step count of the batch decoded beside the failing one
     other_running = threading.Event()
-    first = threading.local()
+    local = threading.local()  # the batch a worker thread decodes now
 
-    class Model:  # the model, each step counted; the first batch fails at its 2nd step
+    class Model:  # the model, each batch's steps counted; the first fails at its 2nd step
         def __getattr__(self, name):
             return getattr(model, name)
 
         def step(self, *args, **kwargs):
-            mine = first.is_first
-            steps[mine] += 1
-            if mine and steps[mine] == 2:
+            local.steps[0] += 1
+            if local.first and local.steps[0] == 2:
                 assert other_running.wait(30)
                 raise RuntimeError("boom")
-            if not mine and steps[mine] == 2:
+            if not local.first and local.steps[0] == 2 and not beside:
+                beside.append(local.steps)
                 other_running.set()
                 time.sleep(0.5)  # the caller sees the failure and sets stop meanwhile
             return model.step(*args, **kwargs)
@@ -146,7 +146,7 @@ def test_a_failing_batch_stops_the_batch_running_beside_it(toy_model, test_lines
     model, search_of = worker.model, worker._search
 
     def search(ids, stop):
-        first.is_first = max(map(len, ids)) == longest  # batches go longest first
+        local.first, local.steps = max(map(len, ids)) == longest, [0]  # longest first
         return search_of(ids, stop)
 
     worker.model, worker._search = Model(), search  # type: ignore
@@ -156,7 +156,7 @@ def test_a_failing_batch_stops_the_batch_running_beside_it(toy_model, test_lines
     for thread in threading.enumerate():  # whatever still runs, let it end
         if thread.name.startswith("mtkit-decode"):
             thread.join(30)
-    assert steps == {True: 2, False: 2}  # the other batch's 3rd step never ran
+    assert beside == [[2]]  # its 3rd step never ran
     assert out.getvalue() == ""
 
 
