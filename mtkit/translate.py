@@ -186,6 +186,8 @@ class LineTranslator:
     def _align(self, it: _Item, hyp: Hypothesis | None) -> str:
         if self.align_fn is None or hyp is None or hyp.attn is None:
             return ""
+        if not self.tok.decode_tgt(hyp.tokens).split():  # bare '▁' pieces: no word to link
+            return ""
         return self.align_fn(self.tok.src_pieces(it.ids), self.tok.tgt_pieces(hyp.tokens),
                              hyp.attn)
 

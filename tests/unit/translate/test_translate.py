@@ -297,6 +297,16 @@ def test_nbest_text_is_moses_format_with_alignments(toy_model, test_lines):
     assert [line.split(" ||| ")[2:] for line in plain] == [f[2:4] for f in fields[:2]]
 
 
+def test_a_hypothesis_of_spaces_alone_gets_no_links(toy_model, test_lines, monkeypatch):
+    """Bare '▁' pieces decode to spaces: such a hypothesis has no word a link could name."""
+    worker = _worker(toy_model, align_fn=pharaoh_aligner(), method="greedy")
+    out, _ = _run(worker, test_lines[:3])
+    assert all(line.split(" ||| ")[1] for line in out)  # links, normally
+    monkeypatch.setattr(worker.tok, "decode_tgt", lambda ids: "   ")
+    out, _ = _run(worker, test_lines[:3])
+    assert out == ["    ||| "] * 3
+
+
 def test_an_ensemble_of_two_copies_translates_like_the_model(toy_model, test_lines):
     single = _records(_worker(toy_model, fmt="jsonl"), test_lines[:20])
     double = _records(_worker([toy_model, toy_model / "best.pt"], fmt="jsonl"), test_lines[:20])
