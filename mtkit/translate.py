@@ -199,8 +199,9 @@ class LineTranslator:
         if self.fmt == "jsonl":
             return self._jsonl(it, hyps, texts, scores)
         if self.cfg.nbest > 1:
-            # Moses n-best: id ||| hypothesis ||| features ||| total [||| alignment], the one
-            # feature (F0, as Marian names it) being the score
+            # Moses n-best: id ||| hypothesis ||| features ||| total, the one feature (F0, as
+            # Marian names it) being the score; links go last, as Moses's
+            # -print-alignment-info-in-n-best puts them (Marian puts them third)
             links = [f" ||| {self._align(it, h)}" if self.align_fn else "" for h in hyps]
             return "".join(f"{it.index} ||| {t} ||| F0= {s:.4f} ||| {s:.4f}{a}\n"
                            for t, s, a in zip(texts, scores, links, strict=True))

@@ -54,9 +54,10 @@ def refuse(problems: list[str]) -> None:
 
 
 def same_file(a: Path, b: Path) -> bool:
-    """Whether two paths name one existing file (links followed)."""
+    """Whether two paths name one existing plain file (links followed): /dev/stdin and
+    /dev/stdout are one terminal, but writing one replaces nothing of the other."""
     try:
-        return os.path.samefile(a, b)
+        return os.path.isfile(a) and os.path.samefile(a, b)
     except OSError:
         return False
 

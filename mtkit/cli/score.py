@@ -223,7 +223,8 @@ def score(
     if run is not None and split is not None:
         # the files given beside it are checked before the split is translated (minutes)
         given = [sc.read_text(p) for p in hyps if p != sc.STDIN]
-        sc.check_line_counts([sc.read_text(refs[0])], given, None)
+        source = sc.read_text(src) if src is not None and src != sc.STDIN else None
+        sc.check_line_counts([sc.read_text(refs[0])], given, source)
         hyps = [_translate_run_split(run, split, beam=beam, greedy=greedy, device=device,
                                      threads=threads).path, *hyps]
     report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
