@@ -7,6 +7,7 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,8 +41,15 @@ class Pair:
 
 
 def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
-    """Every line of a text file (plain or .gz) under mtkit's text policy (`mtkit.fileio`),
-    without line ends; appends to `invalid` when invalid UTF-8 was replaced."""
+    """Every line of a text file (plain or .gz; - for standard input, plain) under mtkit's
+    text policy (`mtkit.fileio`), without line ends; appends to `invalid` when invalid UTF-8
+    was replaced."""
+    if str(path) == "-":
+        report = InvalidUtf8("<stdin>")
+        lines = [line.rstrip("\r") for line in fileio.decode_lines(sys.stdin.buffer, report)]
+        if report.lines:
+            invalid.append(report)
+        return lines
     if not Path(path).is_file():
         raise DataError(f"{path}: {what} file not found")
     report = InvalidUtf8(str(path))
@@ -55,9 +63,15 @@ def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
 
 
 def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
-    """Fail early (before a model is loaded) when an input file is missing."""
+    """Fail early (before a model is loaded) when an input file is missing; - (standard
+    input) may stand for the source or the target, not both, nor for the gold links."""
+    if str(src) == str(tgt) == "-":
+        raise DataError("-s - and -t -: standard input can be one of them; give the other "
+                        "a file")
+    if gold is not None and str(gold) == "-":
+        raise DataError("--gold -: give the gold links as a file")
     for path, what in ((src, "source"), (tgt, "target"), (gold, "gold alignment")):
-        if path is not None and not Path(path).is_file():
+        if path is not None and str(path) != "-" and not Path(path).is_file():
             raise DataError(f"{path}: {what} file not found")
 
 

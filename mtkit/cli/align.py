@@ -124,12 +124,13 @@ def align(
     model: Annotated[Path, typer.Argument(
         metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
     src: Annotated[Path, typer.Option(
-        "-s", "--src", metavar="FILE", help="Source sentences, one per line.",
+        "-s", "--src", metavar="FILE", help="Source sentences, one per line (- for standard "
+        "input).",
         show_default=False)],
     tgt: Annotated[Path | None, typer.Option(
-        "-t", "--tgt", metavar="FILE", help="Target sentences, one per line, aligned by forced "
-        "decoding; without -t the source is translated first and aligned with the "
-        "translation.")] = None,
+        "-t", "--tgt", metavar="FILE", help="Target sentences, one per line (- for standard "
+        "input), aligned by forced decoding; without -t the source is translated first and "
+        "aligned with the translation.")] = None,
     show: Annotated[bool, flag(
         "--print", help="Print each matrix as a shaded table (target rows, source columns).")]
     = False,

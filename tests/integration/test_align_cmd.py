@@ -206,6 +206,18 @@ def test_json_to_stdout_holds_the_links_written_to_a_file(trained, pairs, tmp_pa
     assert [s["links"] for s in doc["sentences"]] == (tmp_path / "links").read_text().splitlines()
 
 
+def test_a_dash_reads_the_source_or_the_target_from_stdin(trained, pairs):
+    files = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--pharaoh", "-")
+    assert files.exit_code == 0, files.output
+    for side in ("src", "tgt"):
+        args = {"src": pairs["src"], "tgt": pairs["tgt"]} | {side: "-"}
+        piped = run_cli("align", trained, "-s", args["src"], "-t", args["tgt"], "--pharaoh",
+                        "-", input=pairs[side].read_text())
+        assert piped.exit_code == 0, piped.output
+        assert piped.stdout == files.stdout
+    _error(_cli(trained, "-s", "-", "-t", "-", "--pharaoh", "-"), "standard input can be one")
+
+
 def test_methods_and_threshold(trained, pairs):
     def links(*args: str) -> list[set]:
         res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--pharaoh", "-", *args)
