@@ -114,6 +114,11 @@ def _open_descriptor(path: Path) -> int | None:
     return 1 if m[1] else 2 if m[2] else int(m[3] or m[4])
 
 
+def names_stdout(path: str | Path) -> bool:
+    """Whether `path` is a name of this process's standard output (/dev/stdout, /dev/fd/1)."""
+    return _open_descriptor(Path(path)) == 1
+
+
 def _write_descriptor(path: Path, fd: int, mode: str, encoding: str | None) -> Iterator[IO]:
     """Write through a copy of an open descriptor: where its file stands, nothing replaced
     or truncated."""

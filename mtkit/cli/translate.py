@@ -285,7 +285,7 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
     stderr when it is a terminal that translations are not printed to."""
     from contextlib import ExitStack
 
-    from mtkit.fileio import InvalidUtf8, atomic_write, decode_lines, open_binary
+    from mtkit.fileio import InvalidUtf8, atomic_write, decode_lines, names_stdout, open_binary
 
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
     with ExitStack() as stack:
@@ -293,7 +293,8 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
             sys.stdout.reconfigure(encoding="utf-8")
         raw = stack.enter_context(open_binary(input)) if input else sys.stdin.buffer
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
-        shared = sys.stdout.isatty() and output is None or sys.stdin.isatty() and input is None
+        to_stdout = output is None or names_stdout(output)
+        shared = sys.stdout.isatty() and to_stdout or sys.stdin.isatty() and input is None
         # rich (0.1 s to import) only for the bar: not when stderr goes to a file or a pipe
         on_batch = _progress_bar(stack) if sys.stderr.isatty() and not shared else None
         stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)

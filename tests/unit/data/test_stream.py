@@ -212,3 +212,9 @@ def test_atomic_write_to_dev_stdout_writes_where_stdout_stands(tmp_path: Path) -
     with open(log, "a") as out:
         subprocess.run([sys.executable, "-c", code], stdout=out, check=True)
     assert log.read_text() == "keep\nbefore\ntranslation\nafter\n"
+
+
+def test_names_of_standard_output() -> None:
+    assert all(fileio.names_stdout(p) for p in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"))
+    assert not any(fileio.names_stdout(p) for p in ("/dev/stderr", "/dev/fd/2", "out.txt",
+                                                     "/dev/null"))
