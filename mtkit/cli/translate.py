@@ -225,14 +225,21 @@ def translate(
 
 
 def _model_files(models: list[Path], exported: Any) -> dict[str, Path]:
-    """The files the models are read from (a run directory's checkpoint, an export's
-    weights), which an output must not replace."""
-    from mtkit.run import resolve_checkpoint
+    """The files the models are read from, which an output must not replace: a checkpoint,
+    and its run's recipe and data/ folder (the tokenizer); an export's every file."""
+    from mtkit.run import RECIPE, data_dir, resolve_checkpoint
 
     if exported is not None:
-        return {"the exported model's weights": exported.path / "model.bin"}
-    return {"the checkpoint" if m.is_file() else f"the checkpoint of {m}": resolve_checkpoint(m)
-            for m in models if m.exists()}
+        return {f"the export's {p.name}": p
+                for p in sorted(exported.path.iterdir()) if p.is_file()}
+    files: dict[str, Path] = {}
+    for m in (m for m in models if m.exists()):
+        ckpt = resolve_checkpoint(m)
+        run = ckpt.parent
+        files["the checkpoint" if m.is_file() else f"the checkpoint of {m}"] = ckpt
+        for p in [run / RECIPE, *sorted(data_dir(run).glob("*"))]:
+            files.setdefault(f"the run's {p.relative_to(run)}", p)
+    return files
 
 
 def _exported(models: list[Path]) -> Any:

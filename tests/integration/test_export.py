@@ -279,7 +279,7 @@ def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, tes
         _one_error_line(_cli("translate", toy_export, "-i", test_src, "--device", "cuda"),
                         "CTranslate2 cannot load it on cuda")
     _one_error_line(_cli("translate", toy_export, "-i", test_src, "-o",
-                         toy_export / "model.bin"), "-o", "exported model's weights")
+                         toy_export / "model.bin"), "-o", "the export's model.bin")
     (broken / "spm.model").unlink()
     res = _cli("translate", broken, "-i", test_src)
     _one_error_line(res, "sentencepiece model", "export the run again")

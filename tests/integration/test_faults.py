@@ -281,6 +281,10 @@ def test_translate_refuses_to_write_over_its_input(toy_model, tmp_path):
     _fails(_cli("translate", toy_model, "-i", src, "-o", best), "-o", "is the checkpoint of")
     _fails(_cli("translate", best, "-i", src, "-o", best), "-o", "is the checkpoint")
     assert best.read_bytes() == before
+    spm = sorted((toy_model / "data").glob("*.model"))[0]
+    _fails(_cli("translate", toy_model, "-i", src, "-o", spm), "-o", "is the run's data/")
+    _fails(_cli("translate", best, "-i", src, "-o", toy_model / "recipe.yaml"), "-o",
+           "is the run's recipe.yaml")
 
 
 def test_align_refuses_to_write_over_its_inputs_or_one_output_twice(toy_model, tmp_path):
