@@ -183,10 +183,11 @@ class LineTranslator:
         is set, the search may end early by raising `Stopped` (its result is not wanted)."""
         raise NotImplementedError
 
-    def _align(self, it: _Item, hyp: Hypothesis | None) -> str:
+    def _align(self, it: _Item, hyp: Hypothesis | None, text: str) -> str:
+        """The links of `hyp`, whose decoded text is `text`."""
         if self.align_fn is None or hyp is None or hyp.attn is None:
             return ""
-        if not self.tok.decode_tgt(hyp.tokens).split():  # bare '▁' pieces: no word to link
+        if not text.split():  # bare '▁' pieces: no word to link
             return ""
         return self.align_fn(self.tok.src_pieces(it.ids), self.tok.tgt_pieces(hyp.tokens),
                              hyp.attn)
@@ -202,11 +203,12 @@ class LineTranslator:
             # Moses n-best: id ||| hypothesis ||| features ||| total, the one feature (F0, as
             # Marian names it) being the score; links go last, as Moses's
             # -print-alignment-info-in-n-best puts them (Marian puts them third)
-            links = [f" ||| {self._align(it, h)}" if self.align_fn else "" for h in hyps]
+            links = [f" ||| {self._align(it, h, t)}" if self.align_fn else ""
+                     for h, t in zip(hyps, texts, strict=True)]
             return "".join(f"{it.index} ||| {t} ||| F0= {s:.4f} ||| {s:.4f}{a}\n"
                            for t, s, a in zip(texts, scores, links, strict=True))
         if self.align_fn is not None:
-            return f"{texts[0]} ||| {self._align(it, hyps[0])}\n"
+            return f"{texts[0]} ||| {self._align(it, hyps[0], texts[0])}\n"
         return texts[0] + "\n"
 
     def _jsonl(self, it: _Item, hyps: list[Hypothesis | None], texts: list[str],
@@ -218,10 +220,10 @@ class LineTranslator:
             rec["nbest"] = [{"hypothesis": t, "score": s, "tokens": n}
                             for t, s, n in zip(texts, scores, counts, strict=True)]
             if self.align_fn is not None:  # each hypothesis has its own attention
-                for entry, h in zip(rec["nbest"], hyps, strict=True):
-                    entry["alignment"] = self._align(it, h)
+                for entry, h, t in zip(rec["nbest"], hyps, texts, strict=True):
+                    entry["alignment"] = self._align(it, h, t)
         if self.align_fn is not None:
-            rec["alignment"] = self._align(it, hyps[0])
+            rec["alignment"] = self._align(it, hyps[0], texts[0])
         return json.dumps(rec, ensure_ascii=False) + "\n"
 
 
