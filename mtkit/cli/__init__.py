@@ -66,8 +66,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
         except BrokenPipeError:
             # `mtkit translate ... | head` closes our stdout early: not an error.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            _drop_stdout()
             raise typer.Exit(0) from None
         except OSError as e:
             # A file the user named that the system refuses (permissions, a folder in the
@@ -97,8 +96,16 @@ def main() -> None:
         from click.exceptions import ClickException, UsageError
 
     startup.own_process()
+    stdout_was = _stdout_file()
     try:
         rc = app(standalone_mode=False)
+    except SystemExit as e:
+        # click and rich turn a write to a closed pipe (`mtkit --help | head -1`, a table)
+        # into exit 1; the reader having gone is no failure of ours
+        if e.code == 1 and _reader_gone(stdout_was):
+            _drop_stdout()
+            sys.exit(0)
+        raise
     except UsageError as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `mtkit`: the help is already shown
             sys.exit(e.exit_code)
@@ -110,5 +117,46 @@ def main() -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         sys.exit(130)
+    except BrokenPipeError:  # `mtkit ... | head`: the reader has all it wanted
+        _drop_stdout()
+        sys.exit(0)
+    try:  # what is still buffered (a table, --help) goes now, while a closed pipe can be told
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
     startup.before_exit()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _stdout_file() -> tuple[int, int] | None:
+    """The file (device, inode) that stdout is, or None."""
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _reader_gone(stdout_was: tuple[int, int] | None) -> bool:
+    """Whether stdout was a pipe whose reader has closed it: poll reports an error on it
+    (click's case), or it is no longer the file it was but /dev/null (rich's
+    `Console.on_broken_pipe` points it there before exiting 1)."""
+    import select
+
+    now = _stdout_file()
+    if now is not None and now != stdout_was:
+        st = os.stat(os.devnull)
+        return now == (st.st_dev, st.st_ino)
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no poll, or stdout is no file
+        return False
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so that the interpreter's last
+    flush does not fail again (exit 1 after `| head -1`)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

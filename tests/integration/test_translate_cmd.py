@@ -65,6 +65,20 @@ def test_a_pipe_closed_early_ends_the_command_cleanly(toy_model, src_file, tmp_p
     assert "Traceback" not in err and "Exception" not in err and "Error" not in err
 
 
+@pytest.mark.parametrize("args", [["--help"], ["translate", "--help"], ["score", "-r", "{ref}",
+                                                                         "{ref}"]])
+def test_a_reader_gone_before_help_or_a_table_is_no_failure(args, src_file):
+    """`mtkit --help | head -1`, `mtkit score ... | head -1`: the reader closes before the
+    command writes; exit 0, nothing on stderr (rich and click exited 1)."""
+    proc = subprocess.Popen([*MTKIT, *(a.format(ref=src_file) for a in args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before a byte is written: every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""
+
+
 def test_output_file_is_written_whole_or_not_at_all(toy_model, src_file, tmp_path,
                                                     monkeypatch):
     out = tmp_path / "out.txt"
