@@ -17,7 +17,7 @@ from mtkit.cli.options import (
     at_least,
     flag,
 )
-from mtkit.errors import MtkitError
+from mtkit.errors import DataError, MtkitError
 
 
 def run_dir_for(recipe_name: str, run_dir: Path | None) -> Path:
@@ -74,6 +74,7 @@ def prep(
     from mtkit.config import load_recipe
     from mtkit.data.prep import prepare
 
+    _check_mirror(mirror)
     rec = load_recipe(recipe, overrides or [])
     console = Console(stderr=True)
     bars = _DownloadBars(console)
@@ -114,6 +115,7 @@ def train(
     from mtkit.config import load_recipe
     from mtkit.train.session import train as run_training
 
+    _check_mirror(mirror)
     flags = {"--device": device, "--threads": threads}  # the recipe fields they set
     named = {f"train.{name[2:]}={value}": f"{name} {value}"
              for name, value in flags.items() if value is not None}
@@ -185,3 +187,9 @@ def _is_checkpoint(path: Path) -> bool:
             return any(n.endswith("/data.pkl") for n in z.namelist())
     except (zipfile.BadZipFile, OSError):
         return False
+
+
+def _check_mirror(mirror: Path | None) -> None:
+    """A --mirror folder that is not there: said before the network is tried instead."""
+    if mirror is not None and not mirror.is_dir():
+        raise DataError(f"--mirror {mirror}: no such folder")

@@ -363,6 +363,13 @@ def test_outputs_that_name_folders_or_paths_under_files(toy_model, tmp_path):
     assert a_file.read_text() == "mine\n"
 
 
+def test_a_mirror_folder_that_is_not_there_is_said_before_any_download(tmp_path):
+    for command in ("prep", "train"):
+        _fails(_cli(command, _toy_recipe(tmp_path), "--run-dir", tmp_path / "run", "--mirror",
+                    tmp_path / "nowhere"), "--mirror", "nowhere: no such folder")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_folder_where_a_file_is_read_is_named_a_folder(toy_model, tmp_path):
     _fails(_cli("translate", toy_model, "-i", tmp_path), str(tmp_path), "is a folder")
     _fails(_cli("prep", tmp_path, "--run-dir", tmp_path / "run"), "is a folder",
