@@ -211,8 +211,13 @@ def _relative(key: str, prefix: str) -> str:
     return key[len(prefix) + 1:] if key.startswith(prefix + ".") else ""
 
 
+# A key part naming one entry of a list, as problems name it: train[1]
+_ENTRY = re.compile(r"([^\[\]]+)\[(\d+)\]")
+
+
 def apply_override(raw: dict, assignment: str) -> None:
-    """Apply one ``dotted.key=value`` override in place; the value is parsed as YAML."""
+    """Apply one ``dotted.key=value`` override in place; the value is parsed as YAML. A key
+    part may name an entry of a list by its position, as problems do: data.train[1].tgt."""
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
     key, text = assignment.split("=", 1)
@@ -223,15 +228,33 @@ def apply_override(raw: dict, assignment: str) -> None:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
-    node = raw
-    for i, p in enumerate(parts[:-1]):
-        child = node.get(p)
-        if child is None:
-            child = node[p] = {}
-        elif not isinstance(child, dict):
-            raise ConfigError(f"--set {assignment!r}: `{'.'.join(parts[:i + 1])}` is not a section")
-        node = child
-    node[parts[-1]] = value
+    node: Any = raw
+    for i, p in enumerate(parts):
+        entry = _ENTRY.fullmatch(p)
+        name, index = entry.groups() if entry else (p, None)
+        where = ".".join(parts[:i + 1])
+        last = i == len(parts) - 1
+        if index is None and last:
+            node[name] = value
+            break
+        if index is None:
+            child = node.get(name)
+            if child is None:
+                child = node[name] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"--set {assignment!r}: `{where}` is not a section")
+            node = child
+            continue
+        entries, k = node.get(name), int(index)  # one entry of a list: data.train[1].tgt
+        if not isinstance(entries, list) or k >= len(entries):
+            raise ConfigError(f"--set {assignment!r}: `{where}` is no entry of a list in the "
+                              "recipe (entries count from 0)")
+        if last:
+            entries[k] = value
+        elif isinstance(entries[k], dict):
+            node = entries[k]
+        else:
+            raise ConfigError(f"--set {assignment!r}: `{where}` is not a section")
 
 
 def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None,

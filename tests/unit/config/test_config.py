@@ -245,6 +245,16 @@ def test_overrides(tmp_path: Path) -> None:
         load_recipe(path, ["train.lr.x=1"])
     with pytest.raises(ConfigError, match=r"empty key part"):
         load_recipe(path, ["train..lr=1"])
+    # one corpus of a list, named as problems name it
+    two = _write(tmp_path / "two.yaml", {**MINIMAL, "data": {**MINIMAL["data"], "train": [
+        {"src": "a.src", "tgt": "a.tgt"}, {"src": "b.src", "tgt": "b.tgt"}]}})
+    r = load_recipe(two, ["data.train[1].tgt=c.tgt"])
+    assert [Path(c.tgt.path).name for c in r.data.train] == ["a.tgt", "c.tgt"]
+    with pytest.raises(ConfigError, match=r"`data\.train\[2\]` is no entry of a list"):
+        load_recipe(two, ["data.train[2].src=x"])
+    with pytest.raises(ConfigError, match=r"^--set data\.train\[0\]\.sha=1: data\.train\[0\]"
+                       r"\.sha: unknown key"):
+        load_recipe(two, ["data.train[0].sha=1"])
     # a command-line flag that sets a recipe field is named as the user typed it
     with pytest.raises(ConfigError, match=r"^--device tpu: train\.device: expected auto"):
         load_recipe(path, ["train.device=tpu"], flags={"train.device=tpu": "--device tpu"})
