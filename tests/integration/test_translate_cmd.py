@@ -171,6 +171,8 @@ def test_overlong_lines_warn_once_with_their_count(toy_model, tmp_path):
     (["--align-method", "union"], "--align-method needs --align"),
     (["--align", "--align-method", "diag"], "--align-method: invalid choice 'diag'"),
     (["--length-penalty", "none", "--alpha", "0.6"], "--alpha is the GNMT penalty's exponent"),
+    (["--greedy", "--length-penalty", "average"], "--length-penalty: with greedy search the "
+     "length penalty changes only the score, which text output does not show"),
 ])
 def test_bad_options_are_one_line_errors(toy_model, args, words):
     result = _cli("translate", toy_model, *args, input="sa gu\n")
@@ -188,6 +190,16 @@ def test_a_dash_names_standard_input_and_output(toy_model, tmp_path, monkeypatch
     assert plain.exit_code == dashes.exit_code == 0, dashes.output
     assert dashes.stdout == plain.stdout and len(plain.stdout.splitlines()) == 2
     assert not (tmp_path / "-").exists()
+
+
+def test_a_greedy_length_penalty_rescores_the_jsonl_output(toy_model):
+    scores = []
+    for penalty in ("none", "average"):
+        res = _cli("translate", toy_model, "--greedy", "--length-penalty", penalty, "--format",
+                   "jsonl", input="sa gu\n")
+        assert res.exit_code == 0, res.output
+        scores.append(json.loads(res.stdout)["score"])
+    assert scores[0] != scores[1]
 
 
 def test_bad_checkpoints_are_one_line_errors(toy_model, tmp_path):
