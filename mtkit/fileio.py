@@ -22,7 +22,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -64,14 +64,18 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         raise WriteError(f"{path}: is a folder; expected a file name")
     fd = _open_descriptor(path)
     if fd is not None:
-        yield from _write_descriptor(path, fd, mode, encoding)
+        # through a copy of the open descriptor: where its file stands, nothing replaced or
+        # truncated
+        yield from _write_directly(path, lambda: os.fdopen(
+            os.dup(fd), mode.replace("w", "a"), encoding=None if "b" in mode else encoding))
         return
     try:
         found: os.stat_result | None = path.stat()  # of what a link points to
     except OSError:
         found = None
     if found is not None and not stat.S_ISREG(found.st_mode):
-        yield from _write_in_place(path, mode, encoding)
+        yield from _write_directly(path, lambda: open(
+            path, mode, encoding=None if "b" in mode else encoding))
         return
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
@@ -119,22 +123,10 @@ def names_stdout(path: str | Path) -> bool:
     return _open_descriptor(Path(path)) == 1
 
 
-def _write_descriptor(path: Path, fd: int, mode: str, encoding: str | None) -> Iterator[IO]:
-    """Write through a copy of an open descriptor: where its file stands, nothing replaced
-    or truncated."""
+def _write_directly(path: Path, open_it: Callable[[], IO]) -> Iterator[IO]:
+    """Write the file `open_it` opens as it is, a failure named by `path` as every write's."""
     try:
-        f = os.fdopen(os.dup(fd), mode.replace("w", "a"),
-                      encoding=None if "b" in mode else encoding)
-    except OSError as e:
-        raise write_error(path, e) from None
-    with f:
-        yield f
-        f.flush()
-
-
-def _write_in_place(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
-    try:
-        f = open(path, mode, encoding=None if "b" in mode else encoding)
+        f = open_it()
     except OSError as e:
         raise write_error(path, e) from None
     with f:

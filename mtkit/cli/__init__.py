@@ -101,7 +101,8 @@ def main() -> None:
         rc = app(standalone_mode=False)
     except SystemExit as e:
         # click and rich turn a write to a closed pipe (`mtkit --help | head -1`, a table)
-        # into exit 1; the reader having gone is no failure of ours
+        # into exit 1 (click catches BrokenPipeError itself); the reader having gone is no
+        # failure of ours
         if e.code == 1 and _reader_gone(stdout_was):
             _drop_stdout()
             sys.exit(0)
@@ -117,9 +118,6 @@ def main() -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         sys.exit(130)
-    except BrokenPipeError:  # `mtkit ... | head`: the reader has all it wanted
-        _drop_stdout()
-        sys.exit(0)
     try:  # what is still buffered (a table, --help) goes now, while a closed pipe can be told
         sys.stdout.flush()
     except BrokenPipeError:
@@ -160,3 +158,4 @@ def _drop_stdout() -> None:
     flush does not fail again (exit 1 after `| head -1`)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
