@@ -121,7 +121,8 @@ def train(
              for name, value in flags.items() if value is not None}
     rec = load_recipe(recipe, list(overrides or []) + list(named), flags=named)
     result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
-                          console=Console(stderr=True))
+                          console=Console(stderr=True),
+                          device_option="train.device" if device is None else "--device")
     if result.reason == "interrupted":
         again = shlex.join(["mtkit", "train", str(recipe),
                             *(a for s in overrides or [] for a in ("--set", s)),

@@ -22,13 +22,15 @@ log = logging.getLogger(__name__)
 
 
 def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
-          mirror: str | Path | None = None, console: Console | None = None) -> TrainResult:
+          mirror: str | Path | None = None, console: Console | None = None,
+          device_option: str = "train.device") -> TrainResult:
     """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
     data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
-    lock from start to end (`mtkit.run`)."""
+    lock from start to end (`mtkit.run`). A device that is not there is an error naming
+    `device_option`: the recipe key, or the command-line flag that set it."""
     run_dir, console = Path(run_dir), console or Console(stderr=True)
     dist = dist_from_env()
-    device = resolve_device(recipe.train.device,
+    device = resolve_device(recipe.train.device, option=device_option,
                             local_rank=dist.local_rank if dist.enabled else None)
     setup_backend(device, recipe.train)
     init_process_group(dist, device)

@@ -185,6 +185,24 @@ def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypat
         f"mtkit train {toy} --run-dir {tmp_path} --device cpu --threads 3 --resume")
 
 
+def test_train_names_the_flag_that_asked_for_a_missing_device(monkeypatch, tmp_path):
+    import torch
+    from typer.testing import CliRunner
+
+    from mtkit.cli import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a CPU-only host
+    toy = REPO / "recipes" / "toy.yaml"
+    for args, named in ((["--device", "cuda"], "--device"),
+                        (["--set", "train.device=cuda"], "train.device")):
+        result = CliRunner().invoke(app, ["train", str(toy), "--run-dir",
+                                          str(tmp_path / "run"), *args])
+        assert result.exit_code == 2, result.output
+        expected = f"mtkit: error: {named}: 'cuda' requested but"
+        assert result.stderr.startswith(expected), result.stderr
+        assert not (tmp_path / "run").exists()
+
+
 def test_train_threads_refuses_a_negative_count(tmp_path):
     toy = REPO / "recipes" / "toy.yaml"
     out = _mtkit("train", str(toy), "--run-dir", str(tmp_path), "--threads", "-2")
