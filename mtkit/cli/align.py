@@ -15,6 +15,7 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     InferenceThreadsOpt,
     flag,
+    folder_problems,
     overwrite_problems,
     refuse,
     search_method,
@@ -263,7 +264,8 @@ def align(
         method=method or DEFAULT_METHOD, threshold=threshold)
     outputs.check()
     ar.check_inputs(src, tgt, gold)
-    refuse(overwrite_problems({"--pharaoh": pharaoh, "--json": json_out}, {
+    refuse(folder_problems({"--pharaoh": pharaoh, "--json": json_out}) + overwrite_problems(
+        {"--pharaoh": pharaoh, "--json": json_out}, {
         "the -s file": src, "the -t file": tgt, "the --gold file": gold,
         "the checkpoint": resolve_checkpoint(model),
         "the --reverse checkpoint": None if reverse is None else resolve_checkpoint(reverse)}))

@@ -76,6 +76,19 @@ def overwrite_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, 
     return problems
 
 
+def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
+    """Output files (flag -> file; None or - for none) whose folder does not exist: a file a
+    user names goes into a folder that is there, as with the shell's `>` (a mistyped folder
+    was made silently, `--plot /nonexist/p.png` made /nonexist)."""
+    problems = []
+    for f, p in outputs.items():
+        if p is None or str(p) == "-" or p.parent.is_dir():
+            continue
+        what = "is not a folder" if p.parent.exists() else "does not exist; create it first"
+        problems.append(f"{f} {p}: folder {p.parent} {what}")
+    return problems
+
+
 # Every command declares `-h/--help` itself, because typer's own shows `<bool>` beside it.
 HelpOpt = Annotated[bool, flag("-h", "--help", help="Show this message and exit.",
                                callback=_show_help, is_eager=True, expose_value=False)]

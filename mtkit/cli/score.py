@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mtkit.cli.options import DecodeFlags, HelpOpt, at_least, flag, refuse, search_method
+from mtkit.cli.options import (
+    DecodeFlags,
+    HelpOpt,
+    at_least,
+    flag,
+    folder_problems,
+    overwrite_problems,
+    refuse,
+    search_method,
+)
 from mtkit.cli.translate import report_translation
 
 if TYPE_CHECKING:
@@ -219,6 +228,8 @@ def score(
             seed=d.seed if seed is None else seed)
     if plot is not None:
         sc.plot_format(plot)  # a bad extension fails before any scoring
+        refuse(folder_problems({"--plot": plot}) + overwrite_problems({"--plot": plot}, {
+            "the --src file": src, **{f"the file {p}": p for p in (*refs, *hyps)}}))
     edges = sc.parse_buckets(buckets) if buckets is not None else sc.DEFAULT_BUCKETS
     if run is not None and split is not None:
         # the files given beside it are checked before the split is translated (minutes)

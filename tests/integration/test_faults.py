@@ -303,6 +303,28 @@ def test_align_refuses_to_write_over_its_inputs_or_one_output_twice(toy_model, t
     assert _tree(tmp_path) == mine
 
 
+def test_an_output_file_goes_only_into_a_folder_that_exists(toy_model, tmp_path):
+    src, tgt = tmp_path / "a.en", tmp_path / "a.de"
+    src.write_text("a b c\n")
+    tgt.write_text("c b a\n")
+    shown = tmp_path / "a.png"  # a source file with an image's name
+    shown.write_text("a b c\n")
+    mine = _tree(tmp_path)
+    missing, in_file = tmp_path / "typo" / "deeper", src / "x"
+    _fails(_cli("translate", toy_model, "-i", src, "-o", missing / "o.de"),
+           f"-o {missing / 'o.de'}: folder {missing} does not exist")
+    _fails(_cli("translate", toy_model, "-i", src, "-o", in_file), f"folder {src} is not")
+    _fails(_cli("align", toy_model, "-s", src, "-t", tgt, "--pharaoh", missing / "a"),
+           "--pharaoh", "does not exist")
+    _fails(_cli("align", toy_model, "-s", src, "-t", tgt, "--json", missing / "a.json"),
+           "--json", "does not exist")
+    _fails(_cli("score", "-r", tgt, src, "--src", src, "--plot", missing / "p.png"),
+           "--plot", "does not exist")
+    _fails(_cli("score", "-r", tgt, src, "--src", shown, "--plot", shown), "--plot",
+           "is the --src file")
+    assert _tree(tmp_path) == mine  # no folder made, nothing written
+
+
 def test_self_attention_gives_no_links_or_aer(toy_model, tmp_path):
     src, tgt = tmp_path / "a.en", tmp_path / "a.de"
     src.write_text("a b c\n")
