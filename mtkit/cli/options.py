@@ -84,8 +84,8 @@ def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
     for f, p in outputs.items():
         if p is None or str(p) == "-" or p.parent.is_dir():
             continue
-        what = "is not a folder" if p.parent.exists() else "does not exist; create it first"
-        problems.append(f"{f} {p}: folder {p.parent} {what}")
+        problems.append(f"{f} {p}: a parent of it is a file, not a folder" if p.parent.exists()
+                        else f"{f} {p}: folder {p.parent} does not exist; create it first")
     return problems
 
 
