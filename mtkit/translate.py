@@ -15,6 +15,7 @@ multiple of `workers` batches of about equal real tokens, so that the workers fi
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import threading
@@ -30,6 +31,7 @@ from mtkit.config import DecodeConfig, Recipe, recipe_to_dict
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError, DataError
+from mtkit.fileio import watching_reader
 from mtkit.hypothesis import Hypothesis
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
@@ -129,33 +131,25 @@ class LineTranslator:
             on_batch: Callable[[int], None] | None = None) -> TranslateStats:
         """Translate every line, writing one output record per input line to `out`, flushed
         after each chunk; `on_batch(n)` is called after each decoded batch of n sentences."""
-        stats, start, offset = TranslateStats(max_src_len=self.max_src_len), time.perf_counter(), 0
-        stop = threading.Event()
+        stats, start = TranslateStats(max_src_len=self.max_src_len), time.perf_counter()
+        stop, gone = threading.Event(), threading.Event()
 
         def search(batch: list[_Item]) -> list[list[Hypothesis]]:
             return self._search([it.ids for it in batch], stop)
 
+        def reader_gone() -> None:  # `| head`: what is still to decode is not wanted
+            gone.set()
+            stop.set()
+
         pool = None if self.workers == 1 else ThreadPoolExecutor(
             self.workers, thread_name_prefix="mtkit-decode")
         try:
-            for chunk in _chunks(lines, self.chunk_lines):
-                items = self._prepare(chunk, offset, stats)
-                work = [it for it in items if it.ids]
-                # Longest first: a batch size too big for the device shows at once.
-                batches = [[work[i] for i in idx] for idx in parallel_batches(
-                    [len(it.ids) + 1 for it in work], self.cfg.batch_tokens, self.workers)]
-                # in batch order either way; a worker's exception is raised here
-                found = map(search, batches) if pool is None else pool.map(search, batches)
-                for batch, results in zip(batches, found, strict=True):
-                    for it, nbest in zip(batch, results, strict=True):
-                        it.nbest = nbest
-                        stats.tokens += len(nbest[0].tokens)
-                    if on_batch is not None:
-                        on_batch(len(batch))
-                out.write("".join(self._format(it) for it in items))
-                out.flush()
-                offset += len(items)
-                stats.empty += len(items) - len(work)
+            with watching_reader(out, reader_gone):
+                self._run(lines, out, stats, search, gone, on_batch, pool)
+        except Stopped:
+            if not gone.is_set():
+                raise
+            raise BrokenPipeError(errno.EPIPE, "the output's reader has gone") from None
         finally:
             if pool is not None:
                 # On an interrupt (or a worker's error) batches not yet started are dropped,
@@ -163,9 +157,34 @@ class LineTranslator:
                 # beam 5) took 9.7-10.5 s to exit while they ran to their end (issue 14).
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
-        stats.sentences = offset
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def _run(self, lines: Iterable[str], out: IO[str], stats: TranslateStats,
+             search: Callable[[list[_Item]], list[list[Hypothesis]]], gone: threading.Event,
+             on_batch: Callable[[int], None] | None, pool: ThreadPoolExecutor | None) -> None:
+        """`run`'s loop over chunks; stops at the first batch after the reader is `gone` (an
+        engine's search runs to its end)."""
+        for chunk in _chunks(lines, self.chunk_lines):
+            items = self._prepare(chunk, stats.sentences, stats)
+            work = [it for it in items if it.ids]
+            # Longest first: a batch size too big for the device shows at once.
+            batches = [[work[i] for i in idx] for idx in parallel_batches(
+                [len(it.ids) + 1 for it in work], self.cfg.batch_tokens, self.workers)]
+            # in batch order either way; a worker's exception is raised here
+            found = map(search, batches) if pool is None else pool.map(search, batches)
+            for batch, results in zip(batches, found, strict=True):
+                if gone.is_set():
+                    raise Stopped
+                for it, nbest in zip(batch, results, strict=True):
+                    it.nbest = nbest
+                    stats.tokens += len(nbest[0].tokens)
+                if on_batch is not None:
+                    on_batch(len(batch))
+            out.write("".join(self._format(it) for it in items))
+            out.flush()
+            stats.sentences += len(items)
+            stats.empty += len(items) - len(work)
 
     def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats) -> list[_Item]:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids

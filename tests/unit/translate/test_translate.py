@@ -160,6 +160,37 @@ def test_a_failing_batch_stops_the_batch_running_beside_it(toy_model, test_lines
     assert out.getvalue() == ""
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_reader_gone_stops_the_decoding_at_its_next_step(toy_model, test_lines, workers):
+    """`mtkit translate big.en | head -1`: once the pipe's reader has closed it, the batches
+    being decoded end at their next step (they ran to the end of the chunk, and the next
+    chunk was decoded in full before a write found the pipe closed)."""
+    worker = _worker(toy_model, fmt="text", batch_tokens=300, chunk_lines=20, workers=workers,
+                     method="greedy")
+    steps = []
+    model = worker.model
+
+    class Model:  # the first step waits for the watch to see the closed pipe
+        def __getattr__(self, name):
+            return getattr(model, name)
+
+        def step(self, *args, **kwargs):
+            steps.append(1)
+            if len(steps) == 1:
+                time.sleep(0.5)
+            return model.step(*args, **kwargs)
+
+    worker.model = Model()  # type: ignore
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before anything is written
+    with os.fdopen(write_end, "w") as out, pytest.raises(BrokenPipeError):
+        worker.run([line + "\n" for line in test_lines[:60]], out)
+    for thread in threading.enumerate():  # whatever still runs, let it end
+        if thread.name.startswith("mtkit-decode"):
+            thread.join(30)
+    assert len(steps) <= workers  # every batch's second step, or first, was refused
+
+
 def test_parallel_batches_come_in_multiples_of_the_workers_with_equal_work():
     sizes = [3, 9, 4, 4, 12, 7, 5, 5, 6, 11, 2, 8]
     plain = list(token_batches(sizes, 40))
