@@ -288,6 +288,9 @@ def updated_section(section: Any, changes: dict[str, Any], *, prefix: str, sourc
         lines = []
         for key, msg in problems.items:
             name = _relative(key, prefix)
+            if name not in changes:  # a rule across fields, naming the changed one it read
+                name = next((f for f in changes if re.search(rf"\b{re.escape(f)}\b", msg)),
+                            name)
             if name in changes and name in origins:
                 lines.append(f"{origins[name]} ({key}): {msg}")
             else:
@@ -305,6 +308,13 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
             return named
         if k.startswith(key + ".") and msg.startswith("unknown key"):
             return named  # the override created an unknown section
+    # A rule across fields names the other fields it read ("d_model (33) must be divisible
+    # by heads (4)" is a problem at heads): one an override set is where the change came from.
+    section = key.rpartition(".")[0]
+    for o in reversed(overrides):
+        where, _, field = o.split("=", 1)[0].strip().rpartition(".")
+        if where == section and re.search(rf"\b{re.escape(field)}\b", msg):
+            return (flags or {}).get(o, f"--set {o}")
     return source
 
 

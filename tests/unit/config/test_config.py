@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from mtkit.config import (
+    DecodeConfig,
     FileSource,
     Recipe,
     dump_recipe,
@@ -18,6 +19,7 @@ from mtkit.config import (
     recipe_from_dict,
     recipe_from_yaml_text,
     split_corpora,
+    updated_section,
 )
 from mtkit.errors import ConfigError
 from tests.conftest import REPO
@@ -255,6 +257,17 @@ def test_overrides(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--set data\.train\[0\]\.sha=1: data\.train\[0\]"
                        r"\.sha: unknown key"):
         load_recipe(two, ["data.train[0].sha=1"])
+    # a rule across fields that an override broke is named by the override, not the file
+    with pytest.raises(ConfigError, match=r"^--set model\.transformer\.d_model=33: "
+                       r"model\.transformer\.heads: d_model \(33\) must be divisible"):
+        load_recipe(path, ["model.transformer.d_model=33"])
+    odd = _write(tmp_path / "odd.yaml", _with(**{"model.transformer.d_model": 33}))
+    with pytest.raises(ConfigError, match=rf"^{odd}: model\.transformer\.heads: d_model"):
+        load_recipe(odd, ["model.transformer.dropout=0.2"])
+    decode = dataclasses.replace(DecodeConfig(), nbest=3)
+    with pytest.raises(ConfigError, match=r"^--beam \(decode\.nbest\): cannot exceed beam_si"):
+        updated_section(decode, {"beam_size": 2}, prefix="decode", source="r.yaml",
+                        origins={"beam_size": "--beam"})
     # a command-line flag that sets a recipe field is named as the user typed it
     with pytest.raises(ConfigError, match=r"^--device tpu: train\.device: expected auto"):
         load_recipe(path, ["train.device=tpu"], flags={"train.device=tpu": "--device tpu"})
