@@ -149,7 +149,7 @@ def watching_reader(out: IO, on_gone: Callable[[], None]) -> Iterator[None]:
     (~8 s of 2,000 lines) before writing found the pipe closed. Other outputs: no watch."""
     try:
         fd = out.fileno()
-        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
+        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode) and hasattr(select, "poll")
     except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is a ValueError
         is_pipe = False
     if not is_pipe:

@@ -288,11 +288,13 @@ def updated_section(section: Any, changes: dict[str, Any], *, prefix: str, sourc
         lines = []
         for key, msg in problems.items:
             name = _relative(key, prefix)
-            if name not in changes:  # a rule across fields, naming the changed one it read
-                name = next((f for f in changes if re.search(rf"\b{re.escape(f)}\b", msg)),
-                            name)
+            # a rule across fields names the other fields it read: a changed one caused it
+            read = next((f for f in changes if f in origins and f != name
+                         and re.search(rf"\b{re.escape(f)}\b", msg)), None)
             if name in changes and name in origins:
                 lines.append(f"{origins[name]} ({key}): {msg}")
+            elif read is not None:
+                lines.append(f"{origins[read]}: {key}: {msg}")
             else:
                 lines.append(f"{source}: {key}: {msg}")
         raise ConfigError("\n".join(lines))

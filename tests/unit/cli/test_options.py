@@ -24,11 +24,15 @@ def test_a_flag_value_overrides_the_recipe_and_is_validated_like_a_recipe_field(
     assert lines[1].startswith("--length-penalty (decode.length_penalty): invalid choice")
 
 
-def test_a_problem_at_a_field_no_flag_set_is_named_by_its_source():
+def test_a_problem_at_a_field_no_flag_set_is_named_by_the_flag_it_reads_or_its_source():
     # the recipe's nbest 3 does not fit the beam the flag asks for
-    with pytest.raises(ConfigError, match=r"^command line: decode\.nbest: cannot exceed "
+    with pytest.raises(ConfigError, match=r"^--beam: decode\.nbest: cannot exceed "
                        r"beam_size \(2\)$"):
         DecodeFlags(beam_size=2).over(DecodeConfig(nbest=3))
+    # ... nor the recipe's own beam, whatever other flag is given
+    with pytest.raises(ConfigError, match=r"^command line: decode\.nbest: cannot exceed "
+                       r"beam_size \(2\)$"):
+        DecodeFlags(seed=3).over(DecodeConfig(nbest=3, beam_size=2))
 
 
 def test_flags_the_resolved_decoding_would_ignore_are_named():

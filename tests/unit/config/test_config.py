@@ -265,7 +265,7 @@ def test_overrides(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"^{odd}: model\.transformer\.heads: d_model"):
         load_recipe(odd, ["model.transformer.dropout=0.2"])
     decode = dataclasses.replace(DecodeConfig(), nbest=3)
-    with pytest.raises(ConfigError, match=r"^--beam \(decode\.nbest\): cannot exceed beam_si"):
+    with pytest.raises(ConfigError, match=r"^--beam: decode\.nbest: cannot exceed beam_size"):
         updated_section(decode, {"beam_size": 2}, prefix="decode", source="r.yaml",
                         origins={"beam_size": "--beam"})
     # a command-line flag that sets a recipe field is named as the user typed it

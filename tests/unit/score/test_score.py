@@ -282,6 +282,9 @@ def test_plot_png_svg_pdf(files, tmp_path):
 
 def test_cli_plot_implies_by_length(files, tmp_path):
     out = tmp_path / "plots" / "bleu_by_length.png"
+    result = _cli("-r", files["ref"], files["good"], "--src", files["src"], "--plot", out)
+    assert result.exit_code == 2 and "folder" in result.output  # as with the shell's >
+    out.parent.mkdir()
     result = _cli("-r", files["ref"], files["good"], "--src", files["src"], "--plot", out, "--json")
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:4] == b"\x89PNG"
