@@ -22,14 +22,16 @@ import os
 import re
 import select
 import stat
+import sys
 import tempfile
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from mtkit.errors import MtkitError
+from mtkit.errors import DataError, MtkitError
 
 
 class WriteError(MtkitError):
@@ -234,19 +236,31 @@ class InvalidUtf8:
 
 def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
     """Decode byte lines (each ending in ``\n`` except perhaps the last) under the text policy:
-    lines without their ``\n``, invalid UTF-8 replaced and counted in `report`."""
-    for number, line in enumerate(raw, 1):
-        line = line[:-1] if line.endswith(b"\n") else line
-        try:
-            yield line.decode("utf-8")
-        except UnicodeDecodeError:
-            report.note(number)
-            yield line.decode("utf-8", errors="replace")
+    lines without their ``\n``, invalid UTF-8 replaced and counted in `report`. A damaged
+    gzip stream (cut short, corrupt) is a `DataError` naming `report.name`."""
+    try:
+        for number, line in enumerate(raw, 1):
+            line = line[:-1] if line.endswith(b"\n") else line
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError:
+                report.note(number)
+                yield line.decode("utf-8", errors="replace")
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # raised by reading `raw` only
+        raise DataError(f"{report.name}: broken gzip file ({e})") from None
 
 
 def open_binary(path: str | Path) -> IO[bytes]:
     """A plain or gzip file as a binary stream (whatever the file is called)."""
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
+def stdin_binary() -> IO[bytes]:
+    """Standard input as a binary stream, decompressed when it is gzip (`zcat` not needed:
+    files are read either way). Peeking waits for the first bytes, as reading would."""
+    raw = sys.stdin.buffer
+    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    return gzip.GzipFile(fileobj=raw, mode="rb") if head == GZIP_MAGIC else raw
 
 
 _BLOCK = 1 << 22  # bytes read at a time by read_line_blocks

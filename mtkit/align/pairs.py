@@ -7,7 +7,6 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
     was replaced."""
     if str(path) == "-":
         report = InvalidUtf8("<stdin>")
-        lines = [line.rstrip("\r") for line in fileio.decode_lines(sys.stdin.buffer, report)]
+        lines = [line.rstrip("\r") for line in fileio.decode_lines(fileio.stdin_binary(), report)]
         if report.lines:
             invalid.append(report)
         return lines

@@ -299,13 +299,20 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
     stderr when it is a terminal that translations are not printed to."""
     from contextlib import ExitStack
 
-    from mtkit.fileio import InvalidUtf8, atomic_write, decode_lines, names_stdout, open_binary
+    from mtkit.fileio import (
+        InvalidUtf8,
+        atomic_write,
+        decode_lines,
+        names_stdout,
+        open_binary,
+        stdin_binary,
+    )
 
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
     with ExitStack() as stack:
         if output is None:
             sys.stdout.reconfigure(encoding="utf-8")
-        raw = stack.enter_context(open_binary(input)) if input else sys.stdin.buffer
+        raw = stack.enter_context(open_binary(input)) if input else stdin_binary()
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         to_stdout = output is None or names_stdout(output)
         shared = sys.stdout.isatty() and to_stdout or sys.stdin.isatty() and input is None

@@ -49,6 +49,28 @@ def test_stdin_to_stdout_in_a_subprocess(toy_model, src_file):
     assert "sentences/s" in proc.stderr and "tokens/s" in proc.stderr
 
 
+def test_gzip_input_on_stdin_or_cut_short(toy_model, src_file, tmp_path):
+    """gzip on standard input is read as a .gz file is; a .gz cut short is one line, exit 2
+    (it exited 130, 'interrupted', with an empty line)."""
+    import gzip
+
+    packed = gzip.compress(src_file.read_bytes())
+    proc = subprocess.run([*MTKIT, "translate", str(toy_model), "--threads", "1"], input=packed,
+                          capture_output=True, env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode() == _cli("translate", toy_model, "-i", src_file).stdout
+    cut = tmp_path / "cut.en.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    out = tmp_path / "out.de"
+    out.write_text("mine\n")
+    proc = subprocess.run([*MTKIT, "translate", str(toy_model), "-i", str(cut), "-o", str(out)],
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"mtkit: error: {cut}: broken gzip file (Compressed file ended " \
+        "before the end-of-stream marker was reached)\n"
+    assert out.read_text() == "mine\n"
+
+
 def test_a_pipe_closed_early_ends_the_command_cleanly(toy_model, src_file, tmp_path):
     """`cat big | mtkit translate run | head -n 2`: no traceback, exit status 0."""
     big = tmp_path / "big.txt"
