@@ -116,10 +116,17 @@ class AlignOutputs:
                               "--pharaoh FILE, --json FILE, --gold FILE")
         if self.level not in ("word", "subword"):
             raise ConfigError(f"--level: invalid choice {self.level!r}; expected word or subword")
+        if self.gold is not None and self.level != "word":
+            raise ConfigError(GOLD_LEVEL)
         if self.heatmap_format not in FORMATS:
             raise ConfigError(f"--format: invalid choice {self.heatmap_format!r}; expected one "
                               f"of {', '.join(FORMATS)}")
         extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
+
+
+# Gold links number words (as eflomal, fast_align and the gold standards do): scored against
+# piece positions they gave a wrong AER without a word of warning.
+GOLD_LEVEL = "--gold links are between words: scoring them needs --level word"
 
 
 def reading_problems(*, kind: str, readout: str, reverse: bool, symmetrize: str,

@@ -52,7 +52,7 @@ class AlignFlags:
     def problems(self) -> list[str]:
         """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
         from mtkit.align import DEFAULT_READOUT, METHODS
-        from mtkit.align.run import reading_problems
+        from mtkit.align.run import GOLD_LEVEL, reading_problems
         from mtkit.align.viz import FORMATS
 
         fmt, method = self.heatmap_format, self.method
@@ -72,6 +72,7 @@ class AlignFlags:
             (self.one_based and self.gold is None, "--one-based applies to --gold FILE"),
             (self.gold is not None and not self.forced, "--gold needs -t: gold links refer to "
              "given target sentences, not to translations"),
+            (self.gold is not None and self.level != "word", GOLD_LEVEL),
             ((method is not None or self.threshold is not None) and not self.links,
              "--align-method and --threshold apply to links: add --pharaoh, --json or --gold"),
             (self.threshold is not None and method != "threshold",
@@ -279,10 +280,15 @@ def align(
     if reverse is not None:
         backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),
                                   readout=readout, symmetrize=symmetrize or "grow-diag-final")
-    cfg = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam, nbest=1,
-                      length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
-                      max_len_b=max_len_b, min_len=min_len,
-                      batch_tokens=batch_tokens).over(recipe.decode)
+    decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam,
+                           nbest=1, length_penalty=length_penalty, alpha=alpha,
+                           max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+                           batch_tokens=batch_tokens)
+    cfg = decoding.over(recipe.decode)
+    penalty = [f for f, v in (("--length-penalty", length_penalty), ("--alpha", alpha)) if v]
+    refuse(decoding.ignored(cfg) + ([
+        f"{', '.join(penalty)}: with greedy search the length penalty changes only a score, "
+        "which align does not show"] if penalty and cfg.method != "beam" else []))
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
                             device=dev, readout=readout or (
                                 default_readout(recipe) if choice.kind == "cross"

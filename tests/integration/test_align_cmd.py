@@ -372,6 +372,13 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
      "--device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
     (["-s", "{src}", "--print", "--beam", "0"], "--beam (decode.beam_size): out of range"),
     (["-s", "{src}", "--print", "--greedy", "--alpha", "-1"], "--alpha (decode.alpha): out of"),
+    # accepted and ignored before: gold word links scored against pieces, penalties unused
+    (["-s", "{src}", "-t", "{tgt}", "--gold", "{gold}", "--level", "subword"],
+     "--gold links are between words: scoring them needs --level word"),
+    (["-s", "{src}", "--print", "--greedy", "--length-penalty", "none"],
+     "--length-penalty: with greedy search the length penalty changes only a score"),
+    (["-s", "{src}", "--print", "--length-penalty", "average", "--alpha", "0.5"],
+     "--alpha is the GNMT penalty's exponent; the length penalty is average"),
 ])
 def test_bad_input_is_one_line_and_exit_2(trained, pairs, tmp_path, args, fragment):
     names = {k: str(v) for k, v in pairs.items()} | {"tmp": str(tmp_path)}
