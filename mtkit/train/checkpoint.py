@@ -187,7 +187,13 @@ def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
             raise CheckpointError(f"{p}: a directory; give one run directory or checkpoint files")
         if not p.is_file():
             raise CheckpointError(f"{p}: checkpoint not found")
-    if len(set(map(Path.resolve, inputs))) < 2:
+    seen: dict[Path, Path] = {}
+    for p in inputs:  # a file named twice would count twice in the mean
+        if p.resolve() in seen:
+            raise CheckpointError(f"{p}: given twice (as {seen[p.resolve()]}); each checkpoint "
+                                  "counts once in an average")
+        seen[p.resolve()] = p
+    if len(inputs) < 2:
         raise CheckpointError("give at least two different checkpoint files (or a run directory)")
     return inputs
 

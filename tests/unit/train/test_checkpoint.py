@@ -187,3 +187,12 @@ def test_average_command_errors_are_one_line(toy_trained: Path) -> None:
     assert "3 checkpoint_<update>.pt file(s) kept, cannot average 5" in result.output
     result = CliRunner().invoke(app, ["average", str(toy_trained / "last.pt")])
     assert result.exit_code == 2 and "at least two different checkpoint files" in result.output
+    # a file named twice (under two names) would count twice: A A B is not (A + B) / 2
+    first, other = sorted(toy_trained.glob("checkpoint_*.pt"))[:2]
+    twice = Path(os.path.relpath(first))  # the same file by another name
+    assert str(twice) != str(first)
+    result = CliRunner().invoke(app, ["average", str(first), str(twice), str(other),
+                                      "-o", str(toy_trained / "x.pt")])
+    assert result.exit_code == 2, result.output
+    assert f"{twice}: given twice (as {first})" in result.output
+    assert not (toy_trained / "x.pt").exists()
