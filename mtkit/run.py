@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
+EXPORT_MARKER = "mtkit-export.json"  # what `mtkit export` wrote into a folder (mtkit.export)
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
 RECIPE = "recipe.yaml"
@@ -288,6 +289,9 @@ def resolve_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
         for name in (BEST, LAST):
             if (p / name).is_file():
                 return p / name
+        if (p / EXPORT_MARKER).is_file():
+            raise CheckpointError(f"{p}: an exported model (CTranslate2), not a run directory "
+                                  f"or checkpoint; `mtkit translate {p}` decodes it")
         raise CheckpointError(f"{p}: no {BEST} or {LAST} in this run directory; train a "
                               f"model first (mtkit train RECIPE --run-dir {p})")
     if not p.exists():

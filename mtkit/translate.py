@@ -357,29 +357,40 @@ def decode_tag(cfg: DecodeConfig) -> str:
     return f"{name}-{digest}"
 
 
-def translate_split(run_dir: Path, split: str, *, device: torch.device,
-                    decode: Callable[[DecodeConfig], DecodeConfig] = lambda d: d,
-                    threads: int = 0) -> SplitTranslation:
-    """Translate a run's split with its best checkpoint (else last) and its recipe's decode
-    section as changed by `decode` (1-best), into RUN_DIR/translations/SPLIT.TAG.txt, written
-    atomically. A file already there is reused only when its key file (SPLIT.TAG.txt.key)
-    records the same checkpoint contents, source text and decoding: file dates prove nothing
-    (a checkpoint copied in keeps an older date). `threads` CPU threads (0: torch's count)
-    are shared among batches decoded at once as by `mtkit translate --threads`; torch's
-    thread count is set accordingly."""
-    import torch
-
-    from mtkit.fileio import atomic_write, open_text
+def split_run(run: Path) -> tuple[Path, Path]:
+    """(run directory, checkpoint) of a run directory (its best checkpoint, else its last)
+    or of a checkpoint file in one (`mtkit average`'s averaged.pt, a numbered one)."""
     from mtkit.run import resolve_checkpoint
 
+    ckpt = resolve_checkpoint(run)
+    return (Path(run) if Path(run).is_dir() else ckpt.parent), ckpt
+
+
+def translate_split(run: Path, split: str, *, device: torch.device,
+                    decode: Callable[[DecodeConfig], DecodeConfig] = lambda d: d,
+                    threads: int = 0) -> SplitTranslation:
+    """Translate a run's split with its best checkpoint (else last), or with the checkpoint
+    `run` names, and its recipe's decode section as changed by `decode` (1-best), into
+    RUN_DIR/translations/SPLIT[.CHECKPOINT].TAG.txt, written atomically. A file already there
+    is reused only when its key file (.key beside it) records the same checkpoint contents,
+    source text and decoding, and the translation's own contents: file dates prove nothing (a
+    checkpoint copied in keeps an older date), and an edited translation is made again.
+    `threads` CPU threads (0: torch's count) are shared among batches decoded at once as by
+    `mtkit translate --threads`; torch's thread count is set accordingly."""
+    import torch
+
+    from mtkit.data.sources import sha256_file
+    from mtkit.fileio import atomic_write, open_text
+
+    run_dir, ckpt = split_run(run)
     src, ref = split_texts(run_dir, split)
-    ckpt = resolve_checkpoint(run_dir)
     model, recipe, tok = load_translator([ckpt], device)
     cfg = dataclasses.replace(decode(recipe.decode), nbest=1)
-    out = Path(run_dir) / "translations" / f"{split}.{decode_tag(cfg)}.txt"
+    named = "" if Path(run).is_dir() else f".{ckpt.stem}"
+    out = run_dir / "translations" / f"{split}{named}.{decode_tag(cfg)}.txt"
     key_path = out.with_name(out.name + ".key")
     key = _translation_key(ckpt, src, cfg)
-    if out.is_file() and _read_key(key_path) == key:
+    if out.is_file() and _read_key(key_path) == {**key, "translation_sha256": sha256_file(out)}:
         return SplitTranslation(out, src, ref, ckpt, cfg, None)
     key_path.unlink(missing_ok=True)  # never a key beside a translation it does not describe
     workers, each = decode_parallelism(threads, cfg, cpu=device.type == "cpu", streaming=False,
@@ -391,7 +402,7 @@ def translate_split(run_dir: Path, split: str, *, device: torch.device,
     with open_text(src) as lines, atomic_write(out) as f:
         stats = worker.run(lines, f)
     with atomic_write(key_path) as f:
-        json.dump(key, f, sort_keys=True)
+        json.dump({**key, "translation_sha256": sha256_file(out)}, f, sort_keys=True)
     return SplitTranslation(out, src, ref, ckpt, cfg, stats)
 
 

@@ -163,9 +163,9 @@ def score(
     json_out: Annotated[bool, flag("--json", help="Print JSON instead of tables.")] = False,
     run: Annotated[Path | None, typer.Option(
         "--run", metavar="RUN_DIR", help="Score a run: translate the --split with its best "
-        "checkpoint and score it against the split's reference; a translation made earlier "
-        "by the same checkpoint, source and decoding is reused. HYP files given too are "
-        "compared with it.")] = None,
+        "checkpoint (or the checkpoint given, e.g. RUN_DIR/averaged.pt) and score it against "
+        "the split's reference; a translation made earlier by the same checkpoint, source "
+        "and decoding is reused. HYP files given too are compared with it.")] = None,
     split: Annotated[str | None, typer.Option(
         "--split", metavar="NAME", help="With --run: a validation or test split of the run, "
         "e.g. test2016.")] = None,
@@ -204,9 +204,9 @@ def score(
                          beam=beam, greedy=greedy, device=device, threads=threads).problems())
     hyps, refs = list(hyps or []), list(refs or [])
     if run is not None and split is not None:  # the split's texts; translated further down
-        from mtkit.translate import split_texts
+        from mtkit.translate import split_run, split_texts
 
-        run_src, run_ref = split_texts(run, split)
+        run_src, run_ref = split_texts(split_run(run)[0], split)
         refs, src = [run_ref], run_src if by_length and src is None else src
     refuse(ScoreFlags(
         metrics=tuple(names), paired_bs=paired_bs, paired_ar=paired_ar, paired_bs_n=paired_bs_n,

@@ -29,10 +29,11 @@ from mtkit.config import DecodeConfig, Recipe, dump_recipe, recipe_from_yaml_tex
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError, MtkitError
 from mtkit.fileio import umask
+from mtkit.run import EXPORT_MARKER
 
 Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"]
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
-MARKER = "mtkit-export.json"
+MARKER = EXPORT_MARKER
 FORMAT = "ctranslate2"
 README = "README.md"
 RECIPE = "recipe.yaml"

@@ -196,6 +196,19 @@ def test_beam_matches_with_the_matching_length_penalty(penalty, toy_model, toy_e
             assert hg["score"] == pytest.approx(hw["score"], rel=1e-2, abs=1e-3)
 
 
+def test_an_export_where_a_run_is_wanted_is_named_an_export(toy_export, tmp_path):
+    """export, score --run and align take runs or checkpoints: an export folder is said to be
+    one (it read 'no best.pt ... train a model first', or 'run mtkit prep first')."""
+    for args in (["export", toy_export, "-o", tmp_path / "again"],
+                 ["score", "--run", toy_export, "--split", "test"],
+                 ["align", toy_export, "-s", tmp_path / "x", "--print"]):
+        (tmp_path / "x").write_text("a b\n")
+        res = _cli(*args)
+        assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+        assert f"{toy_export}: an exported model (CTranslate2), not a run directory" in res.output
+    assert not (tmp_path / "again").exists()
+
+
 def test_gnmt_is_refused_for_an_export_and_export_notes_it(toy_model, toy_export, test_src):
     res = _cli("translate", toy_export, "--length-penalty", "gnmt", "-i", test_src)
     assert res.exit_code == 2

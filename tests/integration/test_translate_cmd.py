@@ -264,6 +264,22 @@ def test_score_run_translates_the_split_then_reuses_it(run_copy):
     # a score call on the file itself gives the same numbers
     plain = _cli("score", "-r", report["references"][0], written[0], "--json")
     assert json.loads(plain.stdout)["systems"][0]["scores"] == system["scores"]
+    # a translation edited (or cut short) since is not reused: it is made again
+    written[0].write_text(written[0].read_text().replace("\n", "\n\n", 1))
+    again = _cli("score", "--run", run_copy, "--split", "test", "--json")
+    assert "mtkit: translated test with" in again.stderr and json.loads(again.stdout) == report
+
+
+def test_score_run_takes_a_checkpoint_of_the_run(run_copy):
+    """`mtkit average` writes RUN/averaged.pt, which score --run takes, as translate does;
+    its translation is kept apart from the best checkpoint's."""
+    shutil.copy(run_copy / "last.pt", run_copy / "averaged.pt")
+    result = _cli("score", "--run", run_copy / "averaged.pt", "--split", "test", "--json")
+    assert result.exit_code == 0, result.output
+    (system,) = json.loads(result.stdout)["systems"]
+    assert Path(system["name"]).parent == run_copy / "translations"
+    assert Path(system["name"]).name.startswith("test.averaged.beam4-")
+    assert f"with {run_copy / 'averaged.pt'} into" in result.stderr
 
 
 def test_score_run_with_greedy_and_other_systems(run_copy, tmp_path):
