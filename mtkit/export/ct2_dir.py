@@ -212,5 +212,33 @@ def load_export(path: Path) -> Export:
         raise CheckpointError(f"{path}: the export's sentencepiece model is missing or "
                               f"unreadable ({str(e).split(';')[0]}); export the run again") \
             from None
+    _check_vocabularies(path, tok)
     return Export(path, recipe, tok, str(meta.get("quantization")))
+
+
+# CTranslate2's vocabulary files (`ModelSpec.save`), and whose pieces each must list in id order
+_VOCABULARIES = {"shared_vocabulary.json": ("src", "tgt"), "source_vocabulary.json": ("src",),
+                 "target_vocabulary.json": ("tgt",)}
+
+
+def _check_vocabularies(path: Path, tok: Tokenizer) -> None:
+    """The engine maps pieces to ids by its vocabulary files, mtkit by the sentencepiece
+    models: they must agree, or the engine fails mid-translation (a damaged file gave
+    'ValueError: Token <pad> is not in the vocabulary' with a traceback) or, one piece out of
+    place, translates wrongly without a word."""
+    pieces = {"src": tok.src_pieces(range(tok.src_vocab_size)),
+              "tgt": tok.tgt_pieces(range(tok.tgt_vocab_size))}
+    for name, sides in _VOCABULARIES.items():
+        if not (path / name).is_file():
+            continue  # none at all: the engine refuses to load the folder, named then
+        try:
+            listed = json.loads((path / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{path / name}: unreadable ({e}); export the run again") \
+                from None
+        if any(listed != pieces[side] for side in sides):
+            entries = len(listed) if isinstance(listed, list) else "no list of"
+            raise CheckpointError(f"{path / name}: does not list the export's sentencepiece "
+                                  f"pieces in id order ({entries} entries, "
+                                  f"{len(pieces[sides[0]])} pieces); export the run again")
 

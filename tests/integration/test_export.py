@@ -315,6 +315,16 @@ def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, tes
     res = _cli("translate", broken, "-i", test_src)
     _one_error_line(res, "sentencepiece model", "export the run again")
     assert "prep" not in res.output
+    # a vocabulary file that does not list the pieces: refused before translating (it failed
+    # in the engine with a traceback, or, one piece moved, would translate wrongly)
+    vocab = json.loads((toy_export / "shared_vocabulary.json").read_text())
+    for damaged in ('["a"]', json.dumps(vocab[:5] + vocab[6:5:-1] + vocab[5:6] + vocab[7:]),
+                    "{not json"):
+        shutil.rmtree(broken)
+        shutil.copytree(toy_export, broken)
+        (broken / "shared_vocabulary.json").write_text(damaged)
+        _one_error_line(_cli("translate", broken, "-i", test_src),
+                        str(broken / "shared_vocabulary.json"), "export the run again")
 
 
 def test_an_rnn_says_what_to_use_instead(toy_run, tmp_path):
