@@ -228,8 +228,10 @@ def score(
             seed=d.seed if seed is None else seed)
     if plot is not None:
         sc.plot_format(plot)  # a bad extension fails before any scoring
-        refuse(folder_problems({"--plot": plot}) + overwrite_problems({"--plot": plot}, {
-            "the --src file": src, **{f"the file {p}": p for p in (*refs, *hyps)}}))
+        scored = {f"reference {i + 1}": p for i, p in enumerate(refs)} | {
+            f"scored file {i + 1}": p for i, p in enumerate(hyps)}
+        refuse(folder_problems({"--plot": plot}) + overwrite_problems(
+            {"--plot": plot}, {"the --src file": src, **scored}))
     edges = sc.parse_buckets(buckets) if buckets is not None else sc.DEFAULT_BUCKETS
     if run is not None and split is not None:
         # the files given beside it are checked before the split is translated (minutes)

@@ -322,6 +322,8 @@ def test_an_output_file_goes_only_into_a_folder_that_exists(toy_model, tmp_path)
            "--plot", "does not exist")
     _fails(_cli("score", "-r", tgt, src, "--src", shown, "--plot", shown), "--plot",
            "is the --src file")
+    _fails(_cli("score", "-r", tgt, shown, "--src", src, "--plot", shown),
+           f"--plot {shown}: is scored file 1 {shown};")
     assert _tree(tmp_path) == mine  # no folder made, nothing written
 
 
