@@ -28,7 +28,7 @@ from mtkit import __version__
 from mtkit.config import DecodeConfig, Recipe, dump_recipe, recipe_from_yaml_text
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError, MtkitError
-from mtkit.fileio import umask
+from mtkit.fileio import WriteError, umask, write_error
 from mtkit.run import EXPORT_MARKER
 
 Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"]
@@ -174,8 +174,14 @@ def write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantizatio
         raise ConfigError(f"-o {out}: is the current folder, which an export replaces as a "
                           "whole; give a new or empty folder inside it")
     check_destination(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except (FileExistsError, NotADirectoryError):
+        raise WriteError(f"-o {out}: cannot write (a parent of it is a file, not a folder)"
+                         ) from None
+    except OSError as e:  # named by -o, not by the temporary folder beside it
+        raise write_error(f"-o {out}", e) from None
     old = None
     try:
         _write(tmp, spec, recipe, tok, quantization, checkpoint, note)

@@ -287,6 +287,11 @@ def test_export_option_errors_are_one_line(toy_model, tmp_path):
                     "--format", "ctranslate2")
     _one_error_line(_cli("export", tmp_path / "nothing", "-o", tmp_path / "a"), "nothing")
     assert not (tmp_path / "a").exists()
+    # a folder that cannot be made is named by -o, not by the temporary folder beside it
+    (tmp_path / "f").write_text("mine\n")
+    _one_error_line(_cli("export", toy_model, "-o", tmp_path / "f" / "x"),
+                    f"-o {tmp_path / 'f' / 'x'}: cannot write (a parent of it is a file")
+    _one_error_line(_cli("export", toy_model, "-o", "/proc/mtkit-x"), "-o /proc/mtkit-x: cannot")
 
 
 def test_the_current_folder_is_refused_as_an_export_folder(toy_model, tmp_path, monkeypatch):
