@@ -82,8 +82,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-for _command in (data.prep, data.train, data.average, score.score, translate.translate,
-                 translate.export, align.align):
+_COMMANDS = (data.prep, data.train, data.average, score.score, translate.translate,
+             translate.export, align.align)
+for _command in _COMMANDS:
     app.command(add_help_option=False)(user_errors(_command))
 
 
@@ -110,7 +111,7 @@ def main() -> None:
     except UsageError as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `mtkit`: the help is already shown
             sys.exit(e.exit_code)
-        where = e.ctx.command_path if e.ctx is not None else "mtkit"
+        where = e.ctx.command_path if e.ctx is not None else _command_path()
         typer.echo(f"mtkit: error: {e.format_message()} (see `{where} --help`)", err=True)
         sys.exit(2)
     except ClickException as e:
@@ -124,6 +125,14 @@ def main() -> None:
         _drop_stdout()
     startup.before_exit()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _command_path() -> str:
+    """`mtkit COMMAND` as typed, for a usage error that came without its context (click
+    raises 'Option --beam requires an argument' without one): it pointed at `mtkit --help`."""
+    names = {fn.__name__ for fn in _COMMANDS}
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    return f"mtkit {command}" if command in names else "mtkit"
 
 
 def _stdout_file() -> tuple[int, int] | None:
