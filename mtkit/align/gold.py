@@ -20,11 +20,13 @@ _LINK = re.compile(r"(\d+)([-?p])(\d+)")
 
 @dataclass(frozen=True)
 class Gold:
-    """One sentence's gold links, 0-based. possible includes sure (P ⊇ S); where: 'file:line'."""
+    """One sentence's gold links, 0-based. possible includes sure (P ⊇ S); where: 'file:line';
+    base: what the file counts from (1 with --one-based), for messages in its own terms."""
 
     sure: frozenset[Link]
     possible: frozenset[Link]
     where: str
+    base: int = 0
 
 
 def parse_links(line: str, *, one_based: bool = False, where: str = "<string>") -> Gold:
@@ -41,7 +43,7 @@ def parse_links(line: str, *, one_based: bool = False, where: str = "<string>") 
                             f"i?j / ipj (possible), {base}-based source i and target j")
         link = (int(m[1]) - base, int(m[3]) - base)
         (sure if m[2] == "-" else possible).add(link)
-    return Gold(frozenset(sure), frozenset(possible | sure), where)
+    return Gold(frozenset(sure), frozenset(possible | sure), where, base)
 
 
 def read_gold(path: str | Path, *, one_based: bool = False) -> list[Gold]:
@@ -58,8 +60,9 @@ def check_gold_bounds(gold: Gold, n_src: int, n_tgt: int) -> None:
     """Raise DataError if a gold link points past the sentence's n_src / n_tgt words."""
     for i, j in sorted(gold.possible):
         if i >= n_src or j >= n_tgt:
-            raise DataError(f"{gold.where}: gold link {i}-{j} (0-based) is outside the sentence "
-                            f"pair ({n_src} source words, {n_tgt} target words)")
+            b = gold.base
+            raise DataError(f"{gold.where}: gold link {i + b}-{j + b} ({b}-based) is outside the "
+                            f"sentence pair ({n_src} source words, {n_tgt} target words)")
 
 
 @dataclass(frozen=True)

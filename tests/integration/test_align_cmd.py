@@ -393,3 +393,9 @@ def test_gold_link_outside_the_sentence(trained, pairs, tmp_path):
                "--pharaoh", tmp_path / "out")
     _error(res, "g:4: gold link 0-9 (0-based) is outside the sentence pair")
     assert not (tmp_path / "out").exists()  # nothing half-written
+    # with --one-based the link is quoted as the file has it (it read 0-9 for the file's 1-10)
+    shifted = [re.sub(r"\d+", lambda m: str(int(m[0]) + 1), line) for line in lines]
+    (tmp_path / "g1").write_text("\n".join(shifted) + "\n")
+    res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", tmp_path / "g1",
+               "--one-based", "--pharaoh", tmp_path / "out")
+    _error(res, "g1:4: gold link 1-10 (1-based) is outside the sentence pair")
