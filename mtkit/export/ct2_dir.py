@@ -124,21 +124,25 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         "translator = ctranslate2.Translator(\"THIS_DIR\", device=\"cpu\")",
         f"src = spm.SentencePieceProcessor(model_file=\"THIS_DIR/{src_spm}\")",
         f"tgt = spm.SentencePieceProcessor(model_file=\"THIS_DIR/{tgt_spm}\")",
+        "lines = [line.rstrip(\"\\n\") for line in open(\"input.txt\", encoding=\"utf-8\")]",
         "pieces = [src.encode(line, out_type=str) + [\"</s>\"] for line in lines]",
         f"results = translator.translate_batch(pieces, beam_size={d.beam_size}, "
         f"length_penalty={lp}, suppress_sequences=[[\"<pad>\"], [\"<s>\"]])",
-        "print([tgt.decode(r.hypotheses[0]) for r in results])",
+        "print(\"\\n\".join(tgt.decode(r.hypotheses[0]) for r in results))",
         "```",
         "",
         "## From the shell, CTranslate2-translator style",
         "",
         "Pieces in, pieces out: tokenize with the sentencepiece model, append `</s>` to every",
-        "line, translate, detokenize:",
+        "line, translate, detokenize. `spm_encode` and `spm_decode` are sentencepiece's command",
+        "line tools (`apt install sentencepiece`, `brew install sentencepiece`; the Python",
+        "package does not install them):",
         "",
         f"    spm_encode --model=THIS_DIR/{src_spm} < input.txt | sed 's/$/ <\\/s>/' > input.sp",
-        "    python -c 'import sys, ctranslate2; t = ctranslate2.Translator(\"THIS_DIR\"); "
+        "    python -c 'import ctranslate2; t = ctranslate2.Translator(\"THIS_DIR\"); "
         "[print(\" \".join(r.hypotheses[0])) for r in t.translate_batch("
-        "[l.split() for l in open(\"input.sp\")])]' > output.sp",
+        f"[l.split() for l in open(\"input.sp\")], beam_size={d.beam_size}, "
+        f"length_penalty={lp}, suppress_sequences=[[\"<pad>\"], [\"<s>\"]])]' > output.sp",
         f"    spm_decode --model=THIS_DIR/{tgt_spm} < output.sp > output.txt",
         "",
         "## Decoding that matches mtkit",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,6 +196,18 @@ def test_beam_matches_with_the_matching_length_penalty(penalty, toy_model, toy_e
             # the engine renormalises over the tokens it allows (no PAD, BOS); the toy model
             # still gives those a little mass, hence scores agree to about 1%
             assert hg["score"] == pytest.approx(hw["score"], rel=1e-2, abs=1e-3)
+
+
+def test_the_readme_python_snippet_translates_as_mtkit_does(toy_export, test_src, tmp_path):
+    """Its README's Python, run as written (THIS_DIR and input.txt filled in), prints what
+    `mtkit translate` of the export prints (it used `lines` without defining it)."""
+    readme = (toy_export / "README.md").read_text()
+    code = readme.split("```python\n")[1].split("```")[0].replace("THIS_DIR", str(toy_export))
+    shutil.copy(test_src, tmp_path / "input.txt")
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == _cli("translate", toy_export, "-i", test_src).stdout
 
 
 def test_an_export_where_a_run_is_wanted_is_named_an_export(toy_export, tmp_path):
@@ -380,9 +394,6 @@ finally:
 def test_translating_with_an_export_never_imports_torch(toy_export, test_src, extra):
     """`mtkit translate EXPORT` starts without torch (2.5-3.5 s to import on 2 cores) or
     numpy: the engine does the work. --align is the exception (the aligner needs torch)."""
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-c", _NO_TORCH, "translate", str(toy_export),
                            "-i", str(test_src), "--threads", "1", *extra],
                           capture_output=True, text=True, timeout=120)
