@@ -165,8 +165,10 @@ def _write(tmp: Path, spec, recipe: Recipe, tok: Tokenizer, quantization: str,
     (tmp / RECIPE).write_text(dump_recipe(recipe), encoding="utf-8")
     (tmp / README).write_text(_readme(recipe, tok, quantization, note), encoding="utf-8")
     files = sorted(p.name for p in tmp.iterdir()) + [MARKER]
-    meta = {"format": FORMAT, "mtkit_version": __version__, "checkpoint": str(checkpoint),
-            "quantization": quantization, "files": files}
+    # the checkpoint's full path: one relative to where export ran says nothing elsewhere
+    meta = {"format": FORMAT, "mtkit_version": __version__,
+            "checkpoint": str(checkpoint.resolve()), "quantization": quantization,
+            "files": files}
     (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 

@@ -231,9 +231,13 @@ def test_gnmt_is_refused_for_an_export_and_export_notes_it(toy_model, toy_export
     assert "length_penalty" in readme and "translate_batch" in readme
 
 
-def test_int8_export_loads_and_translates(toy_model, toy_export, test_src, tmp_path):
-    out = _export(toy_model, tmp_path / "int8", "--quantize", "int8")
-    assert json.loads((out / "mtkit-export.json").read_text())["quantization"] == "int8"
+def test_int8_export_loads_and_translates(toy_model, toy_export, test_src, tmp_path,
+                                         monkeypatch):
+    monkeypatch.chdir(toy_model.parent)  # the run named relative to where export runs
+    out = _export(Path(toy_model.name), tmp_path / "int8", "--quantize", "int8")
+    meta = json.loads((out / "mtkit-export.json").read_text())
+    assert meta["quantization"] == "int8"
+    assert meta["checkpoint"] == str((toy_model / "best.pt").resolve())  # as it is anywhere
     assert (out / "model.bin").stat().st_size < 0.6 * (toy_export / "model.bin").stat().st_size
     got = _cli("translate", out, "--beam", "5", "-i", test_src).stdout.splitlines()
     want = _cli("translate", toy_export, "--beam", "5", "-i", test_src).stdout.splitlines()
