@@ -252,7 +252,8 @@ def align(
               "--min-len": min_len}
     refuse(AlignFlags(
         forced=tgt is not None,
-        search=tuple(name for name, value in search.items() if value not in (None, False)),
+        search=tuple(name for name, value in search.items()
+                     if value is not None and value is not False),  # 0 is a value given
         greedy=greedy, beam=beam, self_attention=self_attention, heatmap_format=fmt,
         heatmap=heatmap, one_based=one_based, gold=gold, method=method, threshold=threshold,
         show=show, links=pharaoh is not None or json_out is not None or gold is not None,
@@ -285,10 +286,12 @@ def align(
                            max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
                            batch_tokens=batch_tokens)
     cfg = decoding.over(recipe.decode)
-    penalty = [f for f, v in (("--length-penalty", length_penalty), ("--alpha", alpha)) if v]
-    refuse(decoding.ignored(cfg) + ([
-        f"{', '.join(penalty)}: with greedy search the length penalty changes only a score, "
-        "which align does not show"] if penalty and cfg.method != "beam" else []))
+    ignored = decoding.ignored(cfg)
+    penalty = [f for f, v in (("--length-penalty", length_penalty), ("--alpha", alpha))
+               if v is not None and not (f == "--alpha" and cfg.length_penalty != "gnmt")]
+    refuse(ignored + ([
+        f"{', '.join(penalty)}: with {cfg.method} search the length penalty changes only a "
+        "score, which align does not show"] if penalty and cfg.method != "beam" else []))
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
                             device=dev, readout=readout or (
                                 default_readout(recipe) if choice.kind == "cross"

@@ -187,7 +187,8 @@ def translate(
         top_p=top_p, seed=seed, batch_tokens=batch_tokens)
     cfg = decoding.over(recipe.decode)
     problems = decoding.ignored(cfg)
-    penalty = [f for f, v in (("--length-penalty", length_penalty), ("--alpha", alpha)) if v]
+    penalty = [f for f, v in (("--length-penalty", length_penalty), ("--alpha", alpha))
+               if v is not None]  # --alpha 0 is given too
     if penalty and cfg.method != "beam" and fmt == "text" and cfg.nbest == 1:
         # outside beam search the penalty only rescores the one output, and text shows no score
         problems.append(f"{', '.join(penalty)}: with {cfg.method} search the length penalty "

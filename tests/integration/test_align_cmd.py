@@ -379,6 +379,9 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
      "--length-penalty: with greedy search the length penalty changes only a score"),
     (["-s", "{src}", "--print", "--length-penalty", "average", "--alpha", "0.5"],
      "--alpha is the GNMT penalty's exponent; the length penalty is average"),
+    (["-s", "{src}", "--print", "--greedy", "--alpha", "0"], "--alpha: with greedy search"),
+    (["-s", "{src}", "-t", "{tgt}", "--print", "--min-len", "0"],
+     "--min-len: search options apply only without -t"),  # 0 is given too
 ])
 def test_bad_input_is_one_line_and_exit_2(trained, pairs, tmp_path, args, fragment):
     names = {k: str(v) for k, v in pairs.items()} | {"tmp": str(tmp_path)}

@@ -195,6 +195,7 @@ def test_overlong_lines_warn_once_with_their_count(toy_model, tmp_path):
     (["--length-penalty", "none", "--alpha", "0.6"], "--alpha is the GNMT penalty's exponent"),
     (["--greedy", "--length-penalty", "average"], "--length-penalty: with greedy search the "
      "length penalty changes only the score, which text output does not show"),
+    (["--greedy", "--alpha", "0"], "--alpha: with greedy search"),  # 0 is a value given
 ])
 def test_bad_options_are_one_line_errors(toy_model, args, words):
     result = _cli("translate", toy_model, *args, input="sa gu\n")
