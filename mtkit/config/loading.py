@@ -312,10 +312,14 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
             return named  # the override created an unknown section
     # A rule across fields names the other fields it read ("d_model (33) must be divisible
     # by heads (4)" is a problem at heads): one an override set is where the change came from.
+    # A rule reading another section names that field in full ("needs a joint vocabulary
+    # (data.spm.joint: true)").
     section = key.rpartition(".")[0]
     for o in reversed(overrides):
-        where, _, field = o.split("=", 1)[0].strip().rpartition(".")
-        if where == section and re.search(rf"\b{re.escape(field)}\b", msg):
+        k = o.split("=", 1)[0].strip()
+        where, _, field = k.rpartition(".")
+        if (where == section and re.search(rf"\b{re.escape(field)}\b", msg)) or \
+                re.search(rf"(?<![\w.]){re.escape(k)}\b", msg):
             return (flags or {}).get(o, f"--set {o}")
     return source
 

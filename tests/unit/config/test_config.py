@@ -261,6 +261,9 @@ def test_overrides(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--set model\.transformer\.d_model=33: "
                        r"model\.transformer\.heads: d_model \(33\) must be divisible"):
         load_recipe(path, ["model.transformer.d_model=33"])
+    with pytest.raises(ConfigError, match=r"^--set data\.spm\.joint=false: model\.transformer"
+                       r"\.share_embeddings: needs a joint vocabulary"):  # across sections
+        load_recipe(path, ["data.spm.joint=false"])
     odd = _write(tmp_path / "odd.yaml", _with(**{"model.transformer.d_model": 33}))
     with pytest.raises(ConfigError, match=rf"^{odd}: model\.transformer\.heads: d_model"):
         load_recipe(odd, ["model.transformer.dropout=0.2"])
