@@ -360,10 +360,17 @@ def decode_tag(cfg: DecodeConfig) -> str:
 def split_run(run: Path) -> tuple[Path, Path]:
     """(run directory, checkpoint) of a run directory (its best checkpoint, else its last)
     or of a checkpoint file in one (`mtkit average`'s averaged.pt, a numbered one)."""
+    from mtkit.data.prep import data_dir
     from mtkit.run import resolve_checkpoint
 
     ckpt = resolve_checkpoint(run)
-    return (Path(run) if Path(run).is_dir() else ckpt.parent), ckpt
+    if Path(run).is_dir():
+        return Path(run), ckpt
+    if not data_dir(ckpt.parent).is_dir():
+        raise DataError(f"{run}: not in a run directory (no data/ folder beside it); --run "
+                        "needs a run's prepared splits: give the run directory or a "
+                        "checkpoint in it")
+    return ckpt.parent, ckpt
 
 
 def translate_split(run: Path, split: str, *, device: torch.device,
@@ -371,7 +378,8 @@ def translate_split(run: Path, split: str, *, device: torch.device,
                     threads: int = 0) -> SplitTranslation:
     """Translate a run's split with its best checkpoint (else last), or with the checkpoint
     `run` names, and its recipe's decode section as changed by `decode` (1-best), into
-    RUN_DIR/translations/SPLIT[.CHECKPOINT].TAG.txt, written atomically. A file already there
+    RUN_DIR/translations/SPLIT.TAG.txt (another checkpoint: translations/CHECKPOINT/...),
+    written atomically. A file already there
     is reused only when its key file (.key beside it) records the same checkpoint contents,
     source text and decoding, and the translation's own contents: file dates prove nothing (a
     checkpoint copied in keeps an older date), and an edited translation is made again.
@@ -381,13 +389,15 @@ def translate_split(run: Path, split: str, *, device: torch.device,
 
     from mtkit.data.sources import sha256_file
     from mtkit.fileio import atomic_write, open_text
+    from mtkit.run import resolve_checkpoint
 
     run_dir, ckpt = split_run(run)
     src, ref = split_texts(run_dir, split)
     model, recipe, tok = load_translator([ckpt], device)
     cfg = dataclasses.replace(decode(recipe.decode), nbest=1)
-    named = "" if Path(run).is_dir() else f".{ckpt.stem}"
-    out = run_dir / "translations" / f"{split}{named}.{decode_tag(cfg)}.txt"
+    # another checkpoint than the run's own (averaged.pt) translates into a folder of its own
+    own = ckpt.resolve() == resolve_checkpoint(run_dir).resolve()
+    out = run_dir / "translations" / ("" if own else ckpt.stem) / f"{split}.{decode_tag(cfg)}.txt"
     key_path = out.with_name(out.name + ".key")
     key = _translation_key(ckpt, src, cfg)
     if out.is_file() and _read_key(key_path) == {**key, "translation_sha256": sha256_file(out)}:

@@ -162,10 +162,11 @@ def score(
         "prints full precision).")] = None,
     json_out: Annotated[bool, flag("--json", help="Print JSON instead of tables.")] = False,
     run: Annotated[Path | None, typer.Option(
-        "--run", metavar="RUN_DIR", help="Score a run: translate the --split with its best "
-        "checkpoint (or the checkpoint given, e.g. RUN_DIR/averaged.pt) and score it against "
-        "the split's reference; a translation made earlier by the same checkpoint, source "
-        "and decoding is reused. HYP files given too are compared with it.")] = None,
+        "--run", metavar="RUN_OR_CHECKPOINT", help="Score a run: translate the --split "
+        "with its best checkpoint (or the checkpoint given, e.g. RUN_DIR/averaged.pt) and "
+        "score it against the split's reference; a translation made earlier by the same "
+        "checkpoint, source and decoding is reused. HYP files given too are compared with "
+        "it.")] = None,
     split: Annotated[str | None, typer.Option(
         "--split", metavar="NAME", help="With --run: a validation or test split of the run, "
         "e.g. test2016.")] = None,

@@ -278,9 +278,18 @@ def test_score_run_takes_a_checkpoint_of_the_run(run_copy):
     result = _cli("score", "--run", run_copy / "averaged.pt", "--split", "test", "--json")
     assert result.exit_code == 0, result.output
     (system,) = json.loads(result.stdout)["systems"]
-    assert Path(system["name"]).parent == run_copy / "translations"
-    assert Path(system["name"]).name.startswith("test.averaged.beam4-")
+    assert Path(system["name"]).parent == run_copy / "translations" / "averaged"
+    assert Path(system["name"]).name.startswith("test.beam4-")
     assert f"with {run_copy / 'averaged.pt'} into" in result.stderr
+    # the run's own checkpoint named is the run: its translation, not another
+    assert _cli("score", "--run", run_copy, "--split", "test").exit_code == 0
+    again = _cli("score", "--run", run_copy / "best.pt", "--split", "test")
+    assert again.exit_code == 0 and "mtkit: reusing" in again.stderr
+    # a checkpoint outside a run has no splits: said so (it advised `mtkit prep`)
+    away = run_copy.parent / "away.pt"
+    shutil.copy(run_copy / "last.pt", away)
+    result = _cli("score", "--run", away, "--split", "test")
+    assert result.exit_code == 2 and f"{away}: not in a run directory" in result.stderr
 
 
 def test_score_run_with_greedy_and_other_systems(run_copy, tmp_path):
