@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ def read_gold(path: str | Path, *, one_based: bool = False) -> list[Gold]:
     """Read a gold alignment file, one line per sentence pair (an empty line: no links)."""
     try:  # invalid UTF-8 cannot be a link: parse_links names its line
         lines = read_lines(path)
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise DataError(f"cannot read gold alignments {path}: {e}") from None
     return [parse_links(line, one_based=one_based, where=f"{path}:{n}")
             for n, line in enumerate(lines, start=1)]

@@ -7,6 +7,7 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class Pair:
 
 
 def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
-    """Every line of a text file (plain or .gz; - for standard input, plain) under mtkit's
+    """Every line of a text file (plain or .gz; - for standard input, either) under mtkit's
     text policy (`mtkit.fileio`), without line ends; appends to `invalid` when invalid UTF-8
     was replaced."""
     if str(path) == "-":
@@ -54,7 +55,7 @@ def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
     report = InvalidUtf8(str(path))
     try:
         lines = [line.rstrip("\r") for line in fileio.read_lines(path, report)]
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise DataError(f"{path}: cannot read the {what} file ({e})") from None
     if report.lines:
         invalid.append(report)

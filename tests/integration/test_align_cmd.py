@@ -388,6 +388,15 @@ def test_bad_input_is_one_line_and_exit_2(trained, pairs, tmp_path, args, fragme
     _error(_cli(trained, *(a.format(**names) for a in args)), fragment)
 
 
+def test_a_corrupt_gzip_input_is_one_line(trained, pairs, tmp_path):
+    """Not a traceback (zlib's error was not caught; a file cut short was)."""
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbagegarbage")
+    _error(_cli(trained, "-s", bad, "--print"), "bad.gz: cannot read the source file")
+    _error(_cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", bad),
+           "cannot read gold alignments")
+
+
 def test_gold_link_outside_the_sentence(trained, pairs, tmp_path):
     lines = pairs["gold"].read_text().splitlines()
     lines[3] = "0-9"
