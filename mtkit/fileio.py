@@ -163,16 +163,18 @@ def watching_reader(out: IO, on_gone: Callable[[], None]) -> Iterator[None]:
         poller = select.poll()
         poller.register(fd, 0)  # no events asked: a closed reader (POLLERR) is always told
         poller.register(wake_r, select.POLLIN)
-        if any(f == fd for f, _ in poller.poll()):
+        if any(f == fd and events & (select.POLLERR | select.POLLHUP)
+               for f, events in poller.poll()):
             on_gone()
 
     watcher = threading.Thread(target=watch, name="mtkit-reader-watch", daemon=True)
-    watcher.start()
     try:
+        watcher.start()
         yield
     finally:
         os.write(wake_w, b"x")
-        watcher.join()
+        if watcher.is_alive():
+            watcher.join()
         os.close(wake_r)
         os.close(wake_w)
 

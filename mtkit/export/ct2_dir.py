@@ -248,9 +248,16 @@ def _check_vocabularies(path: Path, tok: Tokenizer) -> None:
         except (OSError, ValueError) as e:
             raise CheckpointError(f"{path / name}: unreadable ({e}); export the run again") \
                 from None
-        if any(listed != pieces[side] for side in sides):
-            entries = len(listed) if isinstance(listed, list) else "no list of"
+        for side in sides:
+            if listed == pieces[side]:
+                continue
+            if not isinstance(listed, list):
+                why = "not a JSON list"
+            else:
+                pairs = zip(listed, pieces[side], strict=False)  # one may be shorter
+                at = next((i for i, (a, b) in enumerate(pairs) if a != b),
+                          min(len(listed), len(pieces[side])))
+                why = (f"{len(listed)} entries for {len(pieces[side])} pieces, the first "
+                       f"difference at id {at}")
             raise CheckpointError(f"{path / name}: does not list the export's sentencepiece "
-                                  f"pieces in id order ({entries} entries, "
-                                  f"{len(pieces[sides[0]])} pieces); export the run again")
-
+                                  f"pieces in id order ({why}); export the run again")

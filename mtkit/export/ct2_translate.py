@@ -127,8 +127,10 @@ class CT2Translator(LineTranslator):
         eos = self.src_pieces[EOS_ID]
         src = [[self.src_pieces[i] for i in s] + [eos] for s in ids for _ in range(repeat)]
         results = self.engine.translate_batch(src, **self._options(max(limits)))
-        first = self._first_rows(src) if self.align_fn is not None and \
-            self.cfg.method == "beam" and self.cfg.beam_size > 1 else None
+        first = None
+        if self.align_fn is not None and self.cfg.method == "beam" and self.cfg.beam_size > 1:
+            assert repeat == 1, "one source per sentence: row i of `first` is sentence i's"
+            first = self._first_rows(src)
         out = []
         for i, limit in enumerate(limits):
             hyps = [self._hypothesis(toks, score, attn if first is None else
@@ -148,7 +150,8 @@ class CT2Translator(LineTranslator):
         rows beam_size times, then picks rows by sentence index (decoding.cc). Only the first
         sentence of a batch keeps its own; on 200 lines of test2016 (beam 5) 14 lines of
         links differed from mtkit's. The first step is the same in every search (the source
-        and BOS), so a greedy step, which the engine gets right, gives the row."""
+        and BOS), so a greedy step, which the engine gets right, gives the row (at the cost of
+        encoding the batch again: with --align only)."""
         one = self.engine.translate_batch(
             src, beam_size=1, max_decoding_length=1, min_decoding_length=0, max_input_length=0,
             return_attention=True, return_end_token=True)

@@ -66,8 +66,8 @@ def test_gzip_input_on_stdin_or_cut_short(toy_model, src_file, tmp_path):
     proc = subprocess.run([*MTKIT, "translate", str(toy_model), "-i", str(cut), "-o", str(out)],
                           capture_output=True, text=True, env=_env(), timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == f"mtkit: error: {cut}: broken gzip file (Compressed file ended " \
-        "before the end-of-stream marker was reached)\n"
+    assert proc.stderr.startswith(f"mtkit: error: {cut}: broken gzip file (")
+    assert proc.stderr.count("\n") == 1
     assert out.read_text() == "mine\n"
 
 
