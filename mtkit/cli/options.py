@@ -84,7 +84,10 @@ def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
     for f, p in outputs.items():
         if p is None or str(p) == "-" or p.parent.is_dir():
             continue
-        problems.append(f"{f} {p}: a parent of it is a file, not a folder" if p.parent.exists()
+        # the nearest ancestor there: a file in the way cannot be made a folder by the user
+        there = next((a for a in (p.parent, *p.parent.parents) if a.exists()), None)
+        problems.append(f"{f} {p}: a parent of it is a file, not a folder"
+                        if there is not None and not there.is_dir()
                         else f"{f} {p}: folder {p.parent} does not exist; create it first")
     return problems
 

@@ -314,6 +314,8 @@ def test_an_output_file_goes_only_into_a_folder_that_exists(toy_model, tmp_path)
     _fails(_cli("translate", toy_model, "-i", src, "-o", missing / "o.de"),
            f"-o {missing / 'o.de'}: folder {missing} does not exist")
     _fails(_cli("translate", toy_model, "-i", src, "-o", in_file), "a parent of it is a file")
+    _fails(_cli("translate", toy_model, "-i", src, "-o", in_file / "deeper"),
+           "a parent of it is a file")  # not 'create it first', which cannot be done
     _fails(_cli("align", toy_model, "-s", src, "-t", tgt, "--pharaoh", missing / "a"),
            "--pharaoh", "does not exist")
     _fails(_cli("align", toy_model, "-s", src, "-t", tgt, "--json", missing / "a.json"),
