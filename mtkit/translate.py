@@ -145,7 +145,8 @@ class LineTranslator:
             self.workers, thread_name_prefix="mtkit-decode")
         try:
             with watching_reader(out, reader_gone):
-                self._run(lines, out, stats, search, gone, on_batch, pool)
+                self._run(lines, out, stats=stats, search=search, gone=gone,
+                          on_batch=on_batch, pool=pool)
         except Stopped:
             if not gone.is_set():
                 raise
@@ -160,7 +161,7 @@ class LineTranslator:
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _run(self, lines: Iterable[str], out: IO[str], stats: TranslateStats,
+    def _run(self, lines: Iterable[str], out: IO[str], *, stats: TranslateStats,
              search: Callable[[list[_Item]], list[list[Hypothesis]]], gone: threading.Event,
              on_batch: Callable[[int], None] | None, pool: ThreadPoolExecutor | None) -> None:
         """`run`'s loop over chunks; stops at the first batch after the reader is `gone` (an
