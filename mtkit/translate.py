@@ -380,12 +380,12 @@ def translate_split(run: Path, split: str, *, device: torch.device,
     """Translate a run's split with its best checkpoint (else last), or with the checkpoint
     `run` names, and its recipe's decode section as changed by `decode` (1-best), into
     RUN_DIR/translations/SPLIT.TAG.txt (another checkpoint: translations/CHECKPOINT/...),
-    written atomically. A file already there
-    is reused only when its key file (.key beside it) records the same checkpoint contents,
-    source text and decoding, and the translation's own contents: file dates prove nothing (a
-    checkpoint copied in keeps an older date), and an edited translation is made again.
-    `threads` CPU threads (0: torch's count) are shared among batches decoded at once as by
-    `mtkit translate --threads`; torch's thread count is set accordingly."""
+    written atomically. A file already there is reused only when its key file (.key beside
+    it) records the same checkpoint contents, source text and decoding, and the translation's
+    own contents: file dates prove nothing (a checkpoint copied in keeps an older date), and
+    an edited translation is made again. `threads` CPU threads (0: torch's count) are shared
+    among batches decoded at once as by `mtkit translate --threads`; torch's thread count is
+    set accordingly."""
     import torch
 
     from mtkit.data.sources import sha256_file
@@ -397,7 +397,10 @@ def translate_split(run: Path, split: str, *, device: torch.device,
     model, recipe, tok = load_translator([ckpt], device)
     cfg = dataclasses.replace(decode(recipe.decode), nbest=1)
     # another checkpoint than the run's own (averaged.pt) translates into a folder of its own
-    own = ckpt.resolve() == resolve_checkpoint(run_dir).resolve()
+    try:
+        own = ckpt.resolve() == resolve_checkpoint(run_dir).resolve()
+    except CheckpointError:  # a run left with an averaged.pt alone
+        own = False
     out = run_dir / "translations" / ("" if own else ckpt.stem) / f"{split}.{decode_tag(cfg)}.txt"
     key_path = out.with_name(out.name + ".key")
     key = _translation_key(ckpt, src, cfg)
