@@ -21,7 +21,7 @@ from mtkit.cli.options import (
 from mtkit.cli.translate import report_translation
 
 if TYPE_CHECKING:
-    from mtkit.translate import SplitTranslation
+    from mtkit.split_translation import SplitTranslation
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def score(
                          beam=beam, greedy=greedy, device=device, threads=threads).problems())
     hyps, refs = list(hyps or []), list(refs or [])
     if run is not None and split is not None:  # the split's texts; translated further down
-        from mtkit.translate import split_run, split_texts
+        from mtkit.split_translation import split_run, split_texts
 
         run_src, run_ref = split_texts(split_run(run)[0], split)
         refs, src = [run_ref], run_src if by_length and src is None else src
@@ -257,12 +257,12 @@ def score(
 def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: bool,
                          device: str | None, threads: int | None) -> SplitTranslation:
     """Translate (or reuse the translation of) a run's split for `score --run`."""
-    from mtkit import translate as tr
     from mtkit.device import inference_device
+    from mtkit.split_translation import translate_split
 
     decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam)
-    done = tr.translate_split(run, split, device=inference_device(device or "auto"),
-                              decode=decoding.over, threads=threads or 0)
+    done = translate_split(run, split, device=inference_device(device or "auto"),
+                           decode=decoding.over, threads=threads or 0)
     if done.stats is None:
         typer.echo(f"mtkit: reusing {done.path} (same {done.checkpoint}, source and decoding)",
                    err=True)

@@ -22,13 +22,8 @@ from mtkit.data.store import text_path
 from mtkit.decode import forced, length_penalty
 from mtkit.device import inference_device
 from mtkit.errors import ConfigError
-from mtkit.translate import (
-    StreamTranslator,
-    decode_tag,
-    load_translator,
-    pharaoh_aligner,
-    translate_split,
-)
+from mtkit.split_translation import decode_tag, translate_split
+from mtkit.translate import StreamTranslator, load_translator, pharaoh_aligner
 from tests.conftest import train_toy
 
 # One torch thread (see the `one_thread` fixture in conftest.py).

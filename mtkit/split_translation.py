@@ -1,0 +1,137 @@
+"""A run's validation and test splits translated into the run (`mtkit score --run`): with its
+best checkpoint or another of its own, into RUN_DIR/translations/, each translation reused
+while its key file says that checkpoint, source, decoding and the file itself are unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mtkit.batches import decode_parallelism
+from mtkit.config import DecodeConfig, recipe_to_dict
+from mtkit.errors import CheckpointError, DataError
+from mtkit.translate import StreamTranslator, TranslateStats, load_translator
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class SplitTranslation:
+    """The translation of a run's split: `path` (RUN_DIR/translations/NAME.TAG.txt), the
+    split's `source` and `reference` text, the checkpoint and decoding used, and the stats of
+    the translation (None when an up-to-date file was reused)."""
+
+    path: Path
+    source: Path
+    reference: Path
+    checkpoint: Path
+    cfg: DecodeConfig
+    stats: TranslateStats | None
+
+
+def split_texts(run_dir: Path, split: str) -> tuple[Path, Path]:
+    """The source and reference text that `mtkit prep` kept for a validation or test split."""
+    from mtkit.data.prep import data_dir
+    from mtkit.data.store import text_path
+
+    ddir = data_dir(run_dir)
+    src, ref = text_path(ddir, split, "src"), text_path(ddir, split, "tgt")
+    if not (src.is_file() and ref.is_file()):
+        have = sorted(p.name.removesuffix(".src.txt") for p in ddir.glob("*.src.txt"))
+        raise DataError(f"--split {split}: {ddir} has no {src.name} and {ref.name}; splits "
+                        f"with text there: {', '.join(have) or 'none (run mtkit prep first)'}")
+    return src, ref
+
+
+def decode_tag(cfg: DecodeConfig) -> str:
+    """A file-name tag for a decoding: 'beam5', 'greedy' or 'sample', then a short hash of every
+    option that can change the output (the batch size cannot)."""
+    options = {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    name = f"beam{cfg.beam_size}" if cfg.method == "beam" else cfg.method
+    return f"{name}-{digest}"
+
+
+def split_run(run: Path) -> tuple[Path, Path]:
+    """(run directory, checkpoint) of a run directory (its best checkpoint, else its last)
+    or of a checkpoint file in one (`mtkit average`'s averaged.pt, a numbered one)."""
+    from mtkit.data.prep import data_dir
+    from mtkit.run import resolve_checkpoint
+
+    ckpt = resolve_checkpoint(run)
+    if Path(run).is_dir():
+        return Path(run), ckpt
+    if not data_dir(ckpt.parent).is_dir():
+        raise DataError(f"{run}: not in a run directory (no data/ folder beside it); --run "
+                        "needs a run's prepared splits: give the run directory or a "
+                        "checkpoint in it")
+    return ckpt.parent, ckpt
+
+
+def translate_split(run: Path, split: str, *, device: torch.device,
+                    decode: Callable[[DecodeConfig], DecodeConfig] = lambda d: d,
+                    threads: int = 0) -> SplitTranslation:
+    """Translate a run's split with its best checkpoint (else last), or with the checkpoint
+    `run` names, and its recipe's decode section as changed by `decode` (1-best), into
+    RUN_DIR/translations/SPLIT.TAG.txt (another checkpoint: translations/CHECKPOINT/...),
+    written atomically. A file already there is reused only when its key file (.key beside
+    it) records the same checkpoint contents, source text and decoding, and the translation's
+    own contents: file dates prove nothing (a checkpoint copied in keeps an older date), and
+    an edited translation is made again. `threads` CPU threads (0: torch's count) are shared
+    among batches decoded at once as by `mtkit translate --threads`; torch's thread count is
+    set accordingly."""
+    import torch
+
+    from mtkit.data.sources import sha256_file
+    from mtkit.fileio import atomic_write, open_text
+    from mtkit.run import resolve_checkpoint
+
+    run_dir, ckpt = split_run(run)
+    src, ref = split_texts(run_dir, split)
+    model, recipe, tok = load_translator([ckpt], device)
+    cfg = dataclasses.replace(decode(recipe.decode), nbest=1)
+    # another checkpoint than the run's own (averaged.pt) translates into a folder of its own
+    try:
+        own = ckpt.resolve() == resolve_checkpoint(run_dir).resolve()
+    except CheckpointError:  # a run left with an averaged.pt alone
+        own = False
+    out = run_dir / "translations" / ("" if own else ckpt.stem) / f"{split}.{decode_tag(cfg)}.txt"
+    key_path = out.with_name(out.name + ".key")
+    key = _translation_key(ckpt, src, cfg)
+    if out.is_file() and _read_key(key_path) == {**key, "translation_sha256": sha256_file(out)}:
+        return SplitTranslation(out, src, ref, ckpt, cfg, None)
+    key_path.unlink(missing_ok=True)  # never a key beside a translation it does not describe
+    workers, each = decode_parallelism(threads, cfg, cpu=device.type == "cpu", streaming=False,
+                                       default=torch.get_num_threads())
+    if each:
+        torch.set_num_threads(each)
+    worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len,
+                              workers=workers)
+    with open_text(src) as lines, atomic_write(out) as f:
+        stats = worker.run(lines, f)
+    with atomic_write(key_path) as f:
+        json.dump({**key, "translation_sha256": sha256_file(out)}, f, sort_keys=True)
+    return SplitTranslation(out, src, ref, ckpt, cfg, stats)
+
+
+def _translation_key(ckpt: Path, src: Path, cfg: DecodeConfig) -> dict[str, Any]:
+    """What a cached translation depends on: the checkpoint's and the source's bytes, and
+    every decoding option that can change the output."""
+    from mtkit.data.sources import sha256_file
+
+    options = {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
+    return {"checkpoint_sha256": sha256_file(ckpt), "source_sha256": sha256_file(src),
+            "decode": options}
+
+
+def _read_key(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
