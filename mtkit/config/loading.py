@@ -310,10 +310,9 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
             return named
         if k.startswith(key + ".") and msg.startswith("unknown key"):
             return named  # the override created an unknown section
-    # A rule across fields names the other fields it read ("d_model (33) must be divisible
-    # by heads (4)" is a problem at heads): one an override set is where the change came from.
-    # A rule reading another section names that field in full ("needs a joint vocabulary
-    # (data.spm.joint: true)").
+    # A rule across fields names the others it read, in its section by name ("d_model (33)
+    # must be divisible by heads (4)", a problem at heads), elsewhere in full ("needs a joint
+    # vocabulary (data.spm.joint: true)"): one an override set is where the change came from.
     section = key.rpartition(".")[0]
     for o in reversed(overrides):
         k = o.split("=", 1)[0].strip()
