@@ -42,12 +42,15 @@ RECIPE = "recipe.yaml"
 @dataclass(frozen=True)
 class Export:
     """An exported directory, read back: its recipe (decode defaults, data.max_len), its
-    tokenizer, and the quantization it was saved with."""
+    tokenizer, the quantization it was saved with, and each side's pieces in id order (what
+    the engine's vocabulary files were checked against, and the engine is given)."""
 
     path: Path
     recipe: Recipe
     tokenizer: Tokenizer
     quantization: str
+    src_pieces: list[str]
+    tgt_pieces: list[str]
 
 
 def is_export(path: Path) -> bool:
@@ -224,8 +227,11 @@ def load_export(path: Path) -> Export:
         raise CheckpointError(f"{path}: the export's sentencepiece model is missing or "
                               f"unreadable ({str(e).split(';')[0]}); export the run again") \
             from None
-    _check_vocabularies(path, tok)
-    return Export(path, recipe, tok, str(meta.get("quantization")))
+    pieces = {"src": tok.src_pieces(range(tok.src_vocab_size)),
+              "tgt": tok.tgt_pieces(range(tok.tgt_vocab_size))}
+    _check_vocabularies(path, pieces)
+    return Export(path, recipe, tok, str(meta.get("quantization")), pieces["src"],
+                  pieces["tgt"])
 
 
 # CTranslate2's vocabulary files (`ModelSpec.save`), and whose pieces each must list in id order
@@ -233,13 +239,11 @@ _VOCABULARIES = {"shared_vocabulary.json": ("src", "tgt"), "source_vocabulary.js
                  "target_vocabulary.json": ("tgt",)}
 
 
-def _check_vocabularies(path: Path, tok: Tokenizer) -> None:
+def _check_vocabularies(path: Path, pieces: dict[str, list[str]]) -> None:
     """The engine maps pieces to ids by its vocabulary files, mtkit by the sentencepiece
-    models: they must agree, or the engine fails mid-translation (a damaged file gave
-    'ValueError: Token <pad> is not in the vocabulary' with a traceback) or, one piece out of
-    place, translates wrongly without a word."""
-    pieces = {"src": tok.src_pieces(range(tok.src_vocab_size)),
-              "tgt": tok.tgt_pieces(range(tok.tgt_vocab_size))}
+    models (`pieces`, each side's in id order): they must agree, or the engine fails
+    mid-translation (a damaged file gave 'ValueError: Token <pad> is not in the vocabulary'
+    with a traceback) or, one piece out of place, translates wrongly without a word."""
     for name, sides in _VOCABULARIES.items():
         if not (path / name).is_file():
             continue  # none at all: the engine refuses to load the folder, named then

@@ -89,9 +89,7 @@ class CT2Translator(LineTranslator):
                                   f"({reason})") from None
         if cfg.method == "sample":
             ct2.set_random_seed(cfg.seed)
-        tok = export.tokenizer
-        self.src_pieces = tok.src_pieces(range(tok.src_vocab_size))
-        self.tgt_pieces = tok.tgt_pieces(range(tok.tgt_vocab_size))
+        self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
         tf = export.recipe.model.transformer
         # learned positions end the output by the last one (as Translator.max_target_len)
