@@ -15,8 +15,7 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     InferenceThreadsOpt,
     flag,
-    folder_problems,
-    overwrite_problems,
+    output_problems,
     refuse,
     search_method,
 )
@@ -266,8 +265,7 @@ def align(
         method=method or DEFAULT_METHOD, threshold=threshold)
     outputs.check()
     ar.check_inputs(src, tgt, gold)
-    refuse(folder_problems({"--pharaoh": pharaoh, "--json": json_out}) + overwrite_problems(
-        {"--pharaoh": pharaoh, "--json": json_out}, {
+    refuse(output_problems({"--pharaoh": pharaoh, "--json": json_out}, {
         "the -s file": src, "the -t file": tgt, "the --gold file": gold,
         "the checkpoint": resolve_checkpoint(model),
         "the --reverse checkpoint": None if reverse is None else resolve_checkpoint(reverse)}))

@@ -62,6 +62,13 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def output_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None]
+                    ) -> list[str]:
+    """What is wrong with the output files a user names (flag -> file; None or - for none):
+    a folder that is not there (`folder_problems`), an input replaced (`overwrite_problems`)."""
+    return folder_problems(outputs) + overwrite_problems(outputs, inputs)
+
+
 def overwrite_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None]
                        ) -> list[str]:
     """Outputs (flag -> file; None or - for none, or stdout) that would replace an input

@@ -13,8 +13,7 @@ from mtkit.cli.options import (
     HelpOpt,
     at_least,
     flag,
-    folder_problems,
-    overwrite_problems,
+    output_problems,
     refuse,
     search_method,
 )
@@ -231,8 +230,7 @@ def score(
         sc.plot_format(plot)  # a bad extension fails before any scoring
         scored = {f"reference {i + 1}": p for i, p in enumerate(refs)} | {
             f"scored file {i + 1}": p for i, p in enumerate(hyps)}
-        refuse(folder_problems({"--plot": plot}) + overwrite_problems(
-            {"--plot": plot}, {"the --src file": src, **scored}))
+        refuse(output_problems({"--plot": plot}, {"the --src file": src, **scored}))
     edges = sc.parse_buckets(buckets) if buckets is not None else sc.DEFAULT_BUCKETS
     if run is not None and split is not None:
         # the files given beside it are checked before the split is translated (minutes)

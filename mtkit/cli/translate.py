@@ -17,8 +17,7 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     TranslateThreadsOpt,
     flag,
-    folder_problems,
-    overwrite_problems,
+    output_problems,
     refuse,
     search_method,
 )
@@ -165,8 +164,8 @@ def translate(
     if input is not None and not input.is_file():
         raise DataError(f"{input}: input file not found")
     exported = _exported(models)
-    refuse(folder_problems({"-o": output}) + overwrite_problems(
-        {"-o": output}, {"the input file": input, **_model_files(models, exported)}))
+    refuse(output_problems({"-o": output}, {"the input file": input,
+                                            **_model_files(models, exported)}))
     if exported is not None:  # CTranslate2 decodes: torch is never imported
         model, recipe = None, exported.recipe
     else:

@@ -288,9 +288,8 @@ def updated_section(section: Any, changes: dict[str, Any], *, prefix: str, sourc
         lines = []
         for key, msg in problems.items:
             name = _relative(key, prefix)
-            # a rule across fields names the other fields it read: a changed one caused it
-            read = next((f for f in changes if f in origins and f != name
-                         and re.search(rf"\b{re.escape(f)}\b", msg)), None)
+            read = next((f for f in changes if f in origins and f != name and _names(msg, f)),
+                        None)
             if name in changes and name in origins:
                 lines.append(f"{origins[name]} ({key}): {msg}")
             elif read is not None:
@@ -310,17 +309,18 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
             return named
         if k.startswith(key + ".") and msg.startswith("unknown key"):
             return named  # the override created an unknown section
-    # A rule across fields names the others it read, in its section by name ("d_model (33)
-    # must be divisible by heads (4)", a problem at heads), elsewhere in full ("needs a joint
-    # vocabulary (data.spm.joint: true)"): one an override set is where the change came from.
-    section = key.rpartition(".")[0]
+    # A rule across fields names the others it read, in its section by name ("d_model (33) must
+    # be divisible by heads (4)"), elsewhere in full ("data.spm.joint"): an override's caused it.
     for o in reversed(overrides):
         k = o.split("=", 1)[0].strip()
         where, _, field = k.rpartition(".")
-        if (where == section and re.search(rf"\b{re.escape(field)}\b", msg)) or \
-                re.search(rf"(?<![\w.]){re.escape(k)}\b", msg):
+        if (where == key.rpartition(".")[0] and _names(msg, field)) or _names(msg, k):
             return (flags or {}).get(o, f"--set {o}")
     return source
+
+
+def _names(msg: str, field: str) -> bool:  # a word of the message, or a dotted key in full
+    return re.search(rf"(?<![\w.]){re.escape(field)}\b", msg) is not None
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"  # the key of `<<: *anchor`
