@@ -50,6 +50,7 @@ from mtkit.align import (
     score_links,
     write_json,
 )
+from mtkit.align.heatmap_folder import HeatmapFolder, owned_files
 from mtkit.align.pairs import Pair as Pair  # re-exported, as before pairs.py: tests build them
 from mtkit.align.pairs import (
     check_inputs,
@@ -59,7 +60,7 @@ from mtkit.align.pairs import (
     translate_pairs,
 )
 from mtkit.align.reverse import Reverse, combined_links, reverse_matrices
-from mtkit.align.viz import FORMATS, print_matrix, write_heatmap
+from mtkit.align.viz import FORMATS, heatmap_name, print_matrix, write_heatmap
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import ConfigError, DataError
@@ -122,6 +123,8 @@ class AlignOutputs:
             raise ConfigError(f"--format: invalid choice {self.heatmap_format!r}; expected one "
                               f"of {', '.join(FORMATS)}")
         extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
+        if self.heatmap_dir is not None:
+            owned_files(self.heatmap_dir)  # a folder of mtkit's own heatmaps, or new or empty
 
 
 # Gold links number words (as eflomal, fast_align and the gold standards do): scored against
@@ -181,6 +184,8 @@ class _Sinks:
         self.reverse = reverse
         self.records: list[dict] = []
         self.links: list[set[Link]] = []
+        self.heatmaps = None if outputs.heatmap_dir is None else HeatmapFolder(
+            outputs.heatmap_dir)
 
     def add(self, index: int, matrix: AlignMatrix, reverse: AlignMatrix | None = None) -> None:
         """One pair's outputs; `reverse`: the reverse model's (S, T) word matrix of the pair,
@@ -189,7 +194,8 @@ class _Sinks:
         if o.show and self.console is not None:
             print_matrix(matrix, self.console, title=f"sentence {index} ({self.what}, "
                          f"{matrix.level} level)")
-        if o.heatmap_dir is not None:
+        if self.heatmaps is not None:
+            self.heatmaps.claim(heatmap_name(index, o.heatmap_format))
             with warnings.catch_warnings():  # an empty sentence draws an empty frame
                 warnings.simplefilter("ignore", UserWarning)
                 write_heatmap(matrix, o.heatmap_dir, index, fmt=o.heatmap_format)
@@ -273,6 +279,8 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
             for pair, weights, rev in zip(chunk, maps, backward, strict=True):
                 sinks.add(pair.index, label(tok, pair, weights, attention.kind, outputs.level,
                                             readout), rev)
+    if sinks.heatmaps is not None:
+        sinks.heatmaps.finish()
     if golds is not None:
         report.scores, _ = score_corpus(sinks.links, golds)
     if outputs.json is not None:

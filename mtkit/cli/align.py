@@ -137,7 +137,8 @@ def align(
     = False,
     heatmap: Annotated[Path | None, typer.Option(
         "--heatmap", metavar="DIR", help="Write one heatmap per pair into this folder "
-        "(align-0000.png, ...).")] = None,
+        "(align-0000.png, ...): a new or empty one, or one of an earlier --heatmap, whose "
+        "images this run replaces.")] = None,
     fmt: Annotated[str | None, typer.Option(
         "--heatmap-format", metavar="FORMAT", help="Heatmap image format: png, svg or pdf "
         "(default: png).")] = None,

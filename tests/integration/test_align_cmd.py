@@ -177,13 +177,27 @@ def test_heatmap_formats(trained, pairs, tmp_path, fmt):
                "--heatmap-format", fmt)
     assert res.exit_code == 0, res.output
     first = (tmp_path / "m" / f"align-0000.{fmt}").read_bytes()
-    assert len(list((tmp_path / "m").iterdir())) == N
+    assert len(list((tmp_path / "m").glob("align-*"))) == N
     if fmt == "pdf":
         assert first.startswith(b"%PDF")
     else:
         text = first.decode()
         for word in pairs["src"].read_text().split("\n")[0].split():
             assert f">{word}</text>" in text
+
+
+def test_a_heatmap_rerun_leaves_only_its_own_images(trained, pairs, tmp_path):
+    maps = tmp_path / "m"
+    assert _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--heatmap", maps).exit_code == 0
+    (tmp_path / "s").write_text("mu wi\n")
+    (tmp_path / "t").write_text("wi mu\n")
+    res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--heatmap", maps)
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in maps.glob("align-*")) == ["align-0000.png"]
+    (maps / "notes.txt").write_text("mine")
+    res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--heatmap", maps)
+    assert res.exit_code == 2 and "did not write (notes.txt)" in res.stderr, res.output
+    assert (maps / "notes.txt").read_text() == "mine"
 
 
 def test_empty_pairs_get_empty_link_lines(trained, tmp_path):
@@ -194,7 +208,7 @@ def test_empty_pairs_get_empty_link_lines(trained, tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert len(lines) == 3 and lines[1:] == ["", ""] and len(lines[0].split()) == 2
-    assert len(list((tmp_path / "m").iterdir())) == 3
+    assert len(list((tmp_path / "m").glob("align-*"))) == 3
 
 
 def test_json_to_stdout_holds_the_links_written_to_a_file(trained, pairs, tmp_path):

@@ -383,7 +383,9 @@ def test_outputs_that_name_folders_or_paths_under_files(toy_model, tmp_path):
     _fails(_cli("translate", toy_model, "-i", src, "-o", a_file / "out.txt"),
            str(a_file / "out.txt"), "a parent of it is a file")
     _fails(_cli("align", toy_model, "-s", src, "--heatmap", a_file), "file.txt",
-           "a parent of it is a file")
+           "exists and is not a folder")
+    _fails(_cli("align", toy_model, "-s", src, "--heatmap", a_file / "maps"), "file.txt",
+           "is a file, not a folder")
     _fails(_cli("average", toy_model / "best.pt", toy_model / "last.pt", "-o", tmp_path),
            str(tmp_path), "is a folder")
     assert a_file.read_text() == "mine\n"

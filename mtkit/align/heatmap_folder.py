@@ -1,0 +1,96 @@
+"""The folder of `mtkit align --heatmap DIR`, and which files in it mtkit wrote.
+
+A rerun into the same folder replaces its own heatmaps and removes those it no longer makes
+(a shorter input, another --heatmap-format): stale images of another input beside fresh ones
+would be taken for this run's. Nothing else is touched: DIR may be new, empty, or a heatmap
+folder of an earlier run, which holds MARKER (the names of the files mtkit wrote there) and
+nothing else. A name joins the list before its file is written, so a run that dies part-way
+(even mid-write, leaving atomic_write's temporary) leaves a folder that the next run still
+recognises as its own, and cleans.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from mtkit.errors import ConfigError
+from mtkit.fileio import atomic_write
+
+MARKER = "mtkit-heatmaps.json"
+
+# What atomic_write leaves of a file when its writer is killed: '.align-0007.png.k3j2x_.tmp'.
+_TEMPORARY = re.compile(r"\.(.+)\.[^.]+\.tmp")
+
+
+def _read_marker(folder: Path) -> set[str]:
+    try:
+        names = json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"]
+        if not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
+                   for n in names):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, OSError):
+        raise ConfigError(f"--heatmap {folder}: {MARKER} is unreadable; not writing into this "
+                          "folder") from None
+    return set(names)
+
+
+def owned_files(folder: Path) -> set[str]:
+    """The files an earlier `mtkit align --heatmap` wrote into `folder` (none for a new or
+    empty folder); ConfigError naming --heatmap when the folder holds anything else."""
+    if not folder.exists():
+        ancestor = next((p for p in folder.parents if p.exists()), None)
+        if ancestor is not None and not ancestor.is_dir():
+            raise ConfigError(f"--heatmap {folder}: cannot make this folder ({ancestor} is a "
+                              "file, not a folder)")
+        return set()
+    if not folder.is_dir():
+        raise ConfigError(f"--heatmap {folder}: exists and is not a folder")
+    present = {p.name for p in folder.iterdir()}
+    if not present:
+        return set()
+    if MARKER not in present:
+        raise ConfigError(f"--heatmap {folder}: folder is not empty and holds no heatmaps of "
+                          f"mtkit align (no {MARKER}); give a new or empty folder")
+    listed = _read_marker(folder)
+    foreign = sorted(n for n in present - listed - {MARKER}
+                     if not ((m := _TEMPORARY.fullmatch(n)) and m.group(1) in listed))
+    if foreign:
+        raise ConfigError(f"--heatmap {folder}: holds files mtkit align did not write "
+                          f"({', '.join(foreign[:3])}); give a new or empty folder")
+    return listed
+
+
+class HeatmapFolder:
+    """The heatmap files of one run: `claim` a name before writing its file, `finish` after
+    the last one (removes the earlier run's files that this run did not write)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.listed = owned_files(folder)
+        self.written: set[str] = set()
+
+    def claim(self, name: str) -> Path:
+        """The path to write `name` to, listed in the marker first."""
+        if name not in self.listed:
+            self.listed.add(name)
+            self._save()
+        self.written.add(name)
+        return self.folder / name
+
+    def finish(self) -> None:
+        for name in sorted(self.listed - self.written):
+            (self.folder / name).unlink(missing_ok=True)
+        for p in self.folder.iterdir():  # what a killed writer of a listed file left
+            m = _TEMPORARY.fullmatch(p.name)
+            if m and m.group(1) in self.listed and p.is_file():
+                p.unlink(missing_ok=True)
+        self.listed = set(self.written)
+        self._save()
+
+    def _save(self) -> None:
+        with atomic_write(self.folder / MARKER) as f:  # makes the folder on the first claim
+            json.dump({"written_by": "mtkit align --heatmap", "files": sorted(self.listed)},
+                      f, indent=1)
+            f.write("\n")
