@@ -23,6 +23,7 @@ EOS included; the engine reports no per-token log-probabilities (token_logprobs 
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -55,6 +56,12 @@ def _engine_device(spec: str) -> tuple[str, int]:
     return name, int(index or 0)
 
 
+def _weights(compute_type: str) -> str:
+    """The weights' type of a compute type: 'int8' for int8_float32 (int8 weights, float32
+    activations), which is what an int8 export computes in on a CPU."""
+    return compute_type.partition("_")[0]
+
+
 def runs_on_cpu(device: str) -> bool:
     """Whether the engine decodes on the CPU for --device (auto: when it sees no GPU)."""
     return device == "cpu" or (device == "auto" and ctranslate2().get_cuda_device_count() == 0)
@@ -79,6 +86,10 @@ class CT2Translator(LineTranslator):
                          fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
         ct2 = ctranslate2()
         name, index = _engine_device(device)
+        level = ct2.get_log_level()
+        # The engine logs a warning of its own, every time, when it converts weights its
+        # device cannot compute in; `note` says the same in one line of mtkit's.
+        ct2.set_log_level(logging.ERROR)
         try:
             self.engine = ct2.Translator(str(export.path), device=name, device_index=index,
                                          inter_threads=workers, intra_threads=threads)
@@ -87,6 +98,12 @@ class CT2Translator(LineTranslator):
             where = "" if device == "auto" else f" on {device}"
             raise CheckpointError(f"{export.path}: CTranslate2 cannot load it{where} "
                                   f"({reason})") from None
+        finally:
+            ct2.set_log_level(level)
+        used = self.engine.compute_type
+        self.note = None if _weights(used) == _weights(export.quantization) else (
+            f"{export.path}: {export.quantization} weights run as {used} here (CTranslate2 "
+            f"has no efficient {export.quantization} computation on {self.engine.device})")
         if cfg.method == "sample":
             ct2.set_random_seed(cfg.seed)
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces

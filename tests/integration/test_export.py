@@ -245,6 +245,27 @@ def test_int8_export_loads_and_translates(toy_model, toy_export, test_src, tmp_p
     assert sum(g == w for g, w in zip(got, want, strict=True)) >= 45
 
 
+def test_weights_the_device_cannot_compute_in_are_noted_in_one_line(toy_model, toy_export,
+                                                                   test_src, tmp_path, capfd):
+    """CTranslate2 converts float16 weights to float32 on a CPU and logs a warning of its own
+    at every load (on fd 2, past the runner): mtkit says it once, in its own words."""
+    import ctranslate2
+
+    if "float16" in ctranslate2.get_supported_compute_types("cpu"):
+        pytest.skip("this CPU computes in float16")
+    out = _export(toy_model, tmp_path / "f16", "--quantize", "float16")
+    capfd.readouterr()
+    res = _cli("translate", out, "--greedy", "--device", "cpu", "-i", test_src)
+    assert res.exit_code == 0, res.output
+    assert "[ctranslate2]" not in capfd.readouterr().err
+    notes = [line for line in res.stderr.splitlines() if "note" in line]
+    assert notes == [f"mtkit: note: {out}: float16 weights run as float32 here (CTranslate2 has "
+                     "no efficient float16 computation on cpu)"]
+    assert len(res.stdout.splitlines()) == 60
+    assert "note" not in _cli("translate", toy_export, "--greedy", "--device", "cpu",
+                              "-i", test_src).stderr
+
+
 def test_streams_keep_order_empty_lines_and_jsonl(toy_model, toy_export, test_src):
     lines = test_src.read_text().splitlines()[:4]
     text = "\n".join([lines[0], "", *lines[1:], "   "]) + "\n"
