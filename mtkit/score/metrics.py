@@ -32,6 +32,7 @@ METRICS = ("bleu", "chrf", "ter")
 TESTS = ("bs", "ar")
 DEFAULT_BUCKETS = (10, 20, 30, 40, 50)
 STDIN = Path("-")
+DEFAULT_TOKENIZER = BLEU.TOKENIZER_DEFAULT  # '13a'
 
 
 # --------------------------------------------------------------------------- options
@@ -206,7 +207,8 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
         raise MtkitError("paired significance tests need two or more hypothesis files; "
                          "the first is the baseline")
     check_line_counts(refs, hyps, src)
-    scorers = {key: _make_metric(key, metrics, refs) for key in metrics.metrics}
+    notices: list[str] = []
+    scorers = {key: _make_metric(key, metrics, refs, notices) for key in metrics.metrics}
     # Per-sentence sufficient statistics, once per metric and system; the corpus score is their
     # aggregate, exactly as in sacrebleu's corpus_score.
     stats = {k: [sacrebleu_api.sentence_statistics(m, h.lines) for h in hyps]
@@ -219,7 +221,8 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
     tests = [_paired_test(t, hyps, scorers, significance, same)
              for t in (significance.tests if significance else ())]
     warnings = tuple(t.invalid.warning() or "" for t in (*refs, *hyps, *([src] if src else []))
-                     if t.invalid is not None)
+                     if t.invalid is not None) + tuple(dict.fromkeys(notices)) + tuple(
+        w for h in hyps if "bleu" in scorers and (w := _tokenized(h)))
     report = ScoreReport(
         references=[r.name for r in refs], systems=[h.name for h in hyps],
         sentences=len(refs[0].lines), signatures=signatures, width=metrics.width,
@@ -227,28 +230,49 @@ def score_texts(refs: Sequence[Text], hyps: Sequence[Text], *,
         warnings=warnings)
     if src is None:
         return report
-    bleu = scorers.get("bleu") or _make_metric("bleu", metrics, refs)
+    bleu = scorers.get("bleu") or _make_metric("bleu", metrics, refs, [])
     bleu_stats = stats.get("bleu") or [sacrebleu_api.sentence_statistics(bleu, h.lines)
                                        for h in hyps]
     return dataclasses.replace(report, by_length=_bleu_by_length(src, bleu, bleu_stats, buckets),
                                length_signature=bleu.get_signature().format())
 
 
-def _make_metric(name: str, opts: MetricOptions, refs: Sequence[Text]) -> Metric:
-    """A sacrebleu metric with the references cached once (as sacrebleu's CLI does)."""
+# sacreBLEU's own check, said once per file in one line: it warns in three lines that name a
+# Python parameter (`force`) and not the file, and only BLEU runs it (it is off below).
+_TOKENIZED_LINES = 100
+
+
+def _tokenized(hyp: Text) -> str | None:
+    """A warning when `hyp` looks tokenized: 100 or more lines end in ' .'."""
+    n = sum(line.endswith(" .") for line in hyp.lines)
+    if n < _TOKENIZED_LINES:
+        return None
+    return (f"{hyp.name}: {n} of {len(hyp.lines)} lines end in a tokenized period (' .'); "
+            "BLEU expects detokenized text, which would score differently")
+
+
+def _make_metric(name: str, opts: MetricOptions, refs: Sequence[Text],
+                 notices: list[str]) -> Metric:
+    """A sacrebleu metric with the references cached once (as sacrebleu's CLI does); what
+    sacrebleu logs while it is made (a tokenizer renamed) is added to `notices`."""
     ref_streams = [list(r.lines) for r in refs]
     try:
-        if name == "bleu":
-            return BLEU(tokenize=opts.tokenize, lowercase=opts.lowercase, references=ref_streams)
-        if name == "chrf":
-            return CHRF(word_order=opts.chrf_word_order, lowercase=opts.lowercase,
-                        references=ref_streams)
-        return TER(case_sensitive=opts.ter_case_sensitive, references=ref_streams)
+        with sacrebleu_api.logged_warnings() as logged:
+            if name == "bleu":
+                metric: Metric = BLEU(tokenize=opts.tokenize, lowercase=opts.lowercase,
+                                      force=True, references=ref_streams)
+            elif name == "chrf":
+                metric = CHRF(word_order=opts.chrf_word_order, lowercase=opts.lowercase,
+                              references=ref_streams)
+            else:
+                metric = TER(case_sensitive=opts.ter_case_sensitive, references=ref_streams)
+        notices.extend(f"sacreBLEU: {m}" for m in logged)
+        return metric
     except (ImportError, OSError, RuntimeError) as e:
         # the mecab tokenizers need extra packages (RuntimeError), the spm ones a download
         reason = " ".join(str(e).split())
         raise MtkitError(f"sacrebleu cannot set up {name} with tokenizer "
-                         f"{opts.tokenize!r}: {reason}") from None
+                         f"{opts.tokenize or DEFAULT_TOKENIZER!r}: {reason}") from None
 
 
 def _aggregate(metric: Metric, stats: list[Any]) -> MetricScore:

@@ -10,6 +10,7 @@ halves separately (per-sentence statistics, then their aggregate over any subset
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -42,3 +43,23 @@ def seeded(seed: int) -> Iterator[None]:
             del os.environ["SACREBLEU_SEED"]
         else:
             os.environ["SACREBLEU_SEED"] = old
+
+
+@contextlib.contextmanager
+def logged_warnings() -> Iterator[list[str]]:
+    """Collect what sacreBLEU logs (to its 'sacrebleu' logger) meanwhile instead of letting
+    logging's last-resort handler print it bare on stderr: the caller says it in mtkit's
+    words, or not at all when the call failed (a notice before an error line is noise)."""
+    logger = logging.getLogger("sacrebleu")
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(" ".join(record.getMessage().split()))
+
+    saved = logger.handlers, logger.propagate
+    logger.handlers, logger.propagate = [Collect(logging.WARNING)], False
+    try:
+        yield messages
+    finally:
+        logger.handlers, logger.propagate = saved

@@ -333,6 +333,56 @@ def test_invalid_utf8_is_replaced_with_the_shared_warning(files, tmp_path):
                              "2), replaced with U+FFFD\n")
 
 
+def test_tokenized_output_gets_one_warning_naming_its_file(tmp_path, monkeypatch):
+    """sacreBLEU's own check warns in three bare lines that name its Python parameter
+    `force`; mtkit says it in one line naming the file, for BLEU only (as sacreBLEU)."""
+    monkeypatch.chdir(tmp_path)
+    lines = [f"a man sits on bench {i} ." for i in range(120)]
+    Path("tok.txt").write_text("\n".join(lines) + "\n")
+    Path("ref.txt").write_text("\n".join(x[:-2] + "." for x in lines) + "\n")
+    result = _cli("-r", "ref.txt", "tok.txt", "--json")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ("mtkit: warning: tok.txt: 120 of 120 lines end in a tokenized "
+                             "period (' .'); BLEU expects detokenized text, which would score "
+                             "differently\n")
+    scores = json.loads(result.stdout)
+    bleu = BLEU()
+    assert scores["systems"][0]["scores"]["BLEU"]["score"] == bleu.corpus_score(
+        lines, [[x[:-2] + "." for x in lines]]).score
+    assert scores["signatures"]["BLEU"] == bleu.get_signature().format()
+    assert _cli("-r", "ref.txt", "tok.txt", "-m", "chrf").stderr == ""
+    Path("few.txt").write_text("\n".join(lines[:99] + ["x."] * 21) + "\n")
+    assert _cli("-r", "ref.txt", "few.txt").stderr == ""
+
+
+def test_what_sacrebleu_logs_becomes_a_warning_or_goes_with_its_error(files, monkeypatch,
+                                                                      capfd):
+    import logging
+
+    from mtkit.score import metrics
+
+    def logging_bleu(fails: bool):
+        def make(**kwargs):
+            logging.getLogger("sacrebleu").warning("Tokenizer 'x' has been changed to 'y'.")
+            if fails:
+                raise OSError("no network")
+            return BLEU(**kwargs)
+        return make
+
+    monkeypatch.setattr(metrics, "BLEU", logging_bleu(fails=False))
+    result = _cli("-r", files["ref"], files["good"], "-m", "bleu")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ("mtkit: warning: sacreBLEU: Tokenizer 'x' has been changed to "
+                             "'y'.\n")
+    monkeypatch.setattr(metrics, "BLEU", logging_bleu(fails=True))
+    result = _cli("-r", files["ref"], files["good"], "-m", "bleu")
+    assert result.exit_code == 2
+    assert result.stderr == ("mtkit: error: sacrebleu cannot set up bleu with tokenizer '13a': "
+                             "no network\n")
+    assert capfd.readouterr().err == ""  # nothing printed past the runner either
+    assert logging.getLogger("sacrebleu").handlers == []
+
+
 @pytest.mark.parametrize("args, words", [
     (["--paired-bs"], ["two or more hypothesis files"]),
     (["--src", "{src}"], ["--src is used only by --by-length"]),
