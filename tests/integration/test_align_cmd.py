@@ -133,8 +133,10 @@ def test_forced_alignment_writes_every_output(trained, pairs, tmp_path):
     assert total["possible"] == total["sure"] + 1
     assert (f"AER {total['aer']:.4f}  precision {total['precision']:.4f}  "
             f"recall {total['recall']:.4f}") in res.stdout
-    images = sorted((tmp_path / "maps").iterdir())
+    images = sorted((tmp_path / "maps").glob("align-*"))
     assert [p.name for p in images] == [f"align-{k:04d}.png" for k in range(N)]
+    assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == [
+        *(p.name for p in images), "mtkit-heatmaps.json"]
     for path, rec in zip(images, doc["sentences"], strict=True):
         png = path.read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
