@@ -218,8 +218,8 @@ def translate(
         worker = CT2Translator(exported, cfg, device=device, threads=each,
                                fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
                                chunk_lines=chunk_lines, workers=workers)
-        if worker.note:
-            typer.echo(f"mtkit: note: {worker.note}", err=True)
+        for note in worker.notes:
+            typer.echo(f"mtkit: note: {note}", err=True)
     else:
         workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
                                            streaming=interactive,

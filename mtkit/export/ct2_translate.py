@@ -6,19 +6,24 @@ How mtkit's decoding options map onto the engine's (`Translator.translate_batch`
 - beam_size, nbest -> beam_size, num_hypotheses; greedy is beam_size 1;
 - length penalty: the engine divides by |Y|^p with |Y| counting EOS, so mtkit's `average` is
   p = 1 and `none` p = 0; `gnmt` has no equivalent and is refused (`engine_problems`);
-- min_len -> min_decoding_length (EOS banned at steps t < min_len in both);
+- min_len -> min_decoding_length (EOS banned at steps t < min_len in both). The engine bans it
+  before its log-softmax, renormalising those steps, and mtkit after: greedy output is the
+  same, a beam's can differ (noted to the user); every output is scored again (score_batch);
 - the output limit floor(a * n + b) is per sentence in mtkit, per call in the engine: the
   engine runs to the batch's largest limit + 1 and each output is cut to its own limit, which
-  is where mtkit forces EOS (greedy output is then identical; a beam could in principle keep a
-  different hypothesis at the limit);
+  is where mtkit forces EOS, and scored again as cut. Greedy and sampled output is then
+  mtkit's; a beam that ran past a sentence's limit is searched again with that limit alone
+  (its hypotheses at the limit are those of the last step, cut, so a beam could in principle
+  still keep another hypothesis there than mtkit, which forces EOS on every one);
 - PAD and BOS are never produced (suppress_sequences), as in mtkit. The engine renormalises
   over the tokens it allows and mtkit does not: a trained model gives those two tokens no mass,
   so rankings agree;
 - sampling: temperature, top_k (0 = the whole vocabulary in both), top_p, seed; nbest samples
   come from the source repeated nbest times.
 
-Hypotheses carry the engine's score and, with --align, its attention (T, S) over the source
-EOS included; the engine reports no per-token log-probabilities (token_logprobs is empty).
+Hypotheses carry the engine's score (or the model's, scored again) and, with --align, its
+attention (T, S) over the source EOS included; the engine reports no per-token
+log-probabilities (token_logprobs is empty).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import math
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -42,7 +47,7 @@ from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat
 def engine_problems(cfg: DecodeConfig, device: str) -> list[str]:
     """Decoding choices an exported model cannot honour, named by flag and recipe key."""
     out = []
-    if cfg.method != "sample" and cfg.length_penalty == "gnmt":
+    if cfg.length_penalty == "gnmt":  # sampled n-best lists are ranked by it too
         out.append("--length-penalty gnmt (decode.length_penalty): CTranslate2 has no GNMT "
                    "penalty; use average (its length_penalty 1) or none")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
@@ -101,9 +106,16 @@ class CT2Translator(LineTranslator):
         finally:
             ct2.set_log_level(level)
         used = self.engine.compute_type
-        self.note = None if _weights(used) == _weights(export.quantization) else (
-            f"{export.path}: {export.quantization} weights run as {used} here (CTranslate2 "
-            f"has no efficient {export.quantization} computation on {self.engine.device})")
+        self.notes: list[str] = []  # for the user, one line each
+        if _weights(used) != _weights(export.quantization):
+            self.notes.append(
+                f"{export.path}: {export.quantization} weights run as {used} here (CTranslate2 "
+                f"has no efficient {export.quantization} computation on {self.engine.device})")
+        if cfg.min_len > 0 and cfg.method == "beam" and cfg.beam_size > 1:
+            self.notes.append(
+                "--min-len: CTranslate2's beam ranks the first steps by probabilities "
+                "renormalised without EOS (mtkit's own search by the model's), so its output "
+                "can differ from `mtkit translate` of the checkpoint; scores are the model's")
         if cfg.method == "sample":
             ct2.set_random_seed(cfg.seed)
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
@@ -118,10 +130,10 @@ class CT2Translator(LineTranslator):
         limits = [math.floor(a * len(s)) + b for s in ids]
         return limits if self.max_target is None else [min(n, self.max_target) for n in limits]
 
-    def _options(self, longest: int) -> dict[str, Any]:
+    def _options(self, steps: int) -> dict[str, Any]:
         cfg = self.cfg
         opts: dict[str, Any] = dict(
-            max_decoding_length=longest + 1, min_decoding_length=cfg.min_len,
+            max_decoding_length=steps, min_decoding_length=cfg.min_len,
             length_penalty=_penalty(cfg), return_scores=True, return_end_token=True,
             return_attention=self.align_fn is not None, max_input_length=0,
             suppress_sequences=[[self.tgt_pieces[PAD_ID]], [self.tgt_pieces[BOS_ID]]])
@@ -140,22 +152,108 @@ class CT2Translator(LineTranslator):
         limits = self._limits(ids)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
         eos = self.src_pieces[EOS_ID]
-        src = [[self.src_pieces[i] for i in s] + [eos] for s in ids for _ in range(repeat)]
-        results = self.engine.translate_batch(src, **self._options(max(limits)))
+        src = [[self.src_pieces[i] for i in s] + [eos] for s in ids]
+        outputs = self._decode(src, max(limits) + 1, repeat)
+        if self.cfg.method == "beam":
+            # A beam that ran past a sentence's own limit (the batch's is the largest) is
+            # searched again to that limit: the engine's last step keeps its beam_size best
+            # candidates (distinct, unfinished ones then end by EOS in _finish), mtkit forces
+            # EOS on every hypothesis there. The two sets differ only when an EOS candidate
+            # was among the best at the last step (mtkit then keeps one more unfinished).
+            past: dict[int, list[int]] = {}
+            for i, (limit, found) in enumerate(zip(limits, outputs, strict=True)):
+                if any(len(o.ids) + (not o.ended) > limit for o in found):  # ran past it
+                    past.setdefault(limit, []).append(i)
+            for limit, members in past.items():
+                again = self._decode([src[i] for i in members], max(limit, 1), 1,
+                                     num_hypotheses=self.cfg.beam_size)
+                for i, found in zip(members, again, strict=True):
+                    outputs[i] = found
+        return self._finish(src, limits, outputs)
+
+    def _decode(self, src: list[list[str]], steps: int, repeat: int, *,
+                num_hypotheses: int | None = None) -> list[list[_Output]]:
+        """Each source's engine outputs (`repeat` samples each when sampling), of at most
+        `steps` tokens (EOS included)."""
+        opts = self._options(steps)
+        if num_hypotheses is not None:
+            opts.update(num_hypotheses=num_hypotheses)
+        results = self.engine.translate_batch([s for s in src for _ in range(repeat)], **opts)
         first = None
         if self.align_fn is not None and self.cfg.method == "beam" and self.cfg.beam_size > 1:
             assert repeat == 1, "one source per sentence: row i of `first` is sentence i's"
             first = self._first_rows(src)
         out = []
-        for i, limit in enumerate(limits):
-            hyps = [self._hypothesis(toks, score, attn if first is None else
-                                     [first[i], *attn[1:]], limit)
-                    for r in results[i * repeat: (i + 1) * repeat]
-                    for toks, score, attn in zip(r.hypotheses, r.scores,
-                                                 r.attention or [None] * len(r.hypotheses),
-                                                 strict=True)]
-            out.append(sorted(hyps, key=lambda h: -h.score))
+        for i in range(len(src)):
+            found = []
+            for r in results[i * repeat: (i + 1) * repeat]:
+                for pieces, score, attn in zip(r.hypotheses, r.scores,
+                                               r.attention or [None] * len(r.hypotheses),
+                                               strict=True):
+                    tokens = [self.tgt_ids[p] for p in pieces]
+                    ended = bool(tokens) and tokens[-1] == EOS_ID
+                    found.append(_Output(tokens[:-1] if ended else tokens, float(score),
+                                         attn if first is None or attn is None
+                                         else [first[i], *attn[1:]], ended))
+            out.append(found)
         return out
+
+    def _finish(self, src: list[list[str]], limits: list[int],
+                outputs: list[list[_Output]]) -> list[list[Hypothesis]]:
+        """mtkit's hypotheses: an output longer than its sentence's limit is cut there, where
+        mtkit forces EOS, and scored again as cut (the model's log-probabilities of its
+        tokens and EOS, by the engine's score_batch); in a beam's n-best list a cut that
+        repeats another output is dropped."""
+        p, beam = _penalty(self.cfg), self.cfg.method == "beam"
+        # With min_len the engine scores the first steps renormalised without EOS (mtkit
+        # leaves the model's probabilities as they are): every output is scored again.
+        again = [(i, o) for i, found in enumerate(outputs) for o in found
+                 if len(o.ids) > limits[i] or not o.ended or self.cfg.min_len > 0]
+        rescored: dict[int, float] = {}
+        if again:
+            scores = self.engine.score_batch(
+                [src[i] for i, _ in again],
+                [[self.tgt_pieces[t] for t in o.ids[:limits[i]]] for i, o in again],
+                max_input_length=0)
+            rescored = {id(o): float(sum(r.log_probs)) for (_, o), r in zip(again, scores,
+                                                                           strict=True)}
+        short = [(i, o) for i, o in again  # ended by the engine's limit: no EOS step's row
+                 if o.attn is not None and len(o.attn) <= min(len(o.ids), limits[i])]
+        last_rows = dict(zip((id(o) for _, o in short), self._next_rows(
+            [src[i] for i, _ in short], [o.ids[:limits[i]] for i, o in short]), strict=True))
+        out = []
+        for limit, found in zip(limits, outputs, strict=True):
+            hyps: dict[object, Hypothesis] = {}
+            for o in found:
+                ids = o.ids[:limit]
+                n = len(ids) + 1  # the length the penalty counts: tokens and EOS
+                if id(o) in rescored:
+                    logprob = rescored[id(o)]
+                    score = logprob / n ** p
+                else:
+                    score, logprob = o.score, o.score * n ** p
+                # Row t of the attention belongs to the step that produced token t; the step
+                # after the last kept token is the EOS step (whether the engine chose EOS there
+                # or not).
+                rows = o.attn if id(o) not in last_rows else [*o.attn[:n - 1], last_rows[id(o)]]
+                weights = None if rows is None else _tensor(rows)[:n]
+                hyp = Hypothesis(ids, score, logprob, [], weights)
+                hyps.setdefault(tuple(ids) if beam else len(hyps), hyp)
+            ranked = sorted(hyps.values(), key=lambda h: -h.score)
+            out.append(ranked[:self.cfg.nbest] if beam else ranked)
+        return out
+
+    def _next_rows(self, src: list[list[str]], prefixes: list[list[int]]) -> list[list[float]]:
+        """The attention of the step after each target prefix (the EOS step of a hypothesis
+        that the engine's limit ended): the prefix forced, one step more."""
+        if not src:
+            return []
+        done = self.engine.translate_batch(
+            src, target_prefix=[[self.tgt_pieces[t] for t in p] for p in prefixes],
+            beam_size=1, max_decoding_length=max(len(p) for p in prefixes) + 1,
+            min_decoding_length=0, max_input_length=0, return_attention=True,
+            return_end_token=True)
+        return [r.attention[0][len(p)] for r, p in zip(done, prefixes, strict=True)]
 
     def _first_rows(self, src: list[list[str]]) -> list[list[float]]:
         """Each sentence's attention at the first target step, from one greedy step.
@@ -172,18 +270,14 @@ class CT2Translator(LineTranslator):
             return_attention=True, return_end_token=True)
         return [r.attention[0][0] for r in one]
 
-    def _hypothesis(self, pieces: list[str], score: float, attn: list | None,
-                    limit: int) -> Hypothesis:
-        """One engine output as mtkit's Hypothesis, cut where mtkit would have forced EOS."""
-        ids = [self.tgt_ids[p] for p in pieces]
-        if ids and ids[-1] == EOS_ID:
-            ids.pop()
-        ids = ids[:limit]
-        # Row t of the attention belongs to the step that produced token t; the step after the
-        # last kept token is the EOS step (whether the engine chose EOS there or not).
-        weights = None if attn is None else _tensor(attn)[: len(ids) + 1]
-        logprob = score * (len(ids) + 1) ** _penalty(self.cfg)
-        return Hypothesis(ids, float(score), float(logprob), [], weights)
+
+class _Output(NamedTuple):
+    """One engine output: target ids without EOS, the engine's score, attention rows."""
+
+    ids: list[int]
+    score: float
+    attn: list | None
+    ended: bool  # by EOS (else by the engine's limit)
 
 
 def _tensor(rows: list) -> Any:

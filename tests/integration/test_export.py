@@ -118,13 +118,17 @@ def _teacher_forced(run: Path) -> tuple[torch.Tensor, list[list[str]], list[list
     return lp, [tok.src_pieces(s) + eos for s in srcs], [tok.tgt_pieces(t) for t in tgts]
 
 
-def test_beam_links_equal_mtkit_for_every_sentence_of_a_batch(toy_run, test_src, tmp_path):
+@pytest.mark.parametrize("limits", [(), ("--max-len-a", "0.5", "--max-len-b", "1")])
+def test_beam_links_equal_mtkit_for_every_sentence_of_a_batch(limits, toy_run, test_src,
+                                                              tmp_path):
     """The engine's beam search gave sentence i of a batch the first step's attention of
     sentence i // beam (CTranslate2 4.x): its first target word linked where another
-    sentence's did. The export's links are mtkit's, batch-mates included."""
+    sentence's did. The export's links are mtkit's, batch-mates included, and for outputs
+    that end at their limit (the engine's last step has no EOS row: it is added)."""
     run = _random_run(toy_run, tmp_path / "run", OPTIONS[1], align_head=1, seed=11)
     out = _export(run, tmp_path / "ct2")
-    args = ("--beam", "3", "--length-penalty", "average", "--align", "-i", test_src)
+    args = ("--beam", "3", "--length-penalty", "average", "--align", "--readout", "shift",
+            *limits, "-i", test_src)
     want, got = _cli("translate", run, *args), _cli("translate", out, *args)
     assert want.exit_code == 0 and got.exit_code == 0, (want.output, got.output)
     # a random model's beam has near ties, which the engines may break apart: the lines where
@@ -198,6 +202,63 @@ def test_beam_matches_with_the_matching_length_penalty(penalty, toy_model, toy_e
             assert hg["score"] == pytest.approx(hw["score"], rel=1e-2, abs=1e-3)
 
 
+# Limits of floor(0.5 n) + 1 target tokens: most toy outputs (as long as their source) are cut,
+# and a batch holds sentences of different limits.
+SHORT = ("--max-len-a", "0.5", "--max-len-b", "1", "--format", "jsonl")
+
+
+def test_outputs_cut_at_their_limit_score_as_cut_whatever_the_batch(toy_model, toy_export,
+                                                                      test_src, tmp_path):
+    """The engine decodes a batch to its largest limit: an output cut to its own limit kept
+    the longer output's score (-153 against mtkit's -91 on test2016), which changed with the
+    rest of the batch."""
+    args = ("--greedy", "--length-penalty", "none", *SHORT)
+    want = [json.loads(x) for x in _cli("translate", toy_model, *args, "-i", test_src).stdout
+            .splitlines()]
+    got = [json.loads(x) for x in _cli("translate", toy_export, *args, "-i", test_src).stdout
+           .splitlines()]
+    limits = [int(0.5 * len(w["source"].split())) + 1 for w in want]
+    assert len(set(limits)) >= 3 and sum(w["tokens"] == n for w, n in zip(want, limits)) > 40
+    for w, g in zip(want, got, strict=True):
+        assert g["hypothesis"] == w["hypothesis"]
+        assert g["score"] == pytest.approx(w["score"], rel=1e-2, abs=1e-3)
+    for i in (0, 17, 42):
+        one = tmp_path / "one.txt"
+        one.write_text(want[i]["source"] + "\n")
+        alone = json.loads(_cli("translate", toy_export, *args, "-i", one).stdout)
+        assert alone["score"] == pytest.approx(got[i]["score"], abs=1e-5)
+
+
+def test_a_beam_cut_at_its_limit_lists_no_hypothesis_twice(toy_model, toy_export, test_src):
+    """Outputs that differ only past a sentence's limit were cut to the same text and listed
+    twice, with different scores; the 1-best could differ from mtkit's."""
+    args = ("--beam", "5", "--nbest", "3", "--length-penalty", "average", *SHORT,
+            "-i", test_src)
+    want = [json.loads(x) for x in _cli("translate", toy_model, *args).stdout.splitlines()]
+    got = [json.loads(x) for x in _cli("translate", toy_export, *args).stdout.splitlines()]
+    for w, g in zip(want, got, strict=True):
+        texts = [h["hypothesis"] for h in g["nbest"]]
+        assert len(set(texts)) == len(texts) == 3
+        assert g["hypothesis"] == w["hypothesis"]
+        assert g["score"] == pytest.approx(w["score"], rel=1e-2, abs=1e-3)
+
+
+def test_min_len_scores_are_the_models_and_beams_are_noted(toy_model, toy_export, test_src):
+    """The engine bans EOS before its log-softmax (renormalising those steps), mtkit after:
+    greedy output is the same and its score now is too; a beam's difference is noted."""
+    args = ("--greedy", "--min-len", "6", "--length-penalty", "none", "--format", "jsonl",
+            "-i", test_src)
+    want = [json.loads(x) for x in _cli("translate", toy_model, *args).stdout.splitlines()]
+    res = _cli("translate", toy_export, *args)
+    got = [json.loads(x) for x in res.stdout.splitlines()]
+    assert "note" not in res.stderr
+    for w, g in zip(want, got, strict=True):
+        assert g["hypothesis"] == w["hypothesis"]
+        assert g["score"] == pytest.approx(w["score"], rel=1e-2, abs=1e-3)
+    res = _cli("translate", toy_export, "--beam", "3", "--min-len", "6", "-i", test_src)
+    assert res.exit_code == 0 and "mtkit: note: --min-len: CTranslate2's beam" in res.stderr
+
+
 def test_the_readme_python_snippet_translates_as_mtkit_does(toy_export, test_src, tmp_path):
     """Its README's Python, run as written (THIS_DIR and input.txt filled in), prints what
     `mtkit translate` of the export prints (it used `lines` without defining it)."""
@@ -224,9 +285,10 @@ def test_an_export_where_a_run_is_wanted_is_named_an_export(toy_export, tmp_path
 
 
 def test_gnmt_is_refused_for_an_export_and_export_notes_it(toy_model, toy_export, test_src):
-    res = _cli("translate", toy_export, "--length-penalty", "gnmt", "-i", test_src)
-    assert res.exit_code == 2
-    assert res.output.count("\n") == 1 and "--length-penalty gnmt" in res.output
+    for search in (["--beam", "2"], ["--sample", "--nbest", "2"]):  # sampled lists rank by it
+        res = _cli("translate", toy_export, *search, "--length-penalty", "gnmt", "-i", test_src)
+        assert res.exit_code == 2
+        assert res.output.count("\n") == 1 and "--length-penalty gnmt" in res.output
     readme = (toy_export / "README.md").read_text()
     assert "length_penalty" in readme and "translate_batch" in readme
 
