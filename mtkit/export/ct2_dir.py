@@ -7,9 +7,9 @@
   mtkit-export.json                           what mtkit wrote here (marks a previous export)
   README.md                                   how to load it from Python and from the shell
 
-The directory is built beside its destination and renamed into place, so a failed export
-leaves nothing half-written; an existing destination is replaced only when it is empty or a
-previous mtkit export holding nothing but the files that export listed.
+A new directory is built beside its destination and renamed into place, so a failed export
+leaves nothing half-written; an existing destination is filled in place (`write_export`),
+only when it is empty or a previous mtkit export holding nothing but the files it listed.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -77,21 +78,29 @@ def position_rows(recipe: Recipe) -> int:
     return max(tf.max_positions, longest, recipe.data.max_len + 1)
 
 
-def check_destination(out: Path) -> None:
-    """Refuse to replace a directory that mtkit did not write (or wrote and then got extra
-    files); an empty directory or a clean previous export may be replaced."""
+# What an export killed while it filled an existing folder leaves there: its own files, built
+# in a folder inside the destination (so that each can be renamed into place).
+_BUILDING = re.compile(r"\.mtkit-export\..+\.tmp")
+
+
+def check_destination(out: Path) -> set[str]:
+    """The files of the previous export in `out` (none for a new or empty folder); refuse a
+    folder that mtkit did not write (or wrote and then got extra files)."""
     if not out.exists():
-        return
+        return set()
     if not out.is_dir():
         raise ConfigError(f"-o {out}: exists and is not a directory")
-    present = {p.name for p in out.iterdir()}
+    present = {p.name for p in out.iterdir() if not _BUILDING.fullmatch(p.name)}
     if not present:
-        return
+        return set()
     if MARKER not in present:
         raise ConfigError(f"-o {out}: directory is not empty and is not an mtkit export "
                           f"(no {MARKER}); give a new or empty directory")
     try:
         listed = set(json.loads((out / MARKER).read_text(encoding="utf-8"))["files"])
+        if not all(isinstance(n, str) and n == Path(n).name and n not in ("", ".", "..")
+                   for n in listed):
+            raise TypeError
     except (ValueError, KeyError, TypeError, OSError):
         raise ConfigError(f"-o {out}: {MARKER} is unreadable; not replacing this "
                           "directory") from None
@@ -99,6 +108,7 @@ def check_destination(out: Path) -> None:
     if extra:
         raise ConfigError(f"-o {out}: holds files a previous export did not write "
                           f"({', '.join(extra[:3])}); not replacing it")
+    return listed
 
 
 def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None) -> str:
@@ -162,7 +172,8 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
 
 
 def _write(tmp: Path, spec, recipe: Recipe, tok: Tokenizer, quantization: str,
-           checkpoint: Path, note: str | None) -> None:
+           checkpoint: Path, note: str | None) -> dict:
+    """Every file of the export into `tmp`, the marker last; returns the marker's content."""
     spec.save(str(tmp))
     tok.save(tmp)
     (tmp / RECIPE).write_text(dump_recipe(recipe), encoding="utf-8")
@@ -173,39 +184,59 @@ def _write(tmp: Path, spec, recipe: Recipe, tok: Tokenizer, quantization: str,
             "checkpoint": str(checkpoint.resolve()), "quantization": quantization,
             "files": files}
     (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
 
 
 def write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantization: str,
                  checkpoint: Path, note: str | None) -> None:
-    """Save `spec` (already quantized) and mtkit's files into `out`, atomically."""
+    """Save `spec` (already quantized) and mtkit's files into `out`.
+
+    A new folder is built beside `out` and renamed into place, so a failed export leaves
+    nothing. An existing one (empty, or a previous export) is filled in place, keeping the
+    folder itself (a mount point cannot be replaced; its owner, group and mode are the
+    user's): the files are built inside it, then renamed over the old ones. Meanwhile its
+    marker lists old and new files as incomplete: a folder whose export was killed is refused
+    by `translate` and taken again by `export`."""
     out = out.resolve()  # `-o .` names a folder by its parent's entry, which `.` has not
-    if out == Path.cwd().resolve():
-        raise ConfigError(f"-o {out}: is the current folder, which an export replaces as a "
-                          "whole; give a new or empty folder inside it")
-    check_destination(out)
+    old = check_destination(out)
+    fill = out.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=".mtkit-export." if fill else f".{out.name}.",
+                                    suffix=".tmp", dir=out if fill else out.parent))
     except (FileExistsError, NotADirectoryError):
         raise WriteError(f"-o {out}: cannot write (a parent of it is a file, not a folder)"
                          ) from None
     except OSError as e:  # named by -o, not by the temporary folder beside it
         raise write_error(f"-o {out}", e) from None
-    old = None
     try:
-        _write(tmp, spec, recipe, tok, quantization, checkpoint, note)
-        os.chmod(tmp, 0o777 & ~umask())
-        if out.exists():  # checked above: empty or a previous export
-            old = out.with_name(f"{tmp.name}.old")
-            os.replace(out, old)
-        os.replace(tmp, out)
-    except BaseException:
+        meta = _write(tmp, spec, recipe, tok, quantization, checkpoint, note)
+        if not fill:
+            os.chmod(tmp, 0o777 & ~umask())
+            os.replace(tmp, out)
+            return
+        new = set(meta["files"])
+        _write_marker(out, {**meta, "files": sorted(old | new), "complete": False})
+        for name in sorted(new - {MARKER}):
+            os.replace(tmp / name, out / name)
+        for name in sorted(old - new - {MARKER}):
+            (out / name).unlink(missing_ok=True)
+        os.replace(tmp / MARKER, out / MARKER)
+    except OSError as e:  # a full disk, a quota: named by -o
+        raise write_error(f"-o {out}", e) from None
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not out.exists():
-            os.replace(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        for p in out.iterdir() if fill else ():  # what a killed export left
+            if _BUILDING.fullmatch(p.name) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif _BUILDING.fullmatch(p.name):
+                p.unlink(missing_ok=True)
+
+
+def _write_marker(out: Path, meta: dict) -> None:
+    part = out / f".{MARKER}.tmp"
+    part.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    os.replace(part, out / MARKER)
 
 
 def load_export(path: Path) -> Export:
@@ -221,6 +252,9 @@ def load_export(path: Path) -> Export:
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path / MARKER}: format {meta.get('format')!r}; expected "
                               f"{FORMAT!r}")
+    if meta.get("complete") is False:
+        raise CheckpointError(f"{path}: an export into this folder did not finish; export "
+                              "the run again")
     try:
         tok = Tokenizer.load(path)
     except MtkitError as e:  # its advice (run mtkit prep) is for a run's data/ folder

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -218,7 +219,8 @@ def test_outputs_cut_at_their_limit_score_as_cut_whatever_the_batch(toy_model, t
     got = [json.loads(x) for x in _cli("translate", toy_export, *args, "-i", test_src).stdout
            .splitlines()]
     limits = [int(0.5 * len(w["source"].split())) + 1 for w in want]
-    assert len(set(limits)) >= 3 and sum(w["tokens"] == n for w, n in zip(want, limits)) > 40
+    at_limit = sum(w["tokens"] == n for w, n in zip(want, limits, strict=True))
+    assert len(set(limits)) >= 3 and at_limit > 40
     for w, g in zip(want, got, strict=True):
         assert g["hypothesis"] == w["hypothesis"]
         assert g["score"] == pytest.approx(w["score"], rel=1e-2, abs=1e-3)
@@ -395,12 +397,51 @@ def test_export_option_errors_are_one_line(toy_model, tmp_path):
     _one_error_line(_cli("export", toy_model, "-o", "/proc/mtkit-x"), "-o /proc/mtkit-x: cannot")
 
 
-def test_the_current_folder_is_refused_as_an_export_folder(toy_model, tmp_path, monkeypatch):
+def test_an_existing_folder_is_filled_in_place(toy_model, toy_export, test_src, tmp_path,
+                                               monkeypatch):
+    """An empty folder (a mount point, a folder with the user's group and mode) or a previous
+    export is filled, not replaced: a mount point cannot be renamed (EBUSY, named neither -o
+    nor the cause) and a replaced folder lost its setgid bit, group and mode."""
     here = tmp_path / "here"
     here.mkdir()
+    here.chmod(0o2750)
+    inode = here.stat().st_ino
     monkeypatch.chdir(here)
-    _one_error_line(_cli("export", toy_model, "-o", "."), "is the current folder")
-    assert here.is_dir() and not list(here.iterdir()) and Path.cwd() == here
+    _export(toy_model, Path("."))  # the current folder, empty
+    assert here.stat().st_ino == inode and stat.S_IMODE(here.stat().st_mode) == 0o2750
+    want = _cli("translate", toy_export, "-i", test_src).stdout
+    assert _cli("translate", here, "-i", test_src).stdout == want
+    (here / ".mtkit-export.k3j2.tmp").mkdir()  # what an export killed while filling left
+    _export(toy_model, here, "--quantize", "int8")
+    assert here.stat().st_ino == inode
+    assert json.loads((here / "mtkit-export.json").read_text())["quantization"] == "int8"
+    assert sorted(p.name for p in here.iterdir()) == sorted(
+        json.loads((here / "mtkit-export.json").read_text())["files"])
+
+
+def test_an_export_that_did_not_finish_is_refused_and_exported_again(toy_model, toy_export,
+                                                                     test_src, tmp_path):
+    out = tmp_path / "ex"
+    shutil.copytree(toy_export, out)
+    meta = json.loads((out / "mtkit-export.json").read_text())
+    (out / "mtkit-export.json").write_text(json.dumps({**meta, "complete": False}))
+    _one_error_line(_cli("translate", out, "-i", test_src), "did not finish",
+                    "export the run again")
+    _export(toy_model, out)
+    assert _cli("translate", out, "-i", test_src).exit_code == 0
+
+
+def test_a_full_disk_is_one_line_naming_o(toy_model, tmp_path, monkeypatch):
+    from mtkit.export import ct2_dir
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ct2_dir, "_write", full)
+    for out in (tmp_path / "new", tmp_path):  # built beside, filled in place
+        _one_error_line(_cli("export", toy_model, "-o", out), f"-o {out}",
+                        "No space left on device")
+    assert not (tmp_path / "new").exists() and list(tmp_path.iterdir()) == []
 
 
 def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, test_src,
