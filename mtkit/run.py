@@ -335,7 +335,7 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
     import torch
 
     from mtkit.config import recipe_from_yaml_text
-    from mtkit.data.spm import Tokenizer
+    from mtkit.data.spm import DamagedModelError, Tokenizer
     from mtkit.models.build import build_model
 
     path = resolve_checkpoint(run_dir_or_ckpt)
@@ -344,6 +344,8 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
     ddir = data_dir(path.parent)
     try:
         tokenizer = Tokenizer.load(ddir)
+    except DamagedModelError as e:
+        raise CheckpointError(str(e)) from None
     except DataError as e:
         raise CheckpointError(f"{path}: a checkpoint needs its run directory's data/ folder "
                               f"beside it for the tokenizer ({e})") from None

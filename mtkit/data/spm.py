@@ -95,6 +95,18 @@ def _processor(proto: bytes) -> spm.SentencePieceProcessor:
     return spm.SentencePieceProcessor(model_proto=proto)
 
 
+class DamagedModelError(DataError):
+    """A sentencepiece model file that is there but does not parse."""
+
+
+def _parses(proto: bytes) -> bool:
+    try:
+        _processor(proto)
+    except RuntimeError:
+        return False
+    return True
+
+
 class Tokenizer:
     """Source and target sentencepiece models (the same object when joint).
 
@@ -112,10 +124,15 @@ class Tokenizer:
     def load(cls, data_dir: str | Path) -> Tokenizer:
         """Load the model(s) that `mtkit prep` wrote into `data_dir`."""
         data_dir = Path(data_dir)
-        if (data_dir / JOINT_MODEL).is_file():
-            return cls((data_dir / JOINT_MODEL).read_bytes())
-        if (data_dir / SRC_MODEL).is_file() and (data_dir / TGT_MODEL).is_file():
-            return cls((data_dir / SRC_MODEL).read_bytes(), (data_dir / TGT_MODEL).read_bytes())
+        for names in ([JOINT_MODEL], [SRC_MODEL, TGT_MODEL]):
+            if all((data_dir / n).is_file() for n in names):
+                protos = [(data_dir / n).read_bytes() for n in names]
+                try:
+                    return cls(*protos)
+                except RuntimeError:  # sentencepiece's parse error: 'INTERNAL: ...cc(109)'
+                    bad = next(n for n, p in zip(names, protos, strict=True) if not _parses(p))
+                    raise DamagedModelError(f"{data_dir / bad}: not a sentencepiece model "
+                                            "(damaged?)") from None
         raise DataError(f"{data_dir}: no sentencepiece model ({JOINT_MODEL}, or {SRC_MODEL} and "
                         f"{TGT_MODEL}); run `mtkit prep` first")
 

@@ -410,6 +410,20 @@ def test_a_folder_where_a_file_is_read_is_named_a_folder(toy_model, tmp_path):
            "data.train.src")
 
 
+def test_a_damaged_sentencepiece_model_is_named(toy_model, tmp_path):
+    """A damaged model file was a traceback from sentencepiece's parser ('INTERNAL:
+    src/sentencepiece_processor.cc(109) [model_proto->ParseFromArray...]')."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    model = next((run / "data").glob("spm*.model"))
+    model.write_bytes(b"garbage\n")
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    for args in (["translate", run, "-i", src], ["align", run, "-s", src, "--print"],
+                 ["score", "--run", run, "--split", "test"]):
+        _fails(_cli(*args), str(model), "not a sentencepiece model")
+
+
 def test_disk_full_while_training_names_the_last_complete_checkpoint(toy_run, tmp_path):
     with _tmpfs(tmp_path / "small", "3m") as disk:
         run = disk / "run"
