@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import io
 import os
 import re
 import select
@@ -182,16 +183,18 @@ def watching_reader(out: IO, on_gone: Callable[[], None]) -> Iterator[None]:
 GZIP_MAGIC = b"\x1f\x8b"  # a gzip stream's first two bytes, whatever the file is called
 
 
-def is_gzip(path: str | Path) -> bool:
-    with open(path, "rb") as probe:
-        return probe.read(2) == GZIP_MAGIC
+def missing_input(path: str | Path, what: str) -> str | None:
+    """Why `path` cannot be read as the `what` file, or None. A pipe (`<(zcat f)`) or a device
+    is read like a file."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{path}: is a folder; expected the {what} file"
+    return None if p.exists() else f"{path}: {what} file not found"
 
 
 def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
     """Open a UTF-8 text file for reading, transparently decompressing `.gz`."""
-    if is_gzip(path):
-        return gzip.open(path, "rt", encoding="utf-8", errors=errors, newline="\n")
-    return open(path, encoding="utf-8", errors=errors, newline="\n")
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors=errors, newline="\n")
 
 
 # --------------------------------------------------------------------------- figures
@@ -253,8 +256,30 @@ def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
 
 
 def open_binary(path: str | Path) -> IO[bytes]:
-    """A plain or gzip file as a binary stream (whatever the file is called)."""
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+    """A plain or gzip file as a binary stream (whatever the file is called). The file is
+    opened once and its first bytes peeked at: a pipe cannot be read twice."""
+    raw = open(path, "rb")
+    try:
+        head = raw.peek(2)[:2]
+    except BaseException:
+        raw.close()
+        raise
+    return _GzipReader(raw) if head == GZIP_MAGIC else raw
+
+
+class _GzipReader(gzip.GzipFile):
+    """gzip over a file it closes when closed (GzipFile leaves a file object it is given
+    open)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def stdin_binary() -> IO[bytes]:

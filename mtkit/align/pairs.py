@@ -50,8 +50,8 @@ def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
         if report.lines:
             invalid.append(report)
         return lines
-    if not Path(path).is_file():
-        raise DataError(f"{path}: {what} file not found")
+    if problem := fileio.missing_input(path, what):
+        raise DataError(problem)
     report = InvalidUtf8(str(path))
     try:
         lines = [line.rstrip("\r") for line in fileio.read_lines(path, report)]
@@ -71,8 +71,9 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
     if gold is not None and str(gold) == "-":
         raise DataError("--gold -: give the gold links as a file")
     for path, what in ((src, "source"), (tgt, "target"), (gold, "gold alignment")):
-        if path is not None and str(path) != "-" and not Path(path).is_file():
-            raise DataError(f"{path}: {what} file not found")
+        if path is not None and str(path) != "-" and (
+                problem := fileio.missing_input(path, what)):
+            raise DataError(problem)
 
 
 def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,

@@ -154,15 +154,14 @@ def translate(
     """
     from mtkit import translate as tr
     from mtkit.batches import decode_parallelism
+    from mtkit.fileio import missing_input
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
-    if input is not None and input.is_dir():
-        raise DataError(f"{input}: is a folder; expected the input file")
-    if input is not None and not input.is_file():
-        raise DataError(f"{input}: input file not found")
+    if input is not None and (problem := missing_input(input, "input")):
+        raise DataError(problem)
     exported = _exported(models)
     refuse(output_problems({"-o": output}, {"the input file": input,
                                             **_model_files(models, exported)}))

@@ -9,6 +9,7 @@ are skipped with that reason.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -422,6 +424,33 @@ def test_a_damaged_sentencepiece_model_is_named(toy_model, tmp_path):
     for args in (["translate", run, "-i", src], ["align", run, "-s", src, "--print"],
                  ["score", "--run", run, "--split", "test"]):
         _fails(_cli(*args), str(model), "not a sentencepiece model")
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_inputs_read_from_pipes(toy_model, tmp_path, compress):
+    """`-i <(zcat f)` and `-s <(...)` were refused as 'input file not found' (only regular
+    files passed), and reading a pipe twice (peek at the gzip magic, then open it again)
+    would have lost its first bytes."""
+    text = b"a b c\nd e\n"
+    want = _cli("translate", toy_model, "--greedy", input=text.decode()).stdout
+
+    def piped(data: bytes) -> Path:
+        fifo = tmp_path / f"fifo{len(list(tmp_path.iterdir()))}"
+        os.mkfifo(fifo)
+
+        def write() -> None:
+            with open(fifo, "wb") as f:
+                f.write(gzip.compress(data) if compress else data)
+
+        threading.Thread(target=write, daemon=True).start()
+        return fifo
+
+    got = _cli("translate", toy_model, "--greedy", "-i", piped(text))
+    assert got.exit_code == 0 and got.stdout == want, got.output
+    (tmp_path / "t.txt").write_text("a b\nd\n")
+    links = _cli("align", toy_model, "-s", piped(text), "-t", tmp_path / "t.txt", "--pharaoh",
+                 "-")
+    assert links.exit_code == 0 and len(links.stdout.splitlines()) == 2, links.output
 
 
 def test_disk_full_while_training_names_the_last_complete_checkpoint(toy_run, tmp_path):
