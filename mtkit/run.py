@@ -292,6 +292,10 @@ def resolve_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
         if (p / EXPORT_MARKER).is_file():
             raise CheckpointError(f"{p}: an exported model (CTranslate2), not a run directory "
                                   f"or checkpoint; `mtkit translate {p}` decodes it")
+        if (p / "model.bin").is_file() and (p / "config.json").is_file():
+            raise CheckpointError(f"{p}: a CTranslate2 model that mtkit export did not write "
+                                  f"(no {EXPORT_MARKER}); mtkit decodes its own exports, "
+                                  "which carry the tokenizer and the decoding settings")
         raise CheckpointError(f"{p}: no {BEST} or {LAST} in this run directory; train a "
                               f"model first (mtkit train RECIPE --run-dir {p})")
     if not p.exists():

@@ -286,6 +286,16 @@ def test_an_export_where_a_run_is_wanted_is_named_an_export(toy_export, tmp_path
     assert not (tmp_path / "again").exists()
 
 
+def test_a_ctranslate2_model_mtkit_did_not_export_is_named_one(toy_export, test_src,
+                                                                tmp_path):
+    """It read 'no best.pt or last.pt in this run directory; train a model first'."""
+    other = tmp_path / "other"
+    shutil.copytree(toy_export, other)
+    (other / "mtkit-export.json").unlink()
+    _one_error_line(_cli("translate", other, "-i", test_src),
+                    "a CTranslate2 model that mtkit export did not write")
+
+
 def test_gnmt_is_refused_for_an_export_and_export_notes_it(toy_model, toy_export, test_src):
     for search in (["--beam", "2"], ["--sample", "--nbest", "2"]):  # sampled lists rank by it
         res = _cli("translate", toy_export, *search, "--length-penalty", "gnmt", "-i", test_src)
