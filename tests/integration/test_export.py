@@ -503,15 +503,24 @@ def test_missing_ctranslate2_is_one_line_with_the_install_hint(toy_model, toy_ex
 
     real_import = builtins.__import__
 
+    failure: BaseException = ModuleNotFoundError("No module named 'ctranslate2'",
+                                                 name="ctranslate2")
+
     def no_ct2(name, *args, **kwargs):
         if name == "ctranslate2":
-            raise ImportError("No module named 'ctranslate2'")
+            raise failure
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ct2)
-    _one_error_line(_cli("export", toy_model, "-o", tmp_path / "x"), "mtkit[ctranslate2]")
+    _one_error_line(_cli("export", toy_model, "-o", tmp_path / "x"), "is not installed",
+                    "mtkit[ctranslate2]")
     _one_error_line(_cli("translate", toy_export, "--greedy", input="a b\n"),
                     "mtkit[ctranslate2]")
+    # installed but broken: the reason is said, not "not installed" (nor a traceback)
+    for failure in (ImportError("libiomp5.so: cannot open shared object file"),
+                    OSError("[WinError 126] The specified module could not be found")):
+        _one_error_line(_cli("translate", toy_export, "--greedy", input="a b\n"),
+                        "installed but cannot be loaded", str(failure))
 
 
 _NO_TORCH = """
