@@ -255,6 +255,11 @@ def load_export(path: Path) -> Export:
     if meta.get("complete") is False:
         raise CheckpointError(f"{path}: an export into this folder did not finish; export "
                               "the run again")
+    files = meta.get("files")
+    missing = [n for n in files if not (path / n).is_file()] if isinstance(files, list) else []
+    if missing:  # the engine's own message for a missing config.json: a JSON type error
+        raise CheckpointError(f"{path}: {', '.join(missing[:3])} missing from the export; "
+                              "export the run again")
     try:
         tok = Tokenizer.load(path)
     except MtkitError as e:  # its advice (run mtkit prep) is for a run's data/ folder

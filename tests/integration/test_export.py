@@ -468,10 +468,16 @@ def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, tes
                         "CTranslate2 cannot load it on cuda")
     _one_error_line(_cli("translate", toy_export, "-i", test_src, "-o",
                          toy_export / "model.bin"), "-o", "the export's model.bin")
-    (broken / "spm.model").unlink()
+    (broken / "spm.model").write_text("garbage")
     res = _cli("translate", broken, "-i", test_src)
     _one_error_line(res, "sentencepiece model", "export the run again")
     assert "prep" not in res.output
+    for name in ("spm.model", "config.json"):  # the engine said: '[json.exception...]'
+        shutil.rmtree(broken)
+        shutil.copytree(toy_export, broken)
+        (broken / name).unlink()
+        _one_error_line(_cli("translate", broken, "-i", test_src),
+                        f"{name} missing from the export", "export the run again")
     # a vocabulary file that does not list the pieces: refused before translating (it failed
     # in the engine with a traceback, or, one piece moved, would translate wrongly)
     vocab = json.loads((toy_export / "shared_vocabulary.json").read_text())
