@@ -165,6 +165,13 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         "equivalent. Suppress `<pad>` and `<s>` as mtkit does. `return_attention=True` gives the",
         f"cross-attention of decoder layer {tf.align_layer} ({heads}) that "
         "`mtkit translate --align` uses.",
+        "",
+        f"mtkit ends each output at floor({d.max_len_a} * n) + {d.max_len_b} pieces (n: the "
+        "source's pieces,",
+        "`</s>` not counted) with `</s>`; the engine's `max_decoding_length` (default 256) is",
+        "one limit per call, which the snippets above leave as it is: an output that runs on",
+        "(a repetition) can be longer than mtkit's. `mtkit translate THIS_DIR` applies each",
+        "sentence's limit.",
     ]
     if note:
         lines += ["", f"Note: {note}."]
