@@ -156,28 +156,30 @@ class CT2Translator(LineTranslator):
         outputs = self._decode(src, max(limits) + 1, repeat)
         if self.cfg.method == "beam":
             # A beam that ran past a sentence's own limit (the batch's is the largest) is
-            # searched again to that limit: the engine's last step keeps its beam_size best
-            # candidates (distinct, unfinished ones then end by EOS in _finish), mtkit forces
-            # EOS on every hypothesis there. The two sets differ only when an EOS candidate
-            # was among the best at the last step (mtkit then keeps one more unfinished).
+            # searched again to that limit. The engine's last step keeps its beam_size best
+            # candidates, unfinished ones scored without EOS (they end by it in _finish), and
+            # returns its best num_hypotheses by those scores: hypotheses that ended earlier
+            # would be crowded out, so all it found are asked for (at most 2K - 1: patience 2
+            # allows 2K; the search to the limit is the same). mtkit forces EOS on every
+            # hypothesis at the limit: the two differ only when an EOS candidate was among the
+            # best at the last step (mtkit then keeps one more unfinished one).
             past: dict[int, list[int]] = {}
             for i, (limit, found) in enumerate(zip(limits, outputs, strict=True)):
                 if any(len(o.ids) + (not o.ended) > limit for o in found):  # ran past it
                     past.setdefault(limit, []).append(i)
+            k = self.cfg.beam_size
             for limit, members in past.items():
                 again = self._decode([src[i] for i in members], max(limit, 1), 1,
-                                     num_hypotheses=self.cfg.beam_size)
+                                     num_hypotheses=2 * k, patience=2)
                 for i, found in zip(members, again, strict=True):
                     outputs[i] = found
         return self._finish(src, limits, outputs)
 
-    def _decode(self, src: list[list[str]], steps: int, repeat: int, *,
-                num_hypotheses: int | None = None) -> list[list[_Output]]:
+    def _decode(self, src: list[list[str]], steps: int, repeat: int,
+                **engine: Any) -> list[list[_Output]]:
         """Each source's engine outputs (`repeat` samples each when sampling), of at most
-        `steps` tokens (EOS included)."""
-        opts = self._options(steps)
-        if num_hypotheses is not None:
-            opts.update(num_hypotheses=num_hypotheses)
+        `steps` tokens (EOS included); `engine`: options over _options'."""
+        opts = {**self._options(steps), **engine}
         results = self.engine.translate_batch([s for s in src for _ in range(repeat)], **opts)
         first = None
         if self.align_fn is not None and self.cfg.method == "beam" and self.cfg.beam_size > 1:

@@ -231,11 +231,15 @@ def test_outputs_cut_at_their_limit_score_as_cut_whatever_the_batch(toy_model, t
         assert alone["score"] == pytest.approx(got[i]["score"], abs=1e-5)
 
 
-def test_a_beam_cut_at_its_limit_lists_no_hypothesis_twice(toy_model, toy_export, test_src):
+@pytest.mark.parametrize("penalty, b", [("average", "1"), ("none", "2"), ("average", "2")])
+def test_a_beam_cut_at_its_limit_keeps_mtkits_best(penalty, b, toy_model, toy_export,
+                                                   test_src):
     """Outputs that differ only past a sentence's limit were cut to the same text and listed
-    twice, with different scores; the 1-best could differ from mtkit's."""
-    args = ("--beam", "5", "--nbest", "3", "--length-penalty", "average", *SHORT,
-            "-i", test_src)
+    twice, with different scores; the 1-best could differ from mtkit's, also when hypotheses
+    that ended before the limit were crowded out of the engine's list by unfinished ones
+    (scored without their EOS)."""
+    args = ("--beam", "5", "--nbest", "3", "--length-penalty", penalty, "--max-len-a", "0.5",
+            "--max-len-b", b, "--format", "jsonl", "-i", test_src)
     want = [json.loads(x) for x in _cli("translate", toy_model, *args).stdout.splitlines()]
     got = [json.loads(x) for x in _cli("translate", toy_export, *args).stdout.splitlines()]
     for w, g in zip(want, got, strict=True):
