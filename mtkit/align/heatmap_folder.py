@@ -20,8 +20,9 @@ from mtkit.fileio import atomic_write
 
 MARKER = "mtkit-heatmaps.json"
 
-# What atomic_write leaves of a file when its writer is killed: '.align-0007.png.k3j2x_.tmp'.
-_TEMPORARY = re.compile(r"\.(.+)\.[^.]+\.tmp")
+# What atomic_write leaves of a file when its writer is killed: '.align-0007.png.k3j2x_ab.tmp'
+# (mkstemp's eight characters).
+_TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
 
 
 def _read_marker(folder: Path) -> set[str]:
@@ -55,7 +56,7 @@ def owned_files(folder: Path) -> set[str]:
                           f"mtkit align (no {MARKER}); give a new or empty folder")
     listed = _read_marker(folder)
     foreign = sorted(n for n in present - listed - {MARKER}
-                     if not ((m := _TEMPORARY.fullmatch(n)) and m.group(1) in listed))
+                     if not ((m := _TEMPORARY.fullmatch(n)) and m.group(1) in listed | {MARKER}))
     if foreign:
         raise ConfigError(f"--heatmap {folder}: holds files mtkit align did not write "
                           f"({', '.join(foreign[:3])}); give a new or empty folder")
@@ -80,11 +81,12 @@ class HeatmapFolder:
         return self.folder / name
 
     def finish(self) -> None:
+        self._save()  # makes the folder when nothing was drawn (an empty input)
         for name in sorted(self.listed - self.written):
             (self.folder / name).unlink(missing_ok=True)
         for p in self.folder.iterdir():  # what a killed writer of a listed file left
             m = _TEMPORARY.fullmatch(p.name)
-            if m and m.group(1) in self.listed and p.is_file():
+            if m and m.group(1) in self.listed | {MARKER} and p.is_file():
                 p.unlink(missing_ok=True)
         self.listed = set(self.written)
         self._save()

@@ -19,6 +19,7 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from contextlib import ExitStack
@@ -125,6 +126,13 @@ class AlignOutputs:
         extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
         if self.heatmap_dir is not None:
             owned_files(self.heatmap_dir)  # a folder of mtkit's own heatmaps, or new or empty
+            inside = Path(os.path.abspath(self.heatmap_dir))
+            for flag, path in (("--pharaoh", self.pharaoh), ("--json", self.json)):
+                if path is not None and str(path) != "-" and inside in Path(
+                        os.path.abspath(path)).parents:
+                    raise ConfigError(f"{flag} {path}: inside the --heatmap folder, which "
+                                      "holds only heatmaps (a rerun replaces them); write it "
+                                      "elsewhere")
 
 
 # Gold links number words (as eflomal, fast_align and the gold standards do): scored against

@@ -200,6 +200,15 @@ def test_a_heatmap_rerun_leaves_only_its_own_images(trained, pairs, tmp_path):
     res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--heatmap", maps)
     assert res.exit_code == 2 and "did not write (notes.txt)" in res.stderr, res.output
     assert (maps / "notes.txt").read_text() == "mine"
+    # a file of links among the heatmaps would make the folder not mtkit's own next time
+    res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--heatmap", tmp_path / "n",
+               "--json", tmp_path / "n" / "links.json")
+    assert res.exit_code == 2 and "--json" in res.stderr and "inside the --heatmap folder" in (
+        res.stderr), res.output
+    (tmp_path / "e").write_text("")  # no pairs: the folder is made, holding no heatmap
+    res = _cli(trained, "-s", tmp_path / "e", "-t", tmp_path / "e", "--heatmap", tmp_path / "m2")
+    assert res.exit_code == 0, res.output
+    assert [p.name for p in (tmp_path / "m2").iterdir()] == ["mtkit-heatmaps.json"]
 
 
 def test_empty_pairs_get_empty_link_lines(trained, tmp_path):

@@ -75,8 +75,24 @@ def test_a_run_that_dies_part_way_leaves_a_folder_the_next_run_takes(tmp_path):
     heatmaps = HeatmapFolder(tmp_path)
     heatmaps.claim("align-0000.png").write_text("image")
     heatmaps.claim("align-0001.png")  # killed while writing: atomic_write's temporary remains
-    (tmp_path / ".align-0001.png.k3j2x_.tmp").write_text("half an ima")
+    (tmp_path / ".align-0001.png.k3j2x_ab.tmp").write_text("half an ima")
+    (tmp_path / f".{MARKER}.q0w9e8r_.tmp").write_text('{"fil')  # killed rewriting the list
     assert owned_files(tmp_path) == {"align-0000.png", "align-0001.png"}
     _run(tmp_path, ["align-0000.png"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["align-0000.png", MARKER]
     assert (tmp_path / "align-0000.png").read_text() == "image align-0000.png"
+
+
+def test_an_empty_run_makes_its_folder(tmp_path):
+    _run(tmp_path / "maps", [])
+    assert [p.name for p in (tmp_path / "maps").iterdir()] == [MARKER]
+
+
+def test_only_atomic_writes_temporaries_count_as_mtkits(tmp_path):
+    """A user's '.align-0001.png.backup.tmp' is not a temporary of mtkit's (mkstemp's names
+    have eight characters): the folder is refused, the file kept."""
+    _run(tmp_path, ["align-0001.png"])
+    (tmp_path / ".align-0001.png.backup.tmp").write_text("mine")
+    with pytest.raises(ConfigError, match="did not write"):
+        HeatmapFolder(tmp_path)
+    assert (tmp_path / ".align-0001.png.backup.tmp").read_text() == "mine"
