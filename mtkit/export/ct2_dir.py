@@ -79,8 +79,9 @@ def position_rows(recipe: Recipe) -> int:
 
 
 # What an export killed while it filled an existing folder leaves there: its own files, built
-# in a folder inside the destination (so that each can be renamed into place).
-_BUILDING = re.compile(r"\.mtkit-export\..+\.tmp")
+# in a folder inside the destination (mkdtemp's eight characters; so that each file can be
+# renamed into place), or its marker's next version.
+_BUILDING = re.compile(r"\.mtkit-export\.([a-z0-9_]{8}|json)\.tmp")
 
 
 def check_destination(out: Path) -> set[str]:
@@ -250,6 +251,8 @@ def load_export(path: Path) -> Export:
     """Read back what `write_export` wrote; CheckpointError naming the file when unusable."""
     try:
         meta = json.loads((path / MARKER).read_text(encoding="utf-8"))
+        if not isinstance(meta, dict):
+            raise ValueError(f"{MARKER} holds no object")
         recipe = recipe_from_yaml_text((path / RECIPE).read_text(encoding="utf-8"),
                                        source=str(path / RECIPE))
     except (OSError, ValueError) as e:
@@ -263,7 +266,9 @@ def load_export(path: Path) -> Export:
         raise CheckpointError(f"{path}: an export into this folder did not finish; export "
                               "the run again")
     files = meta.get("files")
-    missing = [n for n in files if not (path / n).is_file()] if isinstance(files, list) else []
+    needed = [n for n in files if isinstance(n, str) and n != README] if isinstance(
+        files, list) else []
+    missing = [n for n in needed if not (path / n).is_file()]
     if missing:  # the engine's own message for a missing config.json: a JSON type error
         raise CheckpointError(f"{path}: {', '.join(missing[:3])} missing from the export; "
                               "export the run again")

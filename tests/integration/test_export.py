@@ -425,12 +425,15 @@ def test_an_existing_folder_is_filled_in_place(toy_model, toy_export, test_src, 
     assert here.stat().st_ino == inode and stat.S_IMODE(here.stat().st_mode) == 0o2750
     want = _cli("translate", toy_export, "-i", test_src).stdout
     assert _cli("translate", here, "-i", test_src).stdout == want
-    (here / ".mtkit-export.k3j2.tmp").mkdir()  # what an export killed while filling left
+    (here / ".mtkit-export.k3j2x_ab.tmp").mkdir()  # what an export killed while filling left
     _export(toy_model, here, "--quantize", "int8")
     assert here.stat().st_ino == inode
     assert json.loads((here / "mtkit-export.json").read_text())["quantization"] == "int8"
     assert sorted(p.name for p in here.iterdir()) == sorted(
         json.loads((here / "mtkit-export.json").read_text())["files"])
+    (here / ".mtkit-export.cache.tmp").mkdir()  # the user's, not a temporary of mtkit's
+    _one_error_line(_cli("export", toy_model, "-o", here), "did not write")
+    assert (here / ".mtkit-export.cache.tmp").is_dir()
 
 
 def test_an_export_that_did_not_finish_is_refused_and_exported_again(toy_model, toy_export,
@@ -482,6 +485,11 @@ def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, tes
         (broken / name).unlink()
         _one_error_line(_cli("translate", broken, "-i", test_src),
                         f"{name} missing from the export", "export the run again")
+    (broken / "config.json").write_text((toy_export / "config.json").read_text())
+    (broken / "README.md").unlink()  # read by people, not by the engine
+    assert _cli("translate", broken, "-i", test_src).exit_code == 0
+    (broken / "mtkit-export.json").write_text("[]")  # was an AttributeError traceback
+    _one_error_line(_cli("translate", broken, "-i", test_src), "not a readable mtkit export")
     # a vocabulary file that does not list the pieces: refused before translating (it failed
     # in the engine with a traceback, or, one piece moved, would translate wrongly)
     vocab = json.loads((toy_export / "shared_vocabulary.json").read_text())
