@@ -100,11 +100,12 @@ class DamagedModelError(DataError):
 
 
 def _parses(proto: bytes) -> bool:
+    """Whether `proto` is a sentencepiece model with pieces (damage fails with
+    sentencepiece's 'INTERNAL: src/sentencepiece_processor.cc(109) [model_proto->...]')."""
     try:
-        _processor(proto)
+        return _processor(proto).get_piece_size() > 0
     except RuntimeError:
         return False
-    return True
 
 
 class Tokenizer:
@@ -128,11 +129,16 @@ class Tokenizer:
             if all((data_dir / n).is_file() for n in names):
                 protos = [(data_dir / n).read_bytes() for n in names]
                 try:
-                    return cls(*protos)
-                except RuntimeError:  # sentencepiece's parse error: 'INTERNAL: ...cc(109)'
-                    bad = next(n for n, p in zip(names, protos, strict=True) if not _parses(p))
+                    tok = cls(*protos)
+                    sizes = [tok.src_vocab_size, tok.tgt_vocab_size][:len(names)]
+                except RuntimeError:
+                    sizes = [int(_parses(p)) for p in protos]
+                # an empty file parses, as a model of no pieces (a copy cut short)
+                bad = next((n for n, size in zip(names, sizes, strict=True) if not size), None)
+                if bad is not None:
                     raise DamagedModelError(f"{data_dir / bad}: not a sentencepiece model "
-                                            "(damaged?)") from None
+                                            "(damaged?)")
+                return tok
         raise DataError(f"{data_dir}: no sentencepiece model ({JOINT_MODEL}, or {SRC_MODEL} and "
                         f"{TGT_MODEL}); run `mtkit prep` first")
 

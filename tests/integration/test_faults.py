@@ -418,12 +418,14 @@ def test_a_damaged_sentencepiece_model_is_named(toy_model, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)
     model = next((run / "data").glob("spm*.model"))
-    model.write_bytes(b"garbage\n")
     src = tmp_path / "in.txt"
     src.write_text("a b\n")
-    for args in (["translate", run, "-i", src], ["align", run, "-s", src, "--print"],
-                 ["score", "--run", run, "--split", "test"]):
-        _fails(_cli(*args), str(model), "not a sentencepiece model")
+    for damage in (b"garbage\n", b""):  # an empty file parses: a model of no pieces
+        model.write_bytes(damage)
+        for args in (["translate", run, "-i", src], ["align", run, "-s", src, "--print"],
+                     ["score", "--run", run, "--split", "test"],
+                     ["export", run, "-o", tmp_path / "ex"]):
+            _fails(_cli(*args), str(model), "not a sentencepiece model")
 
 
 @pytest.mark.parametrize("compress", [False, True])
