@@ -258,13 +258,39 @@ def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
 def open_binary(path: str | Path) -> IO[bytes]:
     """A plain or gzip file as a binary stream (whatever the file is called). The file is
     opened once and its first bytes peeked at: a pipe cannot be read twice."""
-    raw = open(path, "rb")
+    raw: IO[bytes] = open(path, "rb")
     try:
         head = raw.peek(2)[:2]
+        if len(head) == 1:  # a pipe that has delivered one byte so far: wait for the next
+            head = raw.read(2)
+            raw = io.BufferedReader(_Prefixed(head, raw))
     except BaseException:
         raw.close()
         raise
     return _GzipReader(raw) if head == GZIP_MAGIC else raw
+
+
+class _Prefixed(io.RawIOBase):
+    """`first`, then the rest of `rest`: bytes read to look at put back in front."""
+
+    def __init__(self, first: bytes, rest: IO[bytes]) -> None:
+        self._first, self._rest = first, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._first:
+            n = min(len(buffer), len(self._first))
+            buffer[:n], self._first = self._first[:n], self._first[n:]
+            return n
+        return self._rest.readinto(buffer)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._rest.close()
 
 
 class _GzipReader(gzip.GzipFile):
