@@ -123,6 +123,21 @@ def _open_descriptor(path: Path) -> int | None:
     return 1 if m[1] else 2 if m[2] else int(m[3] or m[4])
 
 
+def is_terminal(path: str | Path) -> bool:
+    """Whether `path` is a terminal (`-i /dev/stdin` typed at one). Only character devices are
+    opened to ask: opening and closing a pipe's reading end could cost its writer SIGPIPE."""
+    try:
+        if not stat.S_ISCHR(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
+
+
 def names_stdout(path: str | Path) -> bool:
     """Whether `path` is a name of this process's standard output (/dev/stdout, /dev/fd/1)."""
     return _open_descriptor(Path(path)) == 1

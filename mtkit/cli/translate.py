@@ -154,7 +154,7 @@ def translate(
     """
     from mtkit import translate as tr
     from mtkit.batches import decode_parallelism
-    from mtkit.fileio import missing_input
+    from mtkit.fileio import is_terminal, missing_input
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
@@ -196,7 +196,8 @@ def translate(
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")
     refuse(problems)
-    interactive = input is None and sys.stdin.isatty()  # translate each line as it is typed
+    # translate each line as it is typed
+    interactive = sys.stdin.isatty() if input is None else is_terminal(input)
     align_fn = None
     if align:  # mtkit.align imports numpy: only when asked for
         from mtkit.align import DEFAULT_METHOD
@@ -304,6 +305,7 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         InvalidUtf8,
         atomic_write,
         decode_lines,
+        is_terminal,
         names_stdout,
         open_binary,
         stdin_binary,
@@ -316,7 +318,8 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         raw = stack.enter_context(open_binary(input)) if input else stdin_binary()
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         to_stdout = output is None or names_stdout(output)
-        shared = sys.stdout.isatty() and to_stdout or sys.stdin.isatty() and input is None
+        typed = sys.stdin.isatty() if input is None else is_terminal(input)
+        shared = sys.stdout.isatty() and to_stdout or typed
         # rich (0.1 s to import) only for the bar: not when stderr goes to a file or a pipe
         on_batch = _progress_bar(stack) if sys.stderr.isatty() and not shared else None
         stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)

@@ -71,6 +71,37 @@ def test_gzip_input_on_stdin_or_cut_short(toy_model, src_file, tmp_path):
     assert out.read_text() == "mine\n"
 
 
+def test_lines_typed_at_a_terminal_named_by_i_are_translated_as_typed(toy_model, tmp_path):
+    """`-i /dev/stdin` at a terminal waited for 2,000 lines (or the end of input) before any
+    output, with the progress bar drawn over the typing; standard input itself did not."""
+    import pty
+    import select
+
+    from mtkit.fileio import is_terminal
+
+    master, slave = pty.openpty()
+    try:
+        tty = os.ttyname(slave)
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        (tmp_path / "plain.txt").write_text("a\n")
+        assert is_terminal(tty)
+        assert not any(is_terminal(p) for p in (os.devnull, fifo, tmp_path / "plain.txt"))
+        proc = subprocess.Popen([*MTKIT, "translate", str(toy_model), "--greedy", "-i", tty,
+                                 "--threads", "1"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=_env())
+        try:
+            os.write(master, b"mu wi\n")  # one line typed, the input still open
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready and proc.stdout.readline().strip(), "no translation before the end"
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
 def test_a_pipe_closed_early_ends_the_command_cleanly(toy_model, src_file, tmp_path):
     """`cat big | mtkit translate run | head -n 2`: no traceback, exit status 0."""
     big = tmp_path / "big.txt"
