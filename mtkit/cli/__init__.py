@@ -97,6 +97,10 @@ def main() -> None:
         from click.exceptions import ClickException, UsageError
 
     startup.own_process()
+    empty = _empty_argument(sys.argv[1:])
+    if empty:
+        typer.echo(f"mtkit: error: {empty}", err=True)
+        sys.exit(2)
     stdout_was = _stdout_file()
     try:
         rc = app(standalone_mode=False)
@@ -125,6 +129,19 @@ def main() -> None:
         _drop_stdout()
     startup.before_exit()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _empty_argument(argv: list[str]) -> str | None:
+    """An empty argument (`-o ""`, `-o "$UNSET"`) named by its flag. Parsed as a path it is
+    `.`: `export -o ""` filled the current folder, `--heatmap ""` drew into it."""
+    for i, arg in enumerate(argv):
+        if arg == "" and i and argv[i - 1].startswith("-"):
+            return f"{argv[i - 1]}: an empty value; expected a value"
+        if arg == "":
+            return "an empty argument; expected a value"
+        if arg.startswith("--") and arg.endswith("=") and "=" not in arg[:-1]:
+            return f"{arg[:-1]}: an empty value; expected a value"
+    return None
 
 
 def _command_path() -> str:

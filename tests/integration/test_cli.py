@@ -38,6 +38,20 @@ def test_usage_errors_are_one_line_with_exit_code_2(args, words):
     assert lines[0].endswith(f"{command} --help`)") and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["export", "run", "-o", ""], "-o: an empty value"),
+    (["align", "run", "-s", "x", "--heatmap="], "--heatmap: an empty value"),
+    (["translate", ""], "an empty argument"),
+])
+def test_an_empty_value_is_refused(args, said, tmp_path, monkeypatch):
+    """An empty value (`-o "$UNSET"`) parsed as a path is `.`: export filled the current
+    folder when it was empty, --heatmap drew into it."""
+    monkeypatch.chdir(tmp_path)
+    out = _mtkit(*args)
+    assert out.returncode == 2 and out.stderr == f"mtkit: error: {said}; expected a value\n"
+    assert not list(tmp_path.iterdir())
+
+
 def test_bare_mtkit_shows_the_help_without_an_error_line():
     out = _mtkit()
     assert out.returncode == 2 and "Usage" in out.stdout and "Commands" in out.stdout
