@@ -12,9 +12,10 @@ How mtkit's decoding options map onto the engine's (`Translator.translate_batch`
 - the output limit floor(a * n + b) is per sentence in mtkit, per call in the engine: the
   engine runs to the batch's largest limit + 1 and each output is cut to its own limit, which
   is where mtkit forces EOS, and scored again as cut. Greedy and sampled output is then
-  mtkit's; a beam that ran past a sentence's limit is searched again with that limit alone
-  (its hypotheses at the limit are those of the last step, cut, so a beam could in principle
-  still keep another hypothesis there than mtkit, which forces EOS on every one);
+  mtkit's; a beam that ran past a sentence's limit is searched again to that limit alone
+  (`_search`: the engine's last step keeps its beam's best candidates, which end there by EOS,
+  where mtkit forces EOS on every hypothesis, so a beam could in principle still keep another
+  hypothesis than mtkit's);
 - PAD and BOS are never produced (suppress_sequences), as in mtkit. The engine renormalises
   over the tokens it allows and mtkit does not: a trained model gives those two tokens no mass,
   so rankings agree;
