@@ -28,8 +28,8 @@ _TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
 def _read_marker(folder: Path) -> set[str]:
     try:
         names = json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"]
-        if not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
-                   for n in names):
+        if not isinstance(names, list) or not all(
+                isinstance(n, str) and "/" not in n and n not in ("", ".", "..") for n in names):
             raise TypeError
     except (ValueError, KeyError, TypeError, OSError):
         raise ConfigError(f"--heatmap {folder}: {MARKER} is unreadable; not writing into this "

@@ -57,8 +57,11 @@ def test_a_file_added_to_a_heatmap_folder_makes_it_refused(tmp_path):
         HeatmapFolder(tmp_path)
 
 
-def test_a_damaged_marker_is_refused(tmp_path):
-    (tmp_path / MARKER).write_text('{"files": ["../../etc/passwd"]}')
+@pytest.mark.parametrize("marker", ['{"files": ["../../etc/passwd"]}', '{"files": "abc"}',
+                                    "[1, 2]", "{not json"])
+def test_a_damaged_marker_is_refused(tmp_path, marker):
+    (tmp_path / MARKER).write_text(marker)
+    (tmp_path / "a").write_text("mine")
     with pytest.raises(ConfigError, match=f"{MARKER} is unreadable"):
         owned_files(tmp_path)
 
