@@ -100,7 +100,15 @@ def validate(model: Translator, batches: list[Batch], refs: list[str], tokenizer
     ids = sorted(hyps)  # the sentences validated: the split, or its sample
     ordered, refs = [hyps[i] for i in ids], [refs[i] for i in ids]
     mean_nll = nll.item() / max(tokens, 1)
+    bleu, chrf = corpus_scores(ordered, refs)
     return ValidResult(loss=loss.item() / max(tokens, 1), nll=mean_nll, ppl=perplexity(mean_nll),
-                       bleu=sacrebleu.corpus_bleu(ordered, [refs]).score,
-                       chrf=sacrebleu.corpus_chrf(ordered, [refs]).score,
-                       sentences=len(hyps), seconds=time.monotonic() - start)
+                       bleu=bleu, chrf=chrf, sentences=len(hyps),
+                       seconds=time.monotonic() - start)
+
+
+def corpus_scores(hyps: list[str], refs: list[str]) -> tuple[float, float]:
+    """Corpus BLEU and chrF. BLEU's check for tokenized text is off (`force`): on a tokenized
+    corpus it printed three bare lines into the progress display at every validation, and
+    these scores only compare the checkpoints of one run (`mtkit score` warns, once)."""
+    return (sacrebleu.corpus_bleu(hyps, [refs], force=True).score,
+            sacrebleu.corpus_chrf(hyps, [refs]).score)

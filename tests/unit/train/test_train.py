@@ -499,6 +499,22 @@ def test_train_speed_benchmark_runs_on_random_multi30k_like_batches(tmp_path: Pa
     assert rate > 0
 
 
+def test_validation_scores_tokenized_text_silently(caplog) -> None:
+    """sacreBLEU warned in three bare lines, into the progress display, at every validation
+    of a tokenized corpus (100 lines or more ending in ' .'); the score is its BLEU's."""
+    import sacrebleu
+
+    from mtkit.train.validate import corpus_scores
+
+    hyps = [f"a man sits on bench {i} ." for i in range(120)]
+    refs = [f"a man sits on a bench {i} ." for i in range(120)]
+    with caplog.at_level("WARNING", logger="sacrebleu"):
+        bleu, chrf = corpus_scores(hyps, refs)
+    assert not caplog.records  # outside pytest, logging's last resort prints them bare
+    assert bleu == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], force=True).score)
+    assert chrf == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score) and 0 < bleu < 100
+
+
 def test_validation_on_a_fixed_sample_scores_those_sentences_only(toy_model: Path) -> None:
     import dataclasses
 
