@@ -154,8 +154,9 @@ def average(
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
-    from mtkit.run import AVERAGED, data_dir
-    from mtkit.train.checkpoint import save_average, select_for_average
+    from mtkit.data.spm import Tokenizer
+    from mtkit.run import AVERAGED, LAST, data_dir, vocab_info
+    from mtkit.train.checkpoint import check_averageable, save_average, select_for_average
 
     paths = select_for_average(inputs, last)
     out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
@@ -171,6 +172,12 @@ def average(
             raise MtkitError(f"{where}: {out.parent} has no data/ folder; translate, score "
                              "and align read a checkpoint's tokenizer from the data/ folder "
                              "beside it: write the average into the run directory (-o FILE)")
+        if out.name == LAST:
+            raise MtkitError(f"{where}: the run's {LAST} is what training resumes from (its "
+                             "optimizer and place in the data), which an average has not; "
+                             "give another name")
+    check_averageable(paths, None if out.is_dir() else vocab_info(
+        Tokenizer.load(data_dir(out.parent))))
     save_average(paths, out)
     typer.echo(f"mtkit: averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
                f"into {out}", err=True)

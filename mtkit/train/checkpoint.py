@@ -187,15 +187,60 @@ def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
             raise CheckpointError(f"{p}: a directory; give one run directory or checkpoint files")
         if not p.is_file():
             raise CheckpointError(f"{p}: checkpoint not found")
-    seen: dict[Path, Path] = {}
+    seen: dict[tuple[int, int], Path] = {}
     for p in inputs:  # a file named twice would count twice in the mean
-        if p.resolve() in seen:
-            raise CheckpointError(f"{p}: given twice (as {seen[p.resolve()]}); each checkpoint "
-                                  "counts once in an average")
-        seen[p.resolve()] = p
+        st = p.stat()  # by inode: best.pt and last.pt are links to a checkpoint_N.pt
+        if (st.st_dev, st.st_ino) in seen:
+            raise CheckpointError(f"{p}: given twice (as {seen[st.st_dev, st.st_ino]}, the "
+                                  "same file); each checkpoint counts once in an average")
+        seen[st.st_dev, st.st_ino] = p
     if len(inputs) < 2:
         raise CheckpointError("give at least two different checkpoint files (or a run directory)")
     return inputs
+
+
+def first_difference(before: object, now: object, key: str) -> str | None:
+    """The dotted key of the first value that differs between two recipe dicts, or None."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        for k in list(now) + [k for k in before if k not in now]:
+            found = first_difference(before.get(k), now.get(k), f"{key}.{k}")
+            if found is not None:
+                return found
+        return None
+    return None if before == now else key
+
+
+def _weights_shape(model: dict) -> dict:
+    """A recipe's model section without what leaves the weights' meaning alone (dropout)."""
+    return {k: _weights_shape(v) if isinstance(v, dict) else v for k, v in model.items()
+            if "dropout" not in k}
+
+
+def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
+    """Refuse checkpoints whose weights mean different things: another architecture with
+    weights of the same shapes (relu and gelu), other sentencepiece models of the same
+    sizes; and a `data_vocab` (the tokenizer beside the output) that is not theirs."""
+    from mtkit.config import recipe_from_yaml_text, recipe_to_dict
+
+    first = None
+    for p in paths:
+        state = load_checkpoint(p, mmap=True)
+        model = _weights_shape(recipe_to_dict(recipe_from_yaml_text(
+            state["recipe"], source=f"{p} (its recipe)").model))
+        if first is None:
+            first = (p, model, state["vocab"])
+            continue
+        key = first_difference(first[1], model, "model")
+        if key is not None:
+            raise CheckpointError(f"{p}: {key} differs from {first[0]}'s; only checkpoints "
+                                  "of one model can be averaged")
+        if state["vocab"] != first[2]:
+            raise CheckpointError(f"{p}: trained with other sentencepiece models than "
+                                  f"{first[0]}; only checkpoints of one model can be averaged")
+    if first is not None and data_vocab is not None and data_vocab != first[2]:
+        raise CheckpointError(f"the data/ folder beside the output holds other sentencepiece "
+                              f"models than {first[0]} was trained with; write the average "
+                              "into that checkpoint's run directory")
 
 
 def save_average(paths: list[Path], out: Path) -> Path:

@@ -29,6 +29,7 @@ from mtkit.fileio import read_lines
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
 from mtkit.run import LAST, check_vocab, load_checkpoint, vocab_info
+from mtkit.train.checkpoint import first_difference
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import Schedule, build_optimizer
 from mtkit.train.validate import valid_batches
@@ -71,9 +72,12 @@ def resume_state(recipe: Recipe, run_dir: Path) -> dict:
         raise CheckpointError(f"--resume: {path} not found; nothing to resume (drop "
                               "--resume to start a new run)")
     state = load_checkpoint(path)
+    if "optimizer" not in state:  # `mtkit average -o RUN/last.pt` (refused now) wrote one
+        raise CheckpointError(f"--resume: {path} holds a model only (an average?), not the "
+                              "state training continues from; train into a new --run-dir")
     saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
     for section in ("data", "model"):
-        key = _first_difference(recipe_to_dict(getattr(saved, section)),
+        key = first_difference(recipe_to_dict(getattr(saved, section)),
                                 recipe_to_dict(getattr(recipe, section)), section)
         if key is not None:
             raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
@@ -88,17 +92,6 @@ def resume_state(recipe: Recipe, run_dir: Path) -> dict:
                                   f"with {was}; it fixes the batch order, so resume with "
                                   f"{was}, or train into a new --run-dir")
     return state
-
-
-def _first_difference(before: object, now: object, key: str) -> str | None:
-    """The dotted key of the first value that differs between two recipe dicts, or None."""
-    if isinstance(before, dict) and isinstance(now, dict):
-        for k in list(now) + [k for k in before if k not in now]:
-            found = _first_difference(before.get(k), now.get(k), f"{key}.{k}")
-            if found is not None:
-                return found
-        return None
-    return None if before == now else key
 
 
 # --------------------------------------------------------------------------- building

@@ -374,6 +374,43 @@ def test_average_writes_only_a_new_file_or_over_a_checkpoint_beside_data(toy_mod
     assert again.exit_code == 0, again.output
 
 
+def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, tmp_path):
+    """relu and gelu weights of the same shapes, other sentencepiece models of the same sizes,
+    a tokenizer beside -o that is not theirs, one file under two names (best.pt is a link to
+    a checkpoint_N.pt), and -o over last.pt (then `train --resume` was a KeyError traceback):
+    each was averaged without a word."""
+    from mtkit.run import load_checkpoint, save_checkpoint
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    best = run / "best.pt"
+    state = load_checkpoint(best)
+    assert "activation: relu" in state["recipe"]
+    save_checkpoint(run / "gelu.pt", {**state, "recipe": state["recipe"].replace(
+        "activation: relu", "activation: gelu")})
+    save_checkpoint(run / "drop.pt", {**state, "recipe": state["recipe"].replace(
+        "act_dropout: 0.0", "act_dropout: 0.3")})  # dropout leaves the weights' meaning
+    other = {**state["vocab"], "sha256": "0" * 64}
+    save_checkpoint(run / "vocab.pt", {**state, "vocab": other})
+    save_checkpoint(run / "vocab2.pt", {**state, "vocab": other})
+    os.link(best, run / "again.pt")
+    _fails(_cli("average", best, run / "gelu.pt", "-o", run / "a.pt"), "gelu.pt",
+           "model.transformer.activation differs")
+    _fails(_cli("average", best, run / "vocab.pt", "-o", run / "a.pt"), "vocab.pt",
+           "other sentencepiece models")
+    _fails(_cli("average", run / "vocab.pt", run / "vocab2.pt", "-o", run / "a.pt"),
+           "the data/ folder beside the output holds other sentencepiece models")
+    _fails(_cli("average", best, run / "again.pt", "-o", run / "a.pt"), "again.pt",
+           "the same file")
+    _fails(_cli("average", best, run / "drop.pt", "-o", run / "last.pt"), "last.pt",
+           "what training resumes from")
+    assert not (run / "a.pt").exists()
+    assert _cli("average", best, run / "drop.pt", "-o", run / "a.pt").exit_code == 0
+    shutil.copy(run / "a.pt", run / "last.pt")  # as `average -o last.pt` used to write
+    _fails(_cli("train", run / "recipe.yaml", "--run-dir", run, "--resume"), "last.pt",
+           "holds a model only")
+
+
 # --------------------------------------------------------------------------- 6. write failures
 
 
