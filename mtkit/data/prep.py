@@ -165,6 +165,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
             report = report_from_manifest(man, data_dir(run_dir))
         else:
             _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
+            _refuse_replacing_foreign_files(run_dir)
             report = _build(recipe, run_dir, mirror=mirror, console=console,
                             on_download=on_download)
         with atomic_write(run_dir / RECIPE) as f:
@@ -195,6 +196,21 @@ def _refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool)
                     "but the recipe's data section or its inputs changed; use a new --run-dir, "
                     "or `mtkit prep --force` to replace it (those checkpoints then stop "
                     "loading)")
+
+
+def _refuse_replacing_foreign_files(run_dir: Path) -> None:
+    """data/ is replaced as a whole: refuse (with --force too) when it holds anything its
+    manifest does not list, such as notes of the user's, which went with it."""
+    ddir = data_dir(run_dir)
+    if not ddir.is_dir():
+        return
+    man = _read_manifest(run_dir) or {}
+    listed = set(man.get("files", {})) | {MANIFEST}
+    foreign = sorted(p.name for p in ddir.iterdir() if p.name not in listed)
+    if foreign:
+        raise DataError(f"{ddir}: holds files mtkit prep did not write ({', '.join(foreign[:3])}"
+                        f"{', ...' if len(foreign) > 3 else ''}); preparing again replaces "
+                        "data/ as a whole: move them out of it first")
 
 
 def _add_batching(report: PrepReport, recipe: Recipe) -> None:

@@ -111,6 +111,22 @@ def test_prep_never_replaces_a_data_folder_it_did_not_write(tmp_path, force):
     assert _tree(run) == before
 
 
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_prep_again_keeps_files_of_the_users_in_its_data_folder(tmp_path, force):
+    """data/ is replaced as a whole when its data section changes: a file of the user's in
+    it went with it (exit 0, nothing said)."""
+    recipe, run = _toy_recipe(tmp_path), tmp_path / "run"
+    assert _cli("prep", recipe, "--run-dir", run).exit_code == 0
+    (run / "data" / "my_notes.txt").write_text("precious\n")
+    before = _tree(run)
+    _fails(_cli("prep", recipe, "--run-dir", run, "--set", "data.spm.vocab_size=48", *force),
+           f"{run / 'data'}", "did not write (my_notes.txt)")
+    assert _tree(run) == before
+    (run / "data" / "my_notes.txt").unlink()
+    assert _cli("prep", recipe, "--run-dir", run, "--set", "data.spm.vocab_size=48",
+                *force).exit_code == 0
+
+
 def test_the_current_folder_as_run_dir_is_refused_when_it_holds_other_files(tmp_path,
                                                                             monkeypatch):
     monkeypatch.chdir(tmp_path)
