@@ -269,7 +269,8 @@ def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
         return sources.resolve(src, mirror=mirror, on_download=on_download, key=f"data.{key}")
 
     return {name: [Corpus(get(c.src, f"{key}.src"), get(c.tgt, f"{key}.tgt"),
-                          None if c.align is None else get(c.align, f"{key}.align"))
+                          None if c.align is None else get(c.align, f"{key}.align"),
+                          key=f"data.{key}")
                    for key, c in corpora]
             for name, corpora in _splits(data).items()}
 

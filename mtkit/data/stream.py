@@ -64,6 +64,7 @@ class Corpus(NamedTuple):
     src: Path
     tgt: Path
     align: Path | None = None
+    key: str = ""  # the recipe's name for it ('data.train[1]'), which errors give
 
 
 class Chunk(NamedTuple):
@@ -89,8 +90,10 @@ def read_corpus(corpus: Corpus, invalid: dict[str, InvalidUtf8], *,
     while True:
         s, t = a.take(chunk), b.take(chunk)
         if len(s) != len(t):
-            raise DataError(f"line counts differ: {a.path} has {a.count()} lines, "
-                            f"{b.path} has {b.count()}")
+            where = f" ({corpus.key}.src and .tgt)" if corpus.key else ""
+            raise DataError(f"line counts differ{where}: {a.path} has {a.count()} lines, "
+                            f"{b.path} has {b.count()}; expected one target line per source "
+                            "line")
         links = None if c is None else c.take(chunk)
         if c is not None and links is not None and len(links) != len(s):
             raise DataError(_count_error(c.path, a.path, c.count(), a.count()))

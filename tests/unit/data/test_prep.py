@@ -253,7 +253,8 @@ def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None
     _write(tgt, _toy_lines("train.tgt")[:-2])
     with pytest.raises(DataError) as e:
         prepare(_recipe(tmp_path, "train.src", "train.tgt"), tmp_path / "run")
-    assert str(e.value) == (f"line counts differ: {src} has 1000 lines, {tgt} has 998")
+    assert str(e.value) == (f"line counts differ (data.train.src and .tgt): {src} has 1000 "
+                            f"lines, {tgt} has 998; expected one target line per source line")
 
 
 def test_invalid_utf8_is_replaced_counted_and_reported(tmp_path: Path) -> None:
@@ -445,8 +446,9 @@ def test_cli_prep_user_error_is_one_line(tmp_path: Path) -> None:
                       "  spm: {vocab_size: 51}\n", encoding="utf-8")
     result = CliRunner().invoke(app, ["prep", str(recipe), "--run-dir", str(tmp_path / "r")])
     assert result.exit_code == 2
-    assert result.stderr == (f"mtkit: error: line counts differ: {src} has 1000 lines, "
-                             f"{tgt} has 1\n")
+    assert result.stderr == (f"mtkit: error: line counts differ (data.train.src and .tgt): "
+                             f"{src} has 1000 lines, {tgt} has 1; expected one target line "
+                             "per source line\n")
 
 
 def test_cli_prep_downloads_url_sources_into_the_cache(tmp_path: Path, monkeypatch) -> None:
@@ -598,7 +600,8 @@ def test_a_broken_corpus_in_a_list_is_named(tmp_path: Path) -> None:
             ({"src": "nope.src", "tgt": "train.tgt"},
              r"nope\.src: data file not found \(recipe key data\.train\[1\]\.src\)"),
             ({"src": "train.src", "tgt": "short.tgt"},
-             r"line counts differ: .*train\.src has 1000 lines, .*short\.tgt has 1$")):
+             r"line counts differ \(data\.train\[1\]\.src and \.tgt\): .*train\.src has 1000 "
+             r"lines, .*short\.tgt has 1; expected one target line per source line$")):
         raw = prep_mod.recipe_to_dict(base)
         raw["data"]["train"] = [{"src": "train.src", "tgt": "train.tgt"}, second]
         with pytest.raises(DataError, match=message):

@@ -64,7 +64,7 @@ def test_differing_line_counts_name_both_files_with_full_counts(tmp_path: Path) 
     with pytest.raises(DataError) as e:
         list(stream.read_pairs(tmp_path / "s", tmp_path / "t", {}, chunk=10))
     assert str(e.value) == (f"line counts differ: {tmp_path / 's'} has 25 lines, "
-                            f"{tmp_path / 't'} has 12")
+                            f"{tmp_path / 't'} has 12; expected one target line per source line")
 
 
 def test_a_corrupt_gzip_file_is_a_data_error(tmp_path: Path) -> None:
