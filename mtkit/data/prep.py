@@ -268,6 +268,18 @@ def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
     def get(src, key: str) -> Path:
         return sources.resolve(src, mirror=mirror, on_download=on_download, key=f"data.{key}")
 
+    # every missing local file said at once, and before any download
+    missing = []
+    for corpora in _splits(data).values():
+        for key, c in corpora:
+            for field, src in (("src", c.src), ("tgt", c.tgt), ("align", c.align)):
+                if src is not None and src.path is not None and not Path(src.path).is_file():
+                    try:
+                        get(src, f"{key}.{field}")
+                    except DataError as e:
+                        missing.append(str(e))
+    if missing:
+        raise DataError("; ".join(missing))
     return {name: [Corpus(get(c.src, f"{key}.src"), get(c.tgt, f"{key}.tgt"),
                           None if c.align is None else get(c.align, f"{key}.align"),
                           key=f"data.{key}")

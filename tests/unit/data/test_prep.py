@@ -609,6 +609,18 @@ def test_a_broken_corpus_in_a_list_is_named(tmp_path: Path) -> None:
         assert not (tmp_path / "run" / "data").exists()
 
 
+def test_every_missing_data_file_is_said_at_once(tmp_path: Path) -> None:
+    """Only the first was named: a recipe with two wrong paths took two runs to mend."""
+    _toy_copy(tmp_path)
+    raw = prep_mod.recipe_to_dict(_recipe(tmp_path, "nope.src", "train.tgt"))
+    raw["data"]["valid"]["tgt"] = str(tmp_path / "gone.tgt")
+    with pytest.raises(DataError) as e:
+        prepare(recipe_from_dict(raw, source="test", base=tmp_path), tmp_path / "run")
+    assert str(e.value) == (
+        f"{tmp_path / 'nope.src'}: data file not found (recipe key data.train.src); "
+        f"{tmp_path / 'gone.tgt'}: data file not found (recipe key data.valid.tgt)")
+
+
 def test_interrupted_encoding_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
     """A failure in the second pass, after some files are written, leaves no data/ and no
     temporary folder; an old complete data/ stays in place."""
