@@ -29,12 +29,13 @@ from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
 from mtkit.run import (
     AVERAGED,
+    BEST,
     load_checkpoint,
 )
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
 from mtkit.train.progress import Progress, TrainResult, Window, planned_updates
-from mtkit.train.report import Reporter
+from mtkit.train.report import Reporter, duration
 from mtkit.train.setup import Setup
 from mtkit.train.signals import GracefulStop
 from mtkit.train.step import Guide, finish_update, forward_backward, token_normalizer
@@ -365,10 +366,12 @@ class Trainer:
             self._check_ranks_agree()
         self.rep.record("end", update=p.update, epoch=p.epoch, reason=reason,
                         best=p.best, best_update=p.best_update, elapsed=self._elapsed())
-        log.info("stopped (%s) at update %s, epoch %d; best %s %s at update %s; "
-                 "checkpoints in %s", reason, f"{p.update:,}", p.epoch, self.cfg.valid_metric,
-                 "-" if p.best is None else f"{p.best:.2f}", f"{p.best_update:,}",
-                 self.run_dir)
+        best = ("not validated yet" if p.best is None else
+                f"best {self.cfg.valid_metric} {p.best:.2f} at update {p.best_update:,} "
+                f"({self.run_dir / BEST})")
+        log.info("stopped (%s) at update %s, epoch %d, after %s of training; %s; "
+                 "checkpoints in %s", reason, f"{p.update:,}", p.epoch,
+                 duration(self._elapsed()), best, self.run_dir)
         return TrainResult(self.run_dir, reason, p.update, p.epoch, self.last_checkpoint,
                            p.best, averaged)
 

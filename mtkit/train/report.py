@@ -141,7 +141,7 @@ class Reporter:
             return
         fields = {"of": f"/{total:,}" if total else "", "epoch": epoch,
                   "loss": _fmt(loss, ".3f"), "lr": f"{lr:.2e}", "tok_s": f"{tok_s:,.0f}",
-                  "eta": "-" if eta is None else _duration(eta)}
+                  "eta": "-" if eta is None else duration(eta)}
         if self._task is None:
             self._task = self._progress.add_task("train", total=total, completed=update,
                                                  **fields)
@@ -162,6 +162,6 @@ class Reporter:
         self.console.print(table)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     s = int(max(seconds, 0))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"

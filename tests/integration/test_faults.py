@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -628,6 +629,20 @@ def test_bf16_on_a_cpu_says_it_trains_in_fp32(toy_run, tmp_path):
     assert ok.exit_code == 0, ok.output
     note = "train.precision bf16 applies to CUDA only: on cpu this run trains in fp32"
     assert note in (run / "train.log").read_text() and note in ok.stderr
+
+
+def test_the_last_line_of_training_says_how_long_and_where_the_best_model_is(toy_run,
+                                                                             tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    ok = _cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
+              "--set", "train.max_updates=4", "--set", "train.valid_every=2")
+    assert ok.exit_code == 0, ok.output
+    last = ok.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"stopped \(max_updates\) at update 4, epoch 1, after 0:00:\d\d of training; "
+        rf"best bleu \d+\.\d\d at update [24] \({re.escape(str(run / 'best.pt'))}\); "
+        rf"checkpoints in {re.escape(str(run))}", last), last
 
 
 def test_a_nonfinite_abort_without_a_checkpoint_gives_advice_that_works(tmp_path, monkeypatch):
