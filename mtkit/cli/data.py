@@ -131,7 +131,7 @@ def train(
                               for a in (name, str(value))), "--resume"])
         typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
                    f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(143 if result.signal == "SIGTERM" else 130)  # 128 + the signal
 
 
 def average(

@@ -373,7 +373,7 @@ class Trainer:
                  "checkpoints in %s", reason, f"{p.update:,}", p.epoch,
                  duration(self._elapsed()), best, self.run_dir)
         return TrainResult(self.run_dir, reason, p.update, p.epoch, self.last_checkpoint,
-                           p.best, averaged)
+                           p.best, averaged, self.stop.requested)
 
     def _average(self) -> Path | None:
         paths = ckpt.numbered_checkpoints(self.run_dir)[-self.cfg.average_last:]

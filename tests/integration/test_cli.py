@@ -190,7 +190,8 @@ def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypat
 
     def fake_train(recipe, run_dir, **kwargs):
         seen["recipe"] = recipe
-        return SimpleNamespace(reason="interrupted", update=3, checkpoint=run_dir / "last.pt")
+        return SimpleNamespace(reason="interrupted", update=3, checkpoint=run_dir / "last.pt",
+                               signal=seen.get("signal", "SIGINT"))
 
     monkeypatch.setattr(mtkit.train.session, "train", fake_train)
     toy = REPO / "recipes" / "toy.yaml"
@@ -200,6 +201,9 @@ def test_train_threads_sets_train_threads_and_the_resume_hint_keeps_it(monkeypat
     assert seen["recipe"].train.threads == 3 and seen["recipe"].train.device == "cpu"
     assert result.stderr.strip().endswith(
         f"mtkit train {toy} --run-dir {tmp_path} --device cpu --threads 3 --resume")
+    seen["signal"] = "SIGTERM"  # 128 + 15, as a shell reports a process that SIGTERM ended
+    result = CliRunner().invoke(app, ["train", str(toy), "--run-dir", str(tmp_path)])
+    assert result.exit_code == 143 and "Resume with" in result.stderr, result.output
 
 
 def test_train_names_the_flag_that_asked_for_a_missing_device(monkeypatch, tmp_path):
