@@ -104,9 +104,9 @@ class Trainer:
     def _log_start(self) -> None:
         counts = self.s.model.parameter_counts()
         what = f"resuming at update {self.p.update:,}" if self.resumed else "training"
-        log.info("%s: %s a %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
-                 "device %s%s", self.recipe.name, what, self.recipe.model.arch,
-                 f"{counts['total']:,}", len(self.s.sampler), self.cfg.batch_tokens,
+        log.info("%s: %s %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
+                 "device %s%s", self.recipe.name, what, "an RNN" if self.recipe.model.arch ==
+                 "rnn" else "a Transformer", f"{counts['total']:,}", len(self.s.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
                  self.device, f" ({self.s.amp.dtype})" if self.s.amp.dtype else "")
         if self.s.amp.dtype is None and self.cfg.precision != "fp32":

@@ -638,6 +638,7 @@ def test_the_last_line_of_training_says_how_long_and_where_the_best_model_is(toy
     ok = _cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
               "--set", "train.max_updates=4", "--set", "train.valid_every=2")
     assert ok.exit_code == 0, ok.output
+    assert "toy: training a Transformer model, " in ok.stderr  # "an RNN model" for an rnn
     last = ok.stderr.strip().splitlines()[-1]
     assert re.fullmatch(
         rf"stopped \(max_updates\) at update 4, epoch 1, after 0:00:\d\d of training; "
