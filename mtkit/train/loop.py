@@ -27,11 +27,7 @@ from mtkit.config import Recipe, parse_duration
 from mtkit.data.batch import Batch, iterate_batches
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
-from mtkit.run import (
-    AVERAGED,
-    BEST,
-    load_checkpoint,
-)
+from mtkit.run import AVERAGED, BEST, load_checkpoint
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
 from mtkit.train.progress import Progress, TrainResult, Window, planned_updates
@@ -103,10 +99,11 @@ class Trainer:
 
     def _log_start(self) -> None:
         counts = self.s.model.parameter_counts()
-        what = f"resuming at update {self.p.update:,}" if self.resumed else "training"
-        log.info("%s: %s %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
-                 "device %s%s", self.recipe.name, what, "an RNN" if self.recipe.model.arch ==
-                 "rnn" else "a Transformer", f"{counts['total']:,}", len(self.s.sampler), self.cfg.batch_tokens,
+        what = (f"resuming at update {self.p.update:,}" if self.resumed else "training") + (
+            " an RNN" if self.recipe.model.arch == "rnn" else " a Transformer")
+        log.info("%s: %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
+                 "device %s%s", self.recipe.name, what, f"{counts['total']:,}",
+                 len(self.s.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
                  self.device, f" ({self.s.amp.dtype})" if self.s.amp.dtype else "")
         if self.s.amp.dtype is None and self.cfg.precision != "fp32":
