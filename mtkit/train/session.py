@@ -55,12 +55,12 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
 def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path | None,
              console: Console) -> None:
     prepared = is_prepared(recipe, run_dir)
-    if resumed and not prepared:
-        log.warning("%s is missing or its inputs changed: preparing it again before "
-                    "resuming", data_dir(run_dir))
     # Data prepared already (by `mtkit prep`, which printed its report): one line.
     prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console,
             batching=not prepared)
+    if resumed and not prepared:  # said once done: prep may refuse (changed inputs)
+        log.warning("%s was missing or damaged: prepared again from the same inputs before "
+                    "resuming", data_dir(run_dir))
     if prepared:
         console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
                       soft_wrap=True)

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -421,7 +422,7 @@ def test_patience_stops_early_and_average_last_averages(tmp_path: Path) -> None:
     assert rec["checkpoints"] == avg["averaged_from"] and "bleu" in rec
 
 
-def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path) -> None:
+def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path, caplog) -> None:
     run = tmp_path / "run"
     with pytest.raises(CheckpointError, match="nothing to resume"):
         _train(run, "train.max_updates=2", resume=True)
@@ -433,6 +434,11 @@ def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path) -> N
         _train(run, "train.max_updates=4", "model.transformer.ffn_dim=64", resume=True)
     with pytest.raises(CheckpointError, match=r"train\.batch_tokens is 256 but .* with 512"):
         _train(run, "train.max_updates=4", "train.batch_tokens=256", resume=True)
+    shutil.rmtree(run / "data")  # prepared again from the same inputs, then said
+    with caplog.at_level("WARNING"):
+        assert _train(run, "train.max_updates=3", "train.valid_every=1000",
+                      resume=True).update == 3
+    assert "data was missing or damaged: prepared again from the same inputs" in caplog.text
 
 
 def test_two_process_ddp_run_ends_with_identical_weights_on_both_ranks(tmp_path: Path) -> None:
