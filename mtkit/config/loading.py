@@ -242,7 +242,8 @@ def apply_override(raw: dict, assignment: str) -> None:
             if child is None:
                 child = node[name] = {}
             elif not isinstance(child, dict):
-                raise ConfigError(f"--set {assignment!r}: `{where}` is not a section")
+                raise ConfigError(f"--set {assignment!r}: `{where}` is not a section" + (
+                    f"; it is a list: name an entry, `{where}[0]`" * isinstance(child, list)))
             node = child
             continue
         entries, k = node.get(name), int(index)  # one entry of a list: data.train[1].tgt
@@ -327,9 +328,8 @@ MERGE_TAG = "tag:yaml.org,2002:merge"  # the key of `<<: *anchor`
 
 
 class _UniqueKeys(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML requires keys
-    to be unique; PyYAML keeps the last, so `vocab_size: 500` above `vocab_size: 400` went
-    unnoticed)."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML wants unique
+    keys; PyYAML kept the last: `vocab_size: 500` above `vocab_size: 400` went unnoticed)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         # The mapping's own scalar keys only: a merge (`<<: *base`) may be overridden by a key

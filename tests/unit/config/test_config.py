@@ -254,6 +254,9 @@ def test_overrides(tmp_path: Path) -> None:
     assert [Path(c.tgt.path).name for c in r.data.train] == ["a.tgt", "c.tgt"]
     with pytest.raises(ConfigError, match=r"`data\.train\[2\]` is no entry of a list"):
         load_recipe(two, ["data.train[2].src=x"])
+    with pytest.raises(ConfigError, match=r"`data\.train` is not a section; it is a list: "
+                       r"name an entry, `data\.train\[0\]`$"):
+        load_recipe(two, ["data.train.src=x"])
     with pytest.raises(ConfigError, match=r"^--set data\.train\[0\]\.sha=1: data\.train\[0\]"
                        r"\.sha: unknown key"):
         load_recipe(two, ["data.train[0].sha=1"])
