@@ -443,7 +443,8 @@ def test_outputs_that_name_folders_or_paths_under_files(toy_model, tmp_path):
            "exists and is not a folder")
     _fails(_cli("align", toy_model, "-s", src, "--heatmap", a_file / "maps"), "file.txt",
            "is a file, not a folder")
-    _fails(_cli("average", toy_model / "best.pt", toy_model / "last.pt", "-o", tmp_path),
+    shutil.copy(toy_model / "best.pt", tmp_path / "other.pt")  # last.pt is the same file
+    _fails(_cli("average", toy_model / "best.pt", tmp_path / "other.pt", "-o", tmp_path),
            str(tmp_path), "is a folder")
     assert a_file.read_text() == "mine\n"
 

@@ -194,5 +194,5 @@ def test_average_command_errors_are_one_line(toy_trained: Path) -> None:
     result = CliRunner().invoke(app, ["average", str(first), str(twice), str(other),
                                       "-o", str(toy_trained / "x.pt")])
     assert result.exit_code == 2, result.output
-    assert f"{twice}: given twice (as {first})" in result.output
+    assert f"{twice}: given twice (as {first}, the same file)" in result.output
     assert not (toy_trained / "x.pt").exists()
