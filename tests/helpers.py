@@ -35,7 +35,7 @@ def reversal_batch(n: int, vocab: int, g: torch.Generator, *, lo: int = 3,
     return collate(src, [s[::-1] for s in src], range(n))
 
 
-def run_cli(*args: object, input: str | None = None, env: dict[str, str] | None = None):
+def run_cli(*args: object, input: str | bytes | None = None, env: dict[str, str] | None = None):
     """`mtkit ARGS` in this process (typer's runner): exit_code, stdout, stderr separately."""
     from mtkit.cli import app
 

@@ -146,10 +146,8 @@ def read_text(path: Path) -> Text:
 
 
 def _read_bytes(path: Path, name: str) -> bytes:
-    if path == STDIN:
-        return sys.stdin.buffer.read()
     try:
-        raw = path.read_bytes()
+        raw = sys.stdin.buffer.read() if path == STDIN else path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{name}: no such file") from None
     except IsADirectoryError:

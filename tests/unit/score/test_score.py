@@ -71,7 +71,7 @@ def files(tmp_path: Path, monkeypatch, corpus: dict[str, list[str]]) -> dict[str
     return out
 
 
-def _cli(*args: object, input: str | None = None):
+def _cli(*args: object, input: str | bytes | None = None):
     return run_cli("score", *args, input=input)
 
 
@@ -134,6 +134,10 @@ def test_stdin_hypothesis_scores_like_the_file(files):
     got = json.loads(from_stdin.stdout)
     assert got["systems"][0]["name"] == "<stdin>"
     assert got["systems"][0]["scores"] == from_file["systems"][0]["scores"]
+    # gzip on stdin is decompressed, as a .gz file is (it was scored as bytes: BLEU 1.6)
+    gz = _cli("-r", files["ref"], "-", "--json", input=gzip.compress(files["good"].read_bytes()))
+    assert gz.exit_code == 0 and gz.stderr == "", gz.output
+    assert json.loads(gz.stdout)["systems"][0]["scores"] == from_file["systems"][0]["scores"]
 
 
 def test_read_text_gzip_crlf_and_trailing_space(tmp_path):
