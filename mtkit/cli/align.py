@@ -15,6 +15,7 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     InferenceThreadsOpt,
     flag,
+    model_files,
     output_problems,
     refuse,
     search_method,
@@ -245,7 +246,7 @@ def align(
         from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
         from mtkit.align import run as ar
         from mtkit.device import inference_device
-        from mtkit.run import load_model, resolve_checkpoint
+        from mtkit.run import load_model
 
     search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
               "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
@@ -268,8 +269,8 @@ def align(
     ar.check_inputs(src, tgt, gold)
     refuse(output_problems({"--pharaoh": pharaoh, "--json": json_out}, {
         "the -s file": src, "the -t file": tgt, "the --gold file": gold,
-        "the checkpoint": resolve_checkpoint(model),
-        "the --reverse checkpoint": None if reverse is None else resolve_checkpoint(reverse)}))
+        **model_files([model]), **{f"the --reverse {k[4:]}": p for k, p in model_files(
+            [] if reverse is None else [reverse]).items()}}))
     if threads > 0:
         torch.set_num_threads(threads)
     dev = inference_device(device)

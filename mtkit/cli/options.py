@@ -62,6 +62,24 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def model_files(models: list[Path], exported: Any = None) -> dict[str, Path]:
+    """The files the models are read from, which an output must not replace: a checkpoint,
+    and its run's recipe and data/ folder (the tokenizer); an export's every file."""
+    from mtkit.run import RECIPE, data_dir, resolve_checkpoint
+
+    if exported is not None:
+        return {f"the export's {p.name}": p
+                for p in sorted(exported.path.iterdir()) if p.is_file()}
+    files: dict[str, Path] = {}
+    for m in (m for m in models if m.exists()):
+        ckpt = resolve_checkpoint(m)
+        run = ckpt.parent
+        files["the checkpoint" if m.is_file() else f"the checkpoint of {m}"] = ckpt
+        for p in [run / RECIPE, *sorted(data_dir(run).glob("*"))]:
+            files.setdefault(f"the run's {p.relative_to(run)}", p)
+    return files
+
+
 def output_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None]
                     ) -> list[str]:
     """What is wrong with the output files a user names (flag -> file; None or - for none):

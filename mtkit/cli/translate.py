@@ -17,6 +17,7 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     TranslateThreadsOpt,
     flag,
+    model_files,
     output_problems,
     refuse,
     search_method,
@@ -164,7 +165,7 @@ def translate(
         raise DataError(problem)
     exported = _exported(models)
     refuse(output_problems({"-o": output}, {"the input file": input,
-                                            **_model_files(models, exported)}))
+                                            **model_files(models, exported)}))
     if exported is not None:  # CTranslate2 decodes: torch is never imported
         model, recipe = None, exported.recipe
     else:
@@ -231,24 +232,6 @@ def translate(
             fmt=fmt,  # type: ignore[arg-type]
             align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
     report_translation(_run_translation(worker, input, output))
-
-
-def _model_files(models: list[Path], exported: Any) -> dict[str, Path]:
-    """The files the models are read from, which an output must not replace: a checkpoint,
-    and its run's recipe and data/ folder (the tokenizer); an export's every file."""
-    from mtkit.run import RECIPE, data_dir, resolve_checkpoint
-
-    if exported is not None:
-        return {f"the export's {p.name}": p
-                for p in sorted(exported.path.iterdir()) if p.is_file()}
-    files: dict[str, Path] = {}
-    for m in (m for m in models if m.exists()):
-        ckpt = resolve_checkpoint(m)
-        run = ckpt.parent
-        files["the checkpoint" if m.is_file() else f"the checkpoint of {m}"] = ckpt
-        for p in [run / RECIPE, *sorted(data_dir(run).glob("*"))]:
-            files.setdefault(f"the run's {p.relative_to(run)}", p)
-    return files
 
 
 def _exported(models: list[Path]) -> Any:

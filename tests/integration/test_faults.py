@@ -321,6 +321,19 @@ def test_align_refuses_to_write_over_its_inputs_or_one_output_twice(toy_model, t
     _fails(_cli("align", toy_model, *pairs, "--pharaoh", tmp_path / "x", "--json",
                 tmp_path / "x"), "--pharaoh and --json name the same file")
     assert _tree(tmp_path) == mine
+    # the run's own files, which the model is read from (only the checkpoint was refused)
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    model = next((run / "data").glob("spm*.model"))
+    kept = _tree(run)
+    for flag, out, said in (("--pharaoh", model, f"the run's data/{model.name}"),
+                            ("--json", run / "recipe.yaml", "the run's recipe.yaml"),
+                            ("--json", run / "data" / "manifest.json",
+                             "the run's data/manifest.json")):
+        _fails(_cli("align", run, *pairs, flag, out), flag, said)
+    _fails(_cli("align", toy_model, *pairs, "--reverse", run, "--pharaoh", model),
+           "--pharaoh", f"the --reverse run's data/{model.name}")
+    assert _tree(run) == kept
 
 
 def test_an_output_file_goes_only_into_a_folder_that_exists(toy_model, tmp_path):
