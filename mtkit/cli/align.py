@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,6 +268,10 @@ def align(
         method=method or DEFAULT_METHOD, threshold=threshold)
     outputs.check()
     ar.check_inputs(src, tgt, gold)
+    refuse([f"{flag} {path}: inside the --heatmap folder, whose images a run replaces; move "
+            "it out of there" for flag, path in (("-s", src), ("-t", tgt), ("--gold", gold))
+            if heatmap is not None and path is not None and str(path) != "-"
+            and os.path.abspath(heatmap) in map(str, Path(os.path.abspath(path)).parents)])
     refuse(output_problems({"--pharaoh": pharaoh, "--json": json_out}, {
         "the -s file": src, "the -t file": tgt, "the --gold file": gold,
         **model_files([model]), **{f"the --reverse {k[4:]}": p for k, p in model_files(

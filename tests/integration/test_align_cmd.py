@@ -205,6 +205,12 @@ def test_a_heatmap_rerun_leaves_only_its_own_images(trained, pairs, tmp_path):
                "--json", tmp_path / "n" / "links.json")
     assert res.exit_code == 2 and "--json" in res.stderr and "inside the --heatmap folder" in (
         res.stderr), res.output
+    (maps / "notes.txt").unlink()
+    image = maps / "align-0000.png"  # an input among the images would be drawn over
+    before = image.read_bytes()
+    res = _cli(trained, "-s", image, "-t", tmp_path / "t", "--heatmap", maps)
+    assert res.exit_code == 2 and f"-s {image}: inside the --heatmap folder" in res.stderr
+    assert image.read_bytes() == before
     (tmp_path / "e").write_text("")  # no pairs: the folder is made, holding no heatmap
     res = _cli(trained, "-s", tmp_path / "e", "-t", tmp_path / "e", "--heatmap", tmp_path / "m2")
     assert res.exit_code == 0, res.output
