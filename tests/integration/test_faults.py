@@ -119,10 +119,10 @@ def test_prep_again_keeps_files_of_the_users_in_its_data_folder(tmp_path, force)
     recipe, run = _toy_recipe(tmp_path), tmp_path / "run"
     assert _cli("prep", recipe, "--run-dir", run).exit_code == 0
     (run / "data" / "my_notes.txt").write_text("precious\n")
-    before = _tree(run)
+    before = _tree(run / "data")
     _fails(_cli("prep", recipe, "--run-dir", run, "--set", "data.spm.vocab_size=48", *force),
            f"{run / 'data'}", "did not write (my_notes.txt)")
-    assert _tree(run) == before
+    assert _tree(run / "data") == before
     (run / "data" / "my_notes.txt").unlink()
     assert _cli("prep", recipe, "--run-dir", run, "--set", "data.spm.vocab_size=48",
                 *force).exit_code == 0
