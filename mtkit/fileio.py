@@ -276,7 +276,7 @@ def open_binary(path: str | Path) -> IO[bytes]:
     raw: IO[bytes] = open(path, "rb")
     try:
         head = raw.peek(2)[:2]
-        if len(head) == 1:  # a pipe that has delivered one byte so far: wait for the next
+        if head == GZIP_MAGIC[:1]:  # a pipe that has delivered one byte of gzip's two so far
             head = raw.read(2)
             raw = io.BufferedReader(_Prefixed(head, raw))
     except BaseException:
@@ -299,7 +299,7 @@ class _Prefixed(io.RawIOBase):
             n = min(len(buffer), len(self._first))
             buffer[:n], self._first = self._first[:n], self._first[n:]
             return n
-        return self._rest.readinto(buffer)
+        return self._rest.readinto1(buffer)  # what is there: a line typed waits for no more
 
     def close(self) -> None:
         try:

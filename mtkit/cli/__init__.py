@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -135,11 +136,13 @@ def _empty_argument(argv: list[str]) -> str | None:
     """An empty argument (`-o ""`, `-o "$UNSET"`) named by its flag. Parsed as a path it is
     `.`: `export -o ""` filled the current folder, `--heatmap ""` drew into it."""
     for i, arg in enumerate(argv):
-        if arg == "" and i and argv[i - 1].startswith("-"):
+        if arg == "--":  # what follows is no option
+            return "an empty argument; expected a value" if "" in argv[i + 1:] else None
+        if arg == "" and i and re.fullmatch(r"--[a-z][\w-]*|-[a-zA-Z]", argv[i - 1]):
             return f"{argv[i - 1]}: an empty value; expected a value"
         if arg == "":
             return "an empty argument; expected a value"
-        if arg.startswith("--") and arg.endswith("=") and "=" not in arg[:-1]:
+        if re.fullmatch(r"--[a-z][\w-]*=", arg):
             return f"{arg[:-1]}: an empty value; expected a value"
     return None
 

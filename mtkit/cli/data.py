@@ -155,14 +155,14 @@ def average(
     Example: mtkit average runs/en-de-multi30k --last 3
     """
     from mtkit.data.spm import Tokenizer
-    from mtkit.run import AVERAGED, LAST, data_dir, vocab_info
+    from mtkit.run import AVERAGED, BEST, LAST, data_dir, vocab_info
     from mtkit.train.checkpoint import check_averageable, save_average, select_for_average
 
     paths = select_for_average(inputs, last)
     out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
     where = f"--output {out}" if output is not None else f"{out} (where the average goes " \
         "without --output)"
-    if any(out.resolve() == p.resolve() for p in paths):
+    if any(out.resolve() == p.resolve() or out.is_file() and out.samefile(p) for p in paths):
         raise MtkitError(f"{where} is one of the checkpoints being averaged")
     if not out.is_dir():  # (a folder is refused where the file is written)
         if out.exists() and not _is_checkpoint(out):
@@ -172,10 +172,10 @@ def average(
             raise MtkitError(f"{where}: {out.parent} has no data/ folder; translate, score "
                              "and align read a checkpoint's tokenizer from the data/ folder "
                              "beside it: write the average into the run directory (-o FILE)")
-        if out.name == LAST:
-            raise MtkitError(f"{where}: the run's {LAST} is what training resumes from (its "
-                             "optimizer and place in the data), which an average has not; "
-                             "give another name")
+        if out.name in (LAST, BEST):
+            raise MtkitError(f"{where}: the run's {out.name} is its training's ({LAST}: what "
+                             f"training resumes from; {BEST}: its best checkpoint), which an "
+                             "average is not; give another name")
     check_averageable(paths, None if out.is_dir() else vocab_info(
         Tokenizer.load(data_dir(out.parent))))
     save_average(paths, out)

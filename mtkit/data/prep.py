@@ -201,10 +201,9 @@ def _refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool)
 def _refuse_replacing_foreign_files(run_dir: Path) -> None:
     """data/ is replaced as a whole: refuse (with --force too) when it holds anything its
     manifest does not list, such as notes of the user's, which went with it."""
-    ddir = data_dir(run_dir)
-    if not ddir.is_dir():
+    ddir, man = data_dir(run_dir), _read_manifest(run_dir)
+    if not ddir.is_dir() or man is None:  # no list (a damaged data/ of the run): rebuilt
         return
-    man = _read_manifest(run_dir) or {}
     listed = set(man.get("files", {})) | {MANIFEST}
     foreign = sorted(p.name for p in ddir.iterdir() if p.name not in listed)
     if foreign:

@@ -100,12 +100,13 @@ class DamagedModelError(DataError):
 
 
 def _parses(proto: bytes) -> bool:
-    """Whether `proto` is a sentencepiece model with pieces (damage fails with
-    sentencepiece's 'INTERNAL: src/sentencepiece_processor.cc(109) [model_proto->...]')."""
+    """Whether `proto` is a sentencepiece model (damage fails with sentencepiece's
+    'INTERNAL: src/sentencepiece_processor.cc(109) [model_proto->ParseFromArray...]')."""
     try:
-        return _processor(proto).get_piece_size() > 0
+        _processor(proto)
     except RuntimeError:
         return False
+    return True
 
 
 class Tokenizer:
@@ -129,16 +130,15 @@ class Tokenizer:
             if all((data_dir / n).is_file() for n in names):
                 protos = [(data_dir / n).read_bytes() for n in names]
                 try:
-                    tok = cls(*protos)
-                    sizes = [tok.src_vocab_size, tok.tgt_vocab_size][:len(names)]
+                    # an empty file would parse, as a model of no pieces (a copy cut short),
+                    # and sentencepiece would log about it
+                    bad = next((n for n, p in zip(names, protos, strict=True) if not p), None)
+                    if bad is None:
+                        return cls(*protos)
                 except RuntimeError:
-                    sizes = [int(_parses(p)) for p in protos]
-                # an empty file parses, as a model of no pieces (a copy cut short)
-                bad = next((n for n, size in zip(names, sizes, strict=True) if not size), None)
-                if bad is not None:
-                    raise DamagedModelError(f"{data_dir / bad}: not a sentencepiece model "
-                                            "(damaged?)")
-                return tok
+                    bad = next(n for n, p in zip(names, protos, strict=True) if not _parses(p))
+                raise DamagedModelError(f"{data_dir / bad}: not a sentencepiece model "
+                                        "(damaged?)")
         raise DataError(f"{data_dir}: no sentencepiece model ({JOINT_MODEL}, or {SRC_MODEL} and "
                         f"{TGT_MODEL}); run `mtkit prep` first")
 

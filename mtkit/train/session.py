@@ -59,8 +59,8 @@ def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path
     prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console,
             batching=not prepared)
     if resumed and not prepared:  # said once done: prep may refuse (changed inputs)
-        log.warning("%s was missing or damaged: prepared again from the same inputs before "
-                    "resuming", data_dir(run_dir))
+        log.warning("%s was missing or damaged: prepared again from the recipe's inputs "
+                    "before resuming", data_dir(run_dir))
     if prepared:
         console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
                       soft_wrap=True)

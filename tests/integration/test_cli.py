@@ -42,6 +42,8 @@ def test_usage_errors_are_one_line_with_exit_code_2(args, words):
     (["export", "run", "-o", ""], "-o: an empty value"),
     (["align", "run", "-s", "x", "--heatmap="], "--heatmap: an empty value"),
     (["translate", ""], "an empty argument"),
+    (["translate", "run", "--beam", "-1", ""], "an empty argument"),  # not "-1: an empty value"
+    (["translate", "run", "--", ""], "an empty argument"),
 ])
 def test_an_empty_value_is_refused(args, said, tmp_path, monkeypatch):
     """An empty value (`-o "$UNSET"`) parsed as a path is `.`: export filled the current

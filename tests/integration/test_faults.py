@@ -126,6 +126,8 @@ def test_prep_again_keeps_files_of_the_users_in_its_data_folder(tmp_path, force)
     (run / "data" / "my_notes.txt").unlink()
     assert _cli("prep", recipe, "--run-dir", run, "--set", "data.spm.vocab_size=48",
                 *force).exit_code == 0
+    (run / "data" / "manifest.json").unlink()  # a damaged data/ of the run: rebuilt
+    assert _cli("prep", recipe, "--run-dir", run).exit_code == 0
 
 
 def test_the_current_folder_as_run_dir_is_refused_when_it_holds_other_files(tmp_path,
@@ -432,10 +434,14 @@ def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, 
            "the data/ folder beside the output holds other sentencepiece models")
     _fails(_cli("average", best, run / "again.pt", "-o", run / "a.pt"), "again.pt",
            "the same file")
-    _fails(_cli("average", best, run / "drop.pt", "-o", run / "last.pt"), "last.pt",
-           "what training resumes from")
+    for name in ("last.pt", "best.pt"):
+        _fails(_cli("average", run / "gelu.pt", run / "drop.pt", "-o", run / name), name,
+               "which an average is not")
+    old = {k: v for k, v in state["vocab"].items() if k != "sha256"}  # before sha256 was kept
+    save_checkpoint(run / "old.pt", {**state, "vocab": old})
     assert not (run / "a.pt").exists()
-    assert _cli("average", best, run / "drop.pt", "-o", run / "a.pt").exit_code == 0
+    assert _cli("average", best, run / "drop.pt", run / "old.pt", "-o",
+                run / "a.pt").exit_code == 0
     shutil.copy(run / "a.pt", run / "last.pt")  # as `average -o last.pt` used to write
     _fails(_cli("train", run / "recipe.yaml", "--run-dir", run, "--resume"), "last.pt",
            "holds a model only")
@@ -481,7 +487,7 @@ def test_a_folder_where_a_file_is_read_is_named_a_folder(toy_model, tmp_path):
            "data.train.src")
 
 
-def test_a_damaged_sentencepiece_model_is_named(toy_model, tmp_path):
+def test_a_damaged_sentencepiece_model_is_named(toy_model, tmp_path, capfd):
     """A damaged model file was a traceback from sentencepiece's parser ('INTERNAL:
     src/sentencepiece_processor.cc(109) [model_proto->ParseFromArray...]')."""
     run = tmp_path / "run"
@@ -495,6 +501,7 @@ def test_a_damaged_sentencepiece_model_is_named(toy_model, tmp_path):
                      ["score", "--run", run, "--split", "test"],
                      ["export", run, "-o", tmp_path / "ex"]):
             _fails(_cli(*args), str(model), "not a sentencepiece model")
+            assert "Model is not initialized" not in capfd.readouterr().err  # its own log
 
 
 @pytest.mark.parametrize("compress", [False, True])

@@ -91,7 +91,12 @@ def test_lines_typed_at_a_terminal_named_by_i_are_translated_as_typed(toy_model,
                                  "--threads", "1"], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env=_env())
         try:
-            os.write(master, b"mu wi\n")  # one line typed, the input still open
+            # an empty line first (one byte), then a line: each translated as typed, the
+            # input still open (a one-byte start waited for 8 KB or the end once)
+            os.write(master, b"\n")
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready and proc.stdout.readline() == b"\n", "no translation before the end"
+            os.write(master, b"mu wi\n")
             ready, _, _ = select.select([proc.stdout], [], [], 60)
             assert ready and proc.stdout.readline().strip(), "no translation before the end"
         finally:

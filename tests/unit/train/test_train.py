@@ -434,11 +434,11 @@ def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path, capl
         _train(run, "train.max_updates=4", "model.transformer.ffn_dim=64", resume=True)
     with pytest.raises(CheckpointError, match=r"train\.batch_tokens is 256 but .* with 512"):
         _train(run, "train.max_updates=4", "train.batch_tokens=256", resume=True)
-    shutil.rmtree(run / "data")  # prepared again from the same inputs, then said
+    shutil.rmtree(run / "data")  # prepared again, then said
     with caplog.at_level("WARNING"):
         assert _train(run, "train.max_updates=3", "train.valid_every=1000",
                       resume=True).update == 3
-    assert "data was missing or damaged: prepared again from the same inputs" in caplog.text
+    assert "data was missing or damaged: prepared again from the recipe's inputs" in caplog.text
 
 
 def test_two_process_ddp_run_ends_with_identical_weights_on_both_ranks(tmp_path: Path) -> None:
