@@ -96,11 +96,14 @@ def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,
 @torch.inference_mode()
 def translate_pairs(model: Translator, pairs: list[Pair], cfg: DecodeConfig, *,
                     device: torch.device) -> None:
-    """Set each pair's target to the best hypothesis of cfg's search over its source."""
-    for idx in token_batches([len(p.src) + 1 for p in pairs], cfg.batch_tokens):
-        batch = collate([pairs[i].src for i in idx], None, idx).to(device)
+    """Set each pair's target to the best hypothesis of cfg's search over its source; an
+    empty source gets an empty target, as `mtkit translate` gives it an empty line (a search
+    from the source's EOS alone produced a sentence out of nothing)."""
+    todo = [p for p in pairs if p.src]
+    for idx in token_batches([len(p.src) + 1 for p in todo], cfg.batch_tokens):
+        batch = collate([todo[i].src for i in idx], None, idx).to(device)
         for i, nbest in zip(idx, decode_batch(model, batch, cfg), strict=True):
-            pairs[i].tgt = list(nbest[0].tokens)
+            todo[i].tgt = list(nbest[0].tokens)
 
 
 @torch.inference_mode()

@@ -228,6 +228,20 @@ def test_empty_pairs_get_empty_link_lines(trained, tmp_path):
     assert len(list((tmp_path / "m").glob("align-*"))) == 3
 
 
+def test_a_blank_source_line_gets_no_translation_to_align(toy_run, tmp_path):
+    """Without -t, a blank line was translated from its EOS alone into a sentence out of
+    nothing, shown and linked; `mtkit translate` gives it an empty line. (An untrained model:
+    the trained toy model ends an empty source at once.)"""
+    torch.manual_seed(3)
+    run = _untrained(toy_run, tmp_path / "run", [])
+    (tmp_path / "s").write_text("mu wi\n\n   \nmu\n")
+    res = _cli(run, "-s", tmp_path / "s", "--greedy", "--json", "-")
+    assert res.exit_code == 0, res.output
+    records = json.loads(res.stdout)["sentences"]
+    assert [r["tgt_tokens"] == [] for r in records] == [False, True, True, False]
+    assert records[1]["links"] == records[2]["links"] == ""
+
+
 def test_json_to_stdout_holds_the_links_written_to_a_file(trained, pairs, tmp_path):
     res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--json", "-",
                "--pharaoh", tmp_path / "links")
