@@ -56,6 +56,17 @@ def umask() -> int:
     return mask
 
 
+# What atomic_write leaves of a file when its writer is killed: '.align-0007.png.k3j2x_ab.tmp'
+# (mkstemp's prefix and suffix below, and its eight characters).
+_TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def temporary_of(name: str) -> str | None:
+    """The file name an atomic_write temporary called `name` was for, or None."""
+    m = _TEMPORARY.fullmatch(name)
+    return m.group(1) if m else None
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Write to a temporary file beside `path` and rename it into place only on success,

@@ -310,6 +310,13 @@ def vocab_info(tokenizer: Any) -> dict[str, Any]:
             "sha256": tokenizer.fingerprint()}
 
 
+def same_vocab(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The same sizes, and the same sentencepiece models where both record them (checkpoints
+    written before the sha256 was recorded have none)."""
+    return (a["src"], a["tgt"]) == (b["src"], b["tgt"]) and (
+        a.get("sha256") is None or b.get("sha256") is None or a["sha256"] == b["sha256"])
+
+
 def check_vocab(saved: dict[str, Any], now: dict[str, Any], *, ddir: Path, what: str) -> None:
     """Refuse a data folder whose vocabulary (`now`, `vocab_info`) is not the one a checkpoint
     was trained with (`saved`, its ``vocab``); `what` names the checkpoint in the message."""
@@ -317,7 +324,7 @@ def check_vocab(saved: dict[str, Any], now: dict[str, Any], *, ddir: Path, what:
         raise CheckpointError(f"{what}: trained with vocabularies {saved['src']}/{saved['tgt']}"
                               f" but {ddir} holds {now['src']}/{now['tgt']}; was the data "
                               "prepared again?")
-    if saved.get("sha256") not in (None, now["sha256"]):
+    if not same_vocab(saved, now):
         raise CheckpointError(f"{what}: the sentencepiece model in {ddir} is not the one this "
                               "checkpoint was trained with; was the data prepared again?")
 

@@ -12,18 +12,13 @@ recognises as its own, and cleans.
 from __future__ import annotations
 
 import json
-import re
+import os
 from pathlib import Path
 
 from mtkit.errors import ConfigError
-from mtkit.fileio import atomic_write
+from mtkit.fileio import atomic_write, temporary_of
 
 MARKER = "mtkit-heatmaps.json"
-
-# What atomic_write leaves of a file when its writer is killed: '.align-0007.png.k3j2x_ab.tmp'
-# (mkstemp's eight characters).
-_TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
-
 
 def _read_marker(folder: Path) -> set[str]:
     try:
@@ -35,6 +30,12 @@ def _read_marker(folder: Path) -> set[str]:
         raise ConfigError(f"--heatmap {folder}: {MARKER} is unreadable; not writing into this "
                           "folder") from None
     return set(names)
+
+
+def holds(folder: Path, path: Path) -> bool:
+    """Whether `path` (not `-`) lies inside `folder`."""
+    return str(path) != "-" and Path(os.path.abspath(folder)) in Path(
+        os.path.abspath(path)).parents
 
 
 def owned_files(folder: Path) -> set[str]:
@@ -56,7 +57,7 @@ def owned_files(folder: Path) -> set[str]:
                           f"mtkit align (no {MARKER}); give a new or empty folder")
     listed = _read_marker(folder)
     foreign = sorted(n for n in present - listed - {MARKER}
-                     if not ((m := _TEMPORARY.fullmatch(n)) and m.group(1) in listed | {MARKER}))
+                     if temporary_of(n) not in listed | {MARKER})
     if foreign:
         raise ConfigError(f"--heatmap {folder}: holds files mtkit align did not write "
                           f"({', '.join(foreign[:3])}); give a new or empty folder")
@@ -85,8 +86,7 @@ class HeatmapFolder:
         for name in sorted(self.listed - self.written):
             (self.folder / name).unlink(missing_ok=True)
         for p in self.folder.iterdir():  # what a killed writer of a listed file left
-            m = _TEMPORARY.fullmatch(p.name)
-            if m and m.group(1) in self.listed | {MARKER} and p.is_file():
+            if temporary_of(p.name) in self.listed | {MARKER} and p.is_file():
                 p.unlink(missing_ok=True)
         self.listed = set(self.written)
         self._save()

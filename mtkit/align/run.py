@@ -19,7 +19,6 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from contextlib import ExitStack
@@ -51,7 +50,7 @@ from mtkit.align import (
     score_links,
     write_json,
 )
-from mtkit.align.heatmap_folder import HeatmapFolder, owned_files
+from mtkit.align.heatmap_folder import HeatmapFolder, holds, owned_files
 from mtkit.align.pairs import Pair as Pair  # re-exported, as before pairs.py: tests build them
 from mtkit.align.pairs import (
     check_inputs,
@@ -126,10 +125,8 @@ class AlignOutputs:
         extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
         if self.heatmap_dir is not None:
             owned_files(self.heatmap_dir)  # a folder of mtkit's own heatmaps, or new or empty
-            inside = Path(os.path.abspath(self.heatmap_dir))
             for flag, path in (("--pharaoh", self.pharaoh), ("--json", self.json)):
-                if path is not None and str(path) != "-" and inside in Path(
-                        os.path.abspath(path)).parents:
+                if path is not None and holds(self.heatmap_dir, path):
                     raise ConfigError(f"{flag} {path}: inside the --heatmap folder, which "
                                       "holds only heatmaps (a rerun replaces them); write it "
                                       "elsewhere")

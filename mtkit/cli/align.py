@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,6 +245,7 @@ def align(
 
         from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
         from mtkit.align import run as ar
+        from mtkit.align.heatmap_folder import holds
         from mtkit.device import inference_device
         from mtkit.run import load_model
 
@@ -270,8 +270,7 @@ def align(
     ar.check_inputs(src, tgt, gold)
     refuse([f"{flag} {path}: inside the --heatmap folder, whose images a run replaces; move "
             "it out of there" for flag, path in (("-s", src), ("-t", tgt), ("--gold", gold))
-            if heatmap is not None and path is not None and str(path) != "-"
-            and os.path.abspath(heatmap) in map(str, Path(os.path.abspath(path)).parents)])
+            if heatmap is not None and path is not None and holds(heatmap, path)])
     refuse(output_problems({"--pharaoh": pharaoh, "--json": json_out}, {
         "the -s file": src, "the -t file": tgt, "the --gold file": gold,
         **model_files([model]), **{f"the --reverse {k[4:]}": p for k, p in model_files(

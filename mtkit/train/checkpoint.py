@@ -38,6 +38,7 @@ from mtkit.run import (
     BEST,
     LAST,
     load_checkpoint,
+    same_vocab,
     save_checkpoint,
 )
 
@@ -216,13 +217,6 @@ def _weights_shape(model: dict) -> dict:
             if "dropout" not in k}
 
 
-def _same_vocab(a: dict, b: dict) -> bool:
-    """The same sizes, and the same models where both record them (checkpoints written before
-    the sha256 was recorded have none; `mtkit.run.check_vocab` accepts them too)."""
-    return (a["src"], a["tgt"]) == (b["src"], b["tgt"]) and (
-        a.get("sha256") is None or b.get("sha256") is None or a["sha256"] == b["sha256"])
-
-
 def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
     """Refuse checkpoints whose weights mean different things: another architecture with
     weights of the same shapes (relu and gelu), other sentencepiece models of the same
@@ -241,10 +235,10 @@ def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
         if key is not None:
             raise CheckpointError(f"{p}: {key} differs from {first[0]}'s; only checkpoints "
                                   "of one model can be averaged")
-        if not _same_vocab(state["vocab"], first[2]):
+        if not same_vocab(state["vocab"], first[2]):
             raise CheckpointError(f"{p}: trained with other sentencepiece models than "
                                   f"{first[0]}; only checkpoints of one model can be averaged")
-    if first is not None and data_vocab is not None and not _same_vocab(data_vocab, first[2]):
+    if first is not None and data_vocab is not None and not same_vocab(data_vocab, first[2]):
         raise CheckpointError(f"the data/ folder beside the output holds other sentencepiece "
                               f"models than {first[0]} was trained with; write the average "
                               "into that checkpoint's run directory")
