@@ -44,10 +44,12 @@ from mtkit.align.matrix import (
     AlignMatrix,
     Level,
     Link,
+    Words,
     as_array,
     drop_eos,
     from_attention,
     merge_subwords,
+    piece_words,
     word_ids,
     words,
 )
@@ -63,8 +65,9 @@ from mtkit.align.records import matrix_record, write_json
 
 __all__ = ["DEFAULT_METHOD", "DEFAULT_READOUT", "DEFAULT_THRESHOLD", "EOS_TOKEN", "METHODS",
            "READOUTS", "SYMMETRIZATIONS", "WORD_START", "AlignMatrix", "AlignScores", "Gold",
-           "Level", "Link", "Readout", "Symmetrization", "argmax_src", "argmax_tgt", "as_array",
-           "check_gold_bounds", "check_readout", "default_readout", "drop_eos", "extract_links",
-           "format_pharaoh", "from_attention", "grow_diag_final", "matrix_record", "merge_subwords",
-           "parse_links", "read_gold", "score_corpus", "score_links", "select_rows", "symmetrize",
-           "word_ids", "words", "write_json"]
+           "Level", "Link", "Readout", "Symmetrization", "Words", "argmax_src", "argmax_tgt",
+           "as_array", "check_gold_bounds", "check_readout", "default_readout", "drop_eos",
+           "extract_links", "format_pharaoh", "from_attention", "grow_diag_final",
+           "matrix_record", "merge_subwords", "parse_links", "piece_words", "read_gold",
+           "score_corpus", "score_links", "select_rows", "symmetrize", "word_ids", "words",
+           "write_json"]

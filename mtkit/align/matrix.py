@@ -93,6 +93,26 @@ def words(pieces: Sequence[str]) -> list[str]:
     return [w.replace(WORD_START, "") or WORD_START for w in out]
 
 
+@dataclass(frozen=True)
+class Words:
+    """How a sentence's pieces make words: ids[k] is the word of piece k (non-decreasing,
+    from 0), labels the words. A word may have no piece (a whitespace word that
+    sentencepiece's normalization removes, such as a lone zero-width space): it keeps its
+    place, so indices count the words a reader of the line sees, and it gets no link."""
+
+    ids: tuple[int, ...]
+    labels: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if any(not 0 <= i < len(self.labels) for i in self.ids):
+            raise ValueError(f"word ids {self.ids} do not fit {len(self.labels)} words")
+
+
+def piece_words(pieces: Sequence[str]) -> Words:
+    """The words of the text the pieces decode to (`word_ids`, `words`)."""
+    return Words(tuple(word_ids(pieces)), tuple(words(pieces)))
+
+
 def drop_eos(weights: np.ndarray, n_src: int, n_tgt: int) -> np.ndarray:
     """Drop the EOS column and row of a (T, S) matrix and renormalise each row to sum to 1.
 
@@ -112,44 +132,52 @@ def drop_eos(weights: np.ndarray, n_src: int, n_tgt: int) -> np.ndarray:
     return np.divide(kept, sums, out=np.zeros_like(kept), where=sums > 0)
 
 
-def merge_subwords(weights: np.ndarray, src_pieces: Sequence[str],
-                   tgt_pieces: Sequence[str]) -> np.ndarray:
-    """Merge a piece-level (T, S) matrix into a word-level (T_w, S_w) one.
+def merge_subwords(weights: np.ndarray, src_pieces: Sequence[str] | Words,
+                   tgt_pieces: Sequence[str] | Words) -> np.ndarray:
+    """Merge a piece-level (T, S) matrix into a word-level (T_w, S_w) one; each side is given
+    as its pieces (words as `piece_words` makes them) or as its `Words`.
 
     Source side (columns): the attention a target piece pays to a source word is the SUM over
     the word's pieces (the issue's rule; attending to any piece of the word is attending to the
     word, and the events are disjoint). Target side (rows): a target word's row is the MEAN of
     its pieces' rows, not the sum: each piece row is a distribution over the source, so their
     mean is one too, rows keep summing to 1, and a word split into three pieces does not get
-    three times the mass, which keeps the `threshold` method comparable across words.
+    three times the mass, which keeps the `threshold` method comparable across words. A word
+    without pieces gets a zero column or row.
     """
-    src_w, tgt_w = word_ids(src_pieces), word_ids(tgt_pieces)
+    src, tgt = (w if isinstance(w, Words) else piece_words(w) for w in (src_pieces, tgt_pieces))
+    src_w, tgt_w = src.ids, tgt.ids
     if weights.shape != (len(tgt_w), len(src_w)):
         raise ValueError(f"attention of shape {weights.shape} does not fit {len(tgt_w)} target "
                          f"and {len(src_w)} source pieces")
-    n_src, n_tgt = (src_w[-1] + 1 if src_w else 0), (tgt_w[-1] + 1 if tgt_w else 0)
-    col_sum = np.zeros((len(src_w), n_src))  # (S, S_w) one-hot: piece -> its word
+    col_sum = np.zeros((len(src_w), len(src.labels)))  # (S, S_w) one-hot: piece -> its word
     col_sum[np.arange(len(src_w)), src_w] = 1.0
-    row_mean = np.zeros((n_tgt, len(tgt_w)))  # (T_w, T) one-hot rows, scaled to average
+    row_mean = np.zeros((len(tgt.labels), len(tgt_w)))  # (T_w, T) one-hot rows, to average
     row_mean[tgt_w, np.arange(len(tgt_w))] = 1.0
     row_mean /= np.maximum(row_mean.sum(axis=1, keepdims=True), 1.0)
     return row_mean @ weights @ col_sum
 
 
 def from_attention(attn: Any, src_pieces: Sequence[str], tgt_pieces: Sequence[str], *,
-                   level: Level = "word", keep_eos: bool = False) -> AlignMatrix:
+                   level: Level = "word", keep_eos: bool = False,
+                   src_words: Words | None = None, tgt_words: Words | None = None) -> AlignMatrix:
     """Label a model's attention matrix, optionally dropping EOS and merging pieces into words.
 
     attn: (T, S) numpy or torch, T = len(tgt_pieces) [+ 1 for the EOS step], S =
     len(src_pieces) [+ 1 for the source EOS]; pieces exclude BOS/EOS. keep_eos=False (what
     Pharaoh output needs) drops the EOS row and column and renormalises rows (`drop_eos`);
     keep_eos=True labels them EOS_TOKEN and keeps the weights as they are (for looking at
-    the matrix). level='word' then merges pieces into words (`merge_subwords`).
+    the matrix). level='word' then merges pieces into words (`merge_subwords`): a side's
+    `Words` where given (the whitespace words of the line read), else those its pieces
+    decode to.
     """
     if level not in ("word", "subword"):
         raise MtkitError(f"unknown alignment level {level!r}: expected 'word' or 'subword'")
     weights = as_array(attn)
     src, tgt = list(src_pieces), list(tgt_pieces)
+    for given, pieces in ((src_words, src), (tgt_words, tgt)):
+        if given is not None and len(given.ids) != len(pieces):
+            raise ValueError(f"{len(given.ids)} word ids for {len(pieces)} pieces")
     if keep_eos:
         t, s = weights.shape
         src += [EOS_TOKEN] if s == len(src) + 1 else []
@@ -161,5 +189,15 @@ def from_attention(attn: Any, src_pieces: Sequence[str], tgt_pieces: Sequence[st
         weights = drop_eos(weights, len(src), len(tgt))
     if level == "subword":
         return AlignMatrix(weights, tuple(src), tuple(tgt), "subword")
-    return AlignMatrix(merge_subwords(weights, src, tgt), tuple(words(src)), tuple(words(tgt)),
-                       "word")
+    sw, tw = (_with_eos(given, pieces) for given, pieces in ((src_words, src), (tgt_words, tgt)))
+    return AlignMatrix(merge_subwords(weights, sw, tw), sw.labels, tw.labels, "word")
+
+
+def _with_eos(given: Words | None, pieces: list[str]) -> Words:
+    """`given` extended by an EOS word when the pieces end with a kept EOS; the pieces' own
+    words when nothing is given."""
+    if given is None:
+        return piece_words(pieces)
+    if len(pieces) == len(given.ids) + 1:  # EOS_TOKEN appended by keep_eos
+        return Words(given.ids + (len(given.labels),), given.labels + (EOS_TOKEN,))
+    return given

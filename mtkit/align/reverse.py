@@ -18,7 +18,7 @@ import torch
 
 from mtkit.align.links import Symmetrization, extract_links, symmetrize
 from mtkit.align.matrix import AlignMatrix, Link
-from mtkit.align.pairs import Pair, label, pair_attention
+from mtkit.align.pairs import Pair, label, pair_attention, pair_words
 from mtkit.align.readout import Readout
 from mtkit.config import DataConfig
 from mtkit.data.spm import Tokenizer
@@ -67,8 +67,8 @@ def reverse_matrices(rev: Reverse, tok: Tokenizer, pairs: list[Pair], *,
                             tgt_text, p.src_text))
     maps = pair_attention(rev.model, flipped, rev.attention, device=device,
                           batch_tokens=batch_tokens)
-    return [label(rev.tok, p, w, "cross", "word", rev.readout)
-            for p, w in zip(flipped, maps, strict=True)]
+    return [label(rev.tok, p, w, "cross", "word", rev.readout, words)
+            for p, w, words in zip(flipped, maps, pair_words(rev.tok, flipped), strict=True)]
 
 
 def combined_links(forward: set[Link], matrix: AlignMatrix, reverse: AlignMatrix, *,

@@ -53,9 +53,11 @@ from mtkit.align import (
 from mtkit.align.heatmap_folder import HeatmapFolder, holds, owned_files
 from mtkit.align.pairs import Pair as Pair  # re-exported, as before pairs.py: tests build them
 from mtkit.align.pairs import (
+    PairWords,
     check_inputs,
     label,
     pair_attention,
+    pair_words,
     read_pairs,
     translate_pairs,
 )
@@ -167,6 +169,17 @@ class AlignReport:
     seconds: float = 0.0
     scores: AlignScores | None = None
     invalid_utf8: list[InvalidUtf8] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)  # FILE:LINE of lines shown in other words
+
+    def note_unmapped(self, pairs: list[Pair], words: list[PairWords], *, src: Path,
+                      tgt: Path | None) -> None:
+        """Record the lines read whose whitespace words the tokenizer could not follow
+        (`pair_words`): their links index the words their pieces decode to."""
+        for pair, (src_w, tgt_w) in zip(pairs, words, strict=True):
+            if src_w is None:
+                self.unmapped.append(f"{src}:{pair.index + 1}")
+            if tgt_w is None and tgt is not None:
+                self.unmapped.append(f"{tgt}:{pair.index + 1}")
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -224,13 +237,18 @@ class _Sinks:
             self.records.append(matrix_record(matrix, index=index, links=links, scores=scores))
 
 
-def _read_golds(outputs: AlignOutputs, pairs: int) -> list[Gold] | None:
+def _read_golds(outputs: AlignOutputs, pairs: list[Pair]) -> list[Gold] | None:
+    """The gold links, one line per pair, checked against the lines' whitespace words before
+    any output is written."""
     if outputs.gold is None:
         return None
     golds = read_gold(outputs.gold, one_based=outputs.one_based)
-    if len(golds) != pairs:
-        raise DataError(f"{outputs.gold}: {len(golds)} lines of gold links for {pairs} sentence "
-                        "pairs; expected one line per pair")
+    if len(golds) != len(pairs):
+        raise DataError(f"{outputs.gold}: {len(golds)} lines of gold links for {len(pairs)} "
+                        "sentence pairs; expected one line per pair")
+    for gold, pair in zip(golds, pairs, strict=True):
+        assert pair.tgt_text is not None, "gold links need given targets (AlignOutputs.check)"
+        check_gold_bounds(gold, len(pair.src_text.split()), len(pair.tgt_text.split()))
     return golds
 
 
@@ -261,7 +279,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     report = AlignReport()
     pairs = read_pairs(tok, src, tgt, report.invalid_utf8)
     report.pairs = len(pairs)
-    golds = _read_golds(outputs, len(pairs))
+    golds = _read_golds(outputs, pairs)
     with ExitStack() as stack:
         pharaoh = None
         if outputs.pharaoh is not None and str(outputs.pharaoh) == "-":
@@ -281,9 +299,11 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
             if reverse is not None:
                 backward = list(reverse_matrices(reverse, tok, chunk, device=device,
                                                  batch_tokens=decode.batch_tokens))
-            for pair, weights, rev in zip(chunk, maps, backward, strict=True):
+            words = pair_words(tok, chunk)
+            report.note_unmapped(chunk, words, src=src, tgt=tgt)
+            for pair, weights, rev, w in zip(chunk, maps, backward, words, strict=True):
                 sinks.add(pair.index, label(tok, pair, weights, attention.kind, outputs.level,
-                                            readout), rev)
+                                            readout, w), rev)
     if sinks.heatmaps is not None:
         sinks.heatmaps.finish()
     if golds is not None:

@@ -304,6 +304,12 @@ def align(
                             console=Console(highlight=False), stdout=sys.stdout)
     for invalid in report.invalid_utf8:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
+    if report.unmapped:
+        more = len(report.unmapped) - 1
+        typer.echo(f"mtkit: warning: {report.unmapped[0]}"
+                   + (f" and {more} more line{'s' * (more > 1)}" if more else "")
+                   + ": the tokenizer does not keep the line's whitespace words apart, so its "
+                   "links and labels count the words its pieces decode to", err=True)
     if report.scores is not None:  # on stderr when stdout carries the links
         typer.echo(ar.format_scores(report.scores), err="-" in (str(pharaoh), str(json_out)))
     typer.echo(f"mtkit: {report.summary()}", err=True)

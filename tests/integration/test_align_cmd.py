@@ -456,3 +456,46 @@ def test_gold_link_outside_the_sentence(trained, pairs, tmp_path):
     res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", tmp_path / "g1",
                "--one-based", "--pharaoh", tmp_path / "out")
     _error(res, "g1:4: gold link 1-10 (1-based) is outside the sentence pair")
+    # found before any output: the first three pairs' links went to stdout before the error
+    res = _cli(trained, "-s", pairs["src"], "-t", pairs["tgt"], "--gold", tmp_path / "g",
+               "--pharaoh", "-")
+    _error(res, "g:4: gold link 0-9 (0-based) is outside the sentence pair")
+    assert res.stdout == ""
+
+
+def test_words_are_the_lines_whitespace_words(trained, tmp_path):
+    """Sentencepiece's normalization turns a zero-width space and U+FFFD into spaces: its
+    words were the words of the normalized line, so 'mu\u200bwi' counted as two, every index
+    after it shifted and a gold link to the last word was refused (or scored the wrong word).
+    Links, labels and gold indices count the line's whitespace words, as Pharaoh files do."""
+    (tmp_path / "s").write_text("sa mu\u200bwi gu\npel\ufffdnel dar\n", encoding="utf-8")
+    (tmp_path / "t").write_text("gu wi mu sa\ndar nel pel\n", encoding="utf-8")
+    (tmp_path / "g").write_text("0-3 1-1 1-2 2-0\n0-1 0-2 1-0\n")
+    res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--gold", tmp_path / "g",
+               "--json", tmp_path / "a.json", "--pharaoh", tmp_path / "a.txt")
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.stderr
+    records = json.loads((tmp_path / "a.json").read_text())["sentences"]
+    assert records[0]["src_tokens"] == ["sa", "mu\u200bwi", "gu"]
+    assert records[1]["src_tokens"] == ["pel\ufffdnel", "dar"]
+    assert [np.array(r["weights"]).shape for r in records] == [(4, 3), (3, 2)]
+    for line in (tmp_path / "a.txt").read_text().splitlines():
+        assert all(int(link.split("-")[0]) < 3 for link in line.split())
+
+
+def test_a_tokenizer_that_merges_words_is_named(trained, tmp_path, monkeypatch):
+    """Where encoding each word alone does not give the line's pieces, the words are those
+    the pieces decode to, and a warning names the line."""
+    (tmp_path / "s").write_text("sa gu\nmu wi\n")
+    (tmp_path / "t").write_text("gu sa\nwi mu\n")
+    encode = Tokenizer.encode_src_lines
+
+    def merged(self, lines):  # a tokenizer that encodes 'mu' alone otherwise than in a line
+        return [ids[:-1] if line == "mu" else ids
+                for line, ids in zip(lines, encode(self, lines), strict=True)]
+
+    monkeypatch.setattr(Tokenizer, "encode_src_lines", merged)
+    res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--pharaoh", "-")
+    assert res.exit_code == 0, res.output
+    assert "s:2: the tokenizer does not keep the line's whitespace words apart" in res.stderr
+    assert "s:1" not in res.stderr and len(res.stdout.splitlines()) == 2

@@ -9,6 +9,7 @@ import torch
 
 from mtkit.align import (
     AlignScores,
+    Words,
     argmax_src,
     argmax_tgt,
     check_gold_bounds,
@@ -102,6 +103,23 @@ def test_merge_subwords_direct():
     np.testing.assert_allclose(got, [[0.45, 0.55], [0.4, 0.6]])
     with pytest.raises(ValueError, match="does not fit"):
         merge_subwords(w, ["▁a", "b"], ["▁x", "y", "▁z"])
+
+
+def test_given_words_keep_words_without_pieces():
+    """A whitespace word that normalization removes (a lone zero-width space) keeps its
+    index: a zero column or row, never a link."""
+    w = np.array([[0.5, 0.2, 0.3], [0.1, 0.1, 0.8], [0.0, 0.4, 0.6]])
+    src = Words((0, 0, 2), ("ab", "\u200b", "c"))
+    tgt = Words((0, 2, 2), ("x", "\u200b", "yz"))
+    got = merge_subwords(w, src, tgt)
+    np.testing.assert_allclose(got, [[0.7, 0.0, 0.3], [0.0, 0.0, 0.0], [0.3, 0.0, 0.7]])
+    m = from_attention(np.hstack([w, np.zeros((3, 1))]), ["▁a", "b", "▁c"], ["▁x", "▁y", "z"],
+                       src_words=src, tgt_words=tgt, keep_eos=True)
+    assert m.src_tokens == ("ab", "\u200b", "c", "</s>") and m.tgt_tokens == tgt.labels
+    with pytest.raises(ValueError, match="word ids"):
+        from_attention(w, ["▁a", "b"], ["▁x", "▁y", "z"], src_words=src)
+    with pytest.raises(ValueError, match="do not fit"):
+        Words((0, 3), ("a", "b"))
 
 
 # T=4, S=4. argmax per target row: (0,0) (1,1) (2,2) (0,3); per source column: col 3
