@@ -38,12 +38,14 @@ from mtkit.hypothesis import Hypothesis
 if TYPE_CHECKING:
     import torch
 
+    from mtkit.align import Words
     from mtkit.models.base import Translator
 
 OutputFormat = Literal["text", "jsonl"]
 FORMATS = ("text", "jsonl")
-# Maps (source pieces, target pieces, attention (T, S)) to Pharaoh word links "i-j ...".
-AlignFn = Callable[[list[str], list[str], "torch.Tensor"], str]
+# Maps (source pieces, target pieces, attention (T, S), the source line's words or None) to
+# Pharaoh word links "i-j ...".
+AlignFn = Callable[[list[str], list[str], "torch.Tensor", "Words | None"], str]
 # Lines per chunk: large enough for well-filled length-sorted batches, small enough that
 # memory stays flat and a pipe sees output early.
 CHUNK_LINES = 2000
@@ -56,9 +58,10 @@ def pharaoh_aligner(method: str = "argmax-tgt", readout: Readout = "current") ->
     produced EOS, which is the step whose input is the last token."""
     from mtkit.align import extract_links, format_pharaoh, from_attention, select_rows
 
-    def align(src_pieces: list[str], tgt_pieces: list[str], attn: torch.Tensor) -> str:
+    def align(src_pieces: list[str], tgt_pieces: list[str], attn: torch.Tensor,
+              src_words: Words | None) -> str:
         rows = select_rows(attn, len(tgt_pieces), readout)
-        matrix = from_attention(rows, src_pieces, tgt_pieces, level="word")
+        matrix = from_attention(rows, src_pieces, tgt_pieces, level="word", src_words=src_words)
         return format_pharaoh(extract_links(matrix.weights, method))
 
     return align
@@ -207,8 +210,12 @@ class LineTranslator:
             return ""
         if not text.split():  # bare '▁' pieces: no word to link
             return ""
+        from mtkit.align import line_words
+
+        # Source indices count the line's whitespace words, as `mtkit align` does (a line cut
+        # to the model's length keeps the words its pieces decode to).
         return self.align_fn(self.tok.src_pieces(it.ids), self.tok.tgt_pieces(hyp.tokens),
-                             hyp.attn)
+                             hyp.attn, line_words(self.tok.encode_src, it.line, it.ids))
 
     def _format(self, it: _Item) -> str:
         # An empty line has no hypotheses: it is written as one empty one scoring 0.

@@ -48,6 +48,7 @@ from mtkit.align.matrix import (
     as_array,
     drop_eos,
     from_attention,
+    line_words,
     merge_subwords,
     piece_words,
     word_ids,
@@ -67,7 +68,7 @@ __all__ = ["DEFAULT_METHOD", "DEFAULT_READOUT", "DEFAULT_THRESHOLD", "EOS_TOKEN"
            "READOUTS", "SYMMETRIZATIONS", "WORD_START", "AlignMatrix", "AlignScores", "Gold",
            "Level", "Link", "Readout", "Symmetrization", "Words", "argmax_src", "argmax_tgt",
            "as_array", "check_gold_bounds", "check_readout", "default_readout", "drop_eos",
-           "extract_links", "format_pharaoh", "from_attention", "grow_diag_final",
+           "extract_links", "format_pharaoh", "from_attention", "grow_diag_final", "line_words",
            "matrix_record", "merge_subwords", "parse_links", "piece_words", "read_gold",
            "score_corpus", "score_links", "select_rows", "symmetrize", "word_ids", "words",
            "write_json"]

@@ -7,7 +7,7 @@ Shapes: T target tokens (rows), S source tokens (columns).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -111,6 +111,23 @@ class Words:
 def piece_words(pieces: Sequence[str]) -> Words:
     """The words of the text the pieces decode to (`word_ids`, `words`)."""
     return Words(tuple(word_ids(pieces)), tuple(words(pieces)))
+
+
+def line_words(encode: Callable[[str], list[int]], line: str,
+               ids: Sequence[int]) -> Words | None:
+    """The whitespace words of `line` (`str.split`, as in Pharaoh files and gold links) and
+    which of them each of its pieces `ids` belongs to, or None where that cannot be told.
+
+    Sentencepiece's own words can differ from the line's: its normalization turns a zero-width
+    space or U+FFFD into a space, so 'dog\ufffdx' would count as two words and every index
+    after it would shift. Each word is encoded alone (`encode`) and the pieces concatenated;
+    where that does not give `ids` (a line cut to the model's length, a model not trained to
+    split at whitespace), None: the words are then those the pieces decode to."""
+    split = line.split()
+    per_word = [encode(w) for w in split]
+    if [i for word in per_word for i in word] != list(ids):
+        return None
+    return Words(tuple(k for k, word in enumerate(per_word) for _ in word), tuple(split))
 
 
 def drop_eos(weights: np.ndarray, n_src: int, n_tgt: int) -> np.ndarray:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 
 from mtkit import fileio
-from mtkit.align.matrix import AlignMatrix, Level, Words, from_attention
+from mtkit.align.matrix import AlignMatrix, Level, Words, from_attention, line_words
 from mtkit.align.readout import Readout, select_rows
 from mtkit.batches import token_batches
 from mtkit.config import DecodeConfig
@@ -138,36 +137,11 @@ PairWords = tuple[Words | None, Words | None]  # (source, target) of one pair
 
 
 def pair_words(tok: Tokenizer, pairs: list[Pair]) -> list[PairWords]:
-    """Each pair's whitespace words (`str.split` of the lines read, as in Pharaoh files and
-    gold links) and which of them each piece belongs to; a translation's words are those its
-    pieces decode to (None). Sentencepiece's own words can differ from the line's: its
-    normalization turns a zero-width space or U+FFFD into a space, so 'dog\ufffdx' would count
-    as two words and every index after it would shift. Each word is encoded alone and the
-    pieces concatenated; a side where that does not give the line's pieces (a model not
-    trained to split at whitespace) is None, words as its pieces decode to."""
-    out: list[PairWords] = []
-    for a in range(0, len(pairs), 256):  # one sentencepiece call per side for many pairs
-        chunk = pairs[a: a + 256]
-        src = _text_words(tok.encode_src_lines, [(p.src_text, p.src) for p in chunk])
-        tgt = _text_words(tok.encode_tgt_lines,
-                          [(p.tgt_text, p.tgt) if p.tgt_text is not None else None
-                           for p in chunk])
-        out.extend(zip(src, tgt, strict=True))
-    return out
-
-
-def _text_words(encode: Callable[[Sequence[str]], list[list[int]]],
-                sides: list[tuple[str, list[int]] | None]) -> list[Words | None]:
-    split = [side[0].split() if side is not None else [] for side in sides]
-    pieces = iter(encode([w for words in split for w in words]))
-    out: list[Words | None] = []
-    for side, words in zip(sides, split, strict=True):
-        per_word = [next(pieces) for _ in words]
-        ids = [k for k, word in enumerate(per_word) for _ in word]
-        joined = [i for word in per_word for i in word]
-        ok = side is not None and joined == list(side[1])
-        out.append(Words(tuple(ids), tuple(words)) if ok else None)
-    return out
+    """Each pair's whitespace words and which of them each piece belongs to (`line_words`);
+    a translation's words (None) are those its pieces decode to."""
+    return [(line_words(tok.encode_src, p.src_text, p.src),
+             None if p.tgt_text is None else line_words(tok.encode_tgt, p.tgt_text, p.tgt))
+            for p in pairs]
 
 
 def label(tok: Tokenizer, pair: Pair, weights: np.ndarray, kind: AttentionKind,

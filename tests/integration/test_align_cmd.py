@@ -488,13 +488,13 @@ def test_a_tokenizer_that_merges_words_is_named(trained, tmp_path, monkeypatch):
     the pieces decode to, and a warning names the line."""
     (tmp_path / "s").write_text("sa gu\nmu wi\n")
     (tmp_path / "t").write_text("gu sa\nwi mu\n")
-    encode = Tokenizer.encode_src_lines
+    encode = Tokenizer.encode_src
 
-    def merged(self, lines):  # a tokenizer that encodes 'mu' alone otherwise than in a line
-        return [ids[:-1] if line == "mu" else ids
-                for line, ids in zip(lines, encode(self, lines), strict=True)]
+    def merged(self, line):  # a tokenizer that encodes 'mu' alone otherwise than in a line
+        ids = encode(self, line)
+        return ids[:-1] if line == "mu" else ids
 
-    monkeypatch.setattr(Tokenizer, "encode_src_lines", merged)
+    monkeypatch.setattr(Tokenizer, "encode_src", merged)
     res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--pharaoh", "-")
     assert res.exit_code == 0, res.output
     assert "s:2: the tokenizer does not keep the line's whitespace words apart" in res.stderr

@@ -176,6 +176,18 @@ def test_text_with_alignments(toy_model, src_file):
     assert all(len(line.split(" ||| ")) == 2 for line in lines)
 
 
+def test_alignment_indices_count_the_lines_whitespace_words(toy_model, tmp_path):
+    """Sentencepiece normalizes a zero-width space into a space: 'sa\u200bsa' is one word of
+    the line but was two of the links' (every later index shifted, as in `mtkit align`)."""
+    (tmp_path / "in").write_text("sa\u200bsa gu mir\nsa sa gu mir\n", encoding="utf-8")
+    result = _cli("translate", toy_model, "-i", tmp_path / "in", "--align", "--greedy")
+    assert result.exit_code == 0, result.output
+    joined, plain = ([tuple(map(int, link.split("-"))) for link in line.split(" ||| ")[1].split()]
+                     for line in result.stdout.splitlines())
+    assert max(i for i, _ in plain) == 3  # the model links the last word
+    assert max(i for i, _ in joined) == 2
+
+
 @pytest.mark.parametrize("mode", [[], ["--ensemble-mode", "prob"]])
 def test_an_ensemble_of_two_copies_equals_the_model(toy_model, src_file, mode):
     one = _cli("translate", toy_model, "-i", src_file, "--format", "jsonl")

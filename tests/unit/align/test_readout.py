@@ -89,8 +89,8 @@ def test_label_reads_the_rows_of_the_readout():
 def test_translate_aligner_reads_the_same_rows():
     attn = torch.tensor(ROWS, dtype=torch.float32)
     src, tgt = _Pieces.src, _Pieces.tgt
-    assert pharaoh_aligner("argmax-tgt", "current")(src, tgt, attn) == "0-1 1-0 2-2"
-    assert pharaoh_aligner("argmax-tgt", "shift")(src, tgt, attn) == "0-0 1-2 2-1"
+    assert pharaoh_aligner("argmax-tgt", "current")(src, tgt, attn, None) == "0-1 1-0 2-2"
+    assert pharaoh_aligner("argmax-tgt", "shift")(src, tgt, attn, None) == "0-0 1-2 2-1"
 
 
 @pytest.mark.parametrize("cfg", [
