@@ -105,7 +105,7 @@ def extract_links(weights: Any, method: str = DEFAULT_METHOD, *,
     if method == "threshold":
         p = DEFAULT_THRESHOLD if threshold is None else threshold
         if not 0.0 < p <= 1.0:
-            raise MtkitError(f"alignment threshold must be in (0, 1], got {p}")
+            raise MtkitError(f"--threshold {p}: expected an attention weight in (0, 1]")
         return {(int(i), int(j)) for j, i in zip(*np.nonzero(w >= p), strict=True)}
     if method == "argmax-tgt":
         return argmax_tgt(w)

@@ -31,6 +31,7 @@ class ScoreRunFlags:
     split: str | None
     refs: tuple[Path, ...]
     hyps: tuple[Path, ...]
+    src: Path | None
     beam: int | None
     greedy: bool
     device: str | None
@@ -48,6 +49,8 @@ class ScoreRunFlags:
             (run is not None and self.split is None, "--run needs --split NAME (e.g. test2016)"),
             (run is not None and bool(self.refs), "--ref: with --run the reference is the "
              "split's own (RUN_DIR/data/SPLIT.tgt.txt)"),
+            (run is not None and self.src is not None, "--src: with --run the source is the "
+             "split's own (RUN_DIR/data/SPLIT.src.txt)"),
             (self.greedy and self.beam is not None, "--greedy and --beam exclude each other"),
             (run is None and not self.refs,
              "missing option --ref/-r FILE (or --run RUN_DIR --split NAME)"),
@@ -201,13 +204,13 @@ def score(
     names = list(sc.parse_metrics(metrics))
     by_length = by_length or plot is not None
     refuse(ScoreRunFlags(run=run, split=split, refs=tuple(refs or ()), hyps=tuple(hyps or ()),
-                         beam=beam, greedy=greedy, device=device, threads=threads).problems())
+                         src=src, beam=beam, greedy=greedy, device=device, threads=threads).problems())
     hyps, refs = list(hyps or []), list(refs or [])
     if run is not None and split is not None:  # the split's texts; translated further down
         from mtkit.split_translation import split_run, split_texts
 
         run_src, run_ref = split_texts(split_run(run)[0], split)
-        refs, src = [run_ref], run_src if by_length and src is None else src
+        refs, src = [run_ref], run_src if by_length else None
     refuse(ScoreFlags(
         metrics=tuple(names), paired_bs=paired_bs, paired_ar=paired_ar, paired_bs_n=paired_bs_n,
         paired_ar_n=paired_ar_n, seed=seed, src=src, by_length=by_length, buckets=buckets,

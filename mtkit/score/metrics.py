@@ -111,7 +111,7 @@ def parse_buckets(text: str) -> tuple[int, ...]:
     except ValueError:
         edges = ()
     if not edges or edges[0] < 1 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
-        raise MtkitError(f"buckets {text!r}: expected increasing positive integers separated "
+        raise MtkitError(f"--buckets {text!r}: expected increasing positive integers separated "
                          "by commas, e.g. 10,20,30,40,50")
     return edges
 

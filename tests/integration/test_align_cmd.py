@@ -408,6 +408,8 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
      "--align-method: invalid choice 'best'; expected one of argmax-tgt,"),
     (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--threshold", "0.3"],
      "--threshold needs --align-method threshold"),
+    (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--align-method", "threshold",
+      "--threshold", "2"], "--threshold 2.0: expected an attention weight in (0, 1]"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--align-method", "union"], "apply to links"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--self-attention", "cross"],
      "--self-attention: invalid choice"),

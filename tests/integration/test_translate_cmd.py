@@ -372,6 +372,8 @@ def test_score_run_by_length_takes_the_split_source(run_copy):
     (["--run", "{run}"], "--run needs --split NAME"),
     (["--run", "{run}", "--split", "dev"], "--split dev: "),
     (["--run", "{run}", "--split", "test", "-r", "ref.txt"], "--ref: with --run the reference"),
+    (["--run", "{run}", "--split", "test", "--by-length", "--src", "src.txt"],
+     "--src: with --run the source is the split's own"),
     (["--run", "{run}", "--split", "test", "--greedy", "--beam", "2"],
      "--greedy and --beam exclude each other"),
     (["--run", "{run}", "--split", "test", "--beam", "0"], "--beam (decode.beam_size)"),

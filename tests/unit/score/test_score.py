@@ -398,7 +398,7 @@ def test_what_sacrebleu_logs_becomes_a_warning_or_goes_with_its_error(files, mon
     (["-m", "bleu", "--chrf-plus"], ["need chrf in --metrics"]),
     (["--chrf-plus", "--chrf-word-order", "1"], ["--chrf-plus is --chrf-word-order 2"]),
     (["--src", "{src}", "--plot", "out.jpg"], ["out.jpg", ".png, .svg or .pdf"]),
-    (["--src", "{src}", "--by-length", "--buckets", "30,20"], ["increasing"]),
+    (["--src", "{src}", "--by-length", "--buckets", "30,20"], ["--buckets '30,20'", "increasing"]),
     (["-", "-"], ["only once"]),
     (["--json", "--width", "3"], ["--width sets the decimals of the tables"]),
 ])
