@@ -35,11 +35,17 @@ def matrix_record(matrix: AlignMatrix, *, index: int, links: Iterable[Link] | No
 
 
 def write_json(path: str | Path, records: Sequence[dict[str, Any]], *,
-               scores: AlignScores | None = None, stdout: IO[str] | None = None) -> None:
+               scores: AlignScores | None = None, settings: dict[str, Any] | None = None,
+               stdout: IO[str] | None = None) -> None:
     """Write records from `matrix_record` (and corpus scores) atomically as one JSON document:
-    {"format": "mtkit-align", "version": 1, "sentences": [...], "scores": {...}}. weights[j][i]
-    is the attention of target token j on source token i. A path of '-' writes to `stdout`."""
-    doc: dict[str, Any] = {"format": "mtkit-align", "version": 1, "sentences": list(records)}
+    {"format": "mtkit-align", "version": 1, "settings": {...}, "sentences": [...], "scores":
+    {...}}; settings say what made the matrices (`mtkit.align.run.settings_record`).
+    weights[j][i] is the attention of target token j on source token i. A path of '-' writes
+    to `stdout`."""
+    doc: dict[str, Any] = {"format": "mtkit-align", "version": 1}
+    if settings is not None:
+        doc["settings"] = settings
+    doc["sentences"] = list(records)
     if scores is not None:
         doc["scores"] = scores.as_dict()
     with contextlib.nullcontext(stdout) if str(path) == "-" else atomic_write(path) as f:

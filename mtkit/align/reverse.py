@@ -13,6 +13,7 @@ matrix is (S, T), one row per source word.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -36,6 +37,7 @@ class Reverse:
     attention: AttentionChoice
     readout: Readout = "current"
     symmetrize: Symmetrization = "grow-diag-final"
+    checkpoint: Path | None = None  # the model's file, named in JSON output
 
 
 def check_direction(forward: DataConfig, reverse: DataConfig, *, name: str) -> str | None:

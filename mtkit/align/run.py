@@ -24,7 +24,7 @@ import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from rich.console import Console
 from mtkit.align import (
     DEFAULT_METHOD,
     DEFAULT_READOUT,
+    DEFAULT_THRESHOLD,
     READOUTS,
     SYMMETRIZATIONS,
     AlignMatrix,
@@ -256,7 +257,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
                 attention: AttentionChoice, outputs: AlignOutputs, decode: DecodeConfig,
                 device: torch.device, readout: Readout = DEFAULT_READOUT,
                 reverse: Reverse | None = None, console: Console | None = None,
-                stdout: IO[str] | None = None) -> AlignReport:
+                stdout: IO[str] | None = None, checkpoint: Path | None = None) -> AlignReport:
     """Align every line of `src` with the same line of `tgt` (forced decoding) or, without
     `tgt`, with its translation by `decode`'s search; write the requested outputs.
 
@@ -264,7 +265,8 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     a model of the other direction aligns each pair too (with its own read-out) and the links
     written and scored are the two directions' combined (`reverse.symmetrize`); the matrices
     shown are the forward model's. The models must be in eval mode on `device`; `console`
-    receives --print tables; `stdout` receives the Pharaoh lines when outputs.pharaoh is '-'.
+    receives --print tables; `stdout` receives the Pharaoh lines when outputs.pharaoh is '-';
+    `checkpoint`, the model's file, is named in the JSON output.
     Inputs and gold links are checked before any model work; output files are written
     atomically (none on an error)."""
     outputs.check()
@@ -309,9 +311,41 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     if golds is not None:
         report.scores, _ = score_corpus(sinks.links, golds)
     if outputs.json is not None:
-        write_json(outputs.json, sinks.records, scores=report.scores, stdout=stdout)
+        write_json(outputs.json, sinks.records, scores=report.scores, stdout=stdout,
+                   settings=settings_record(checkpoint, attention, readout, outputs,
+                                            None if tgt is not None else decode, reverse))
     report.seconds = time.perf_counter() - start
     return report
+
+
+def settings_record(checkpoint: Path | None, attention: AttentionChoice, readout: Readout,
+                    outputs: AlignOutputs, search: DecodeConfig | None,
+                    reverse: Reverse | None) -> dict[str, Any]:
+    """What made a run's matrices and links, for its JSON output: the checkpoint, the
+    attention read (and its read-out), the level, the link method, the search that made the
+    targets (None: they were given) and the reverse model's part."""
+    def attn(choice: AttentionChoice, read: Readout) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": choice.kind, "layer": choice.layer, "head": choice.head}
+        return out | ({"readout": read} if choice.kind == "cross" else {})
+
+    rec: dict[str, Any] = {"checkpoint": None if checkpoint is None else str(checkpoint),
+                           "attention": attn(attention, readout), "level": outputs.level}
+    if outputs.needs_links:
+        rec["method"] = outputs.method
+        if outputs.method == "threshold":
+            rec["threshold"] = (DEFAULT_THRESHOLD if outputs.threshold is None
+                                else outputs.threshold)
+    rec["targets"] = "given" if search is None else {
+        "search": search.method, **({"beam_size": search.beam_size} if search.method == "beam"
+                                    else {}),
+        "max_len_a": search.max_len_a, "max_len_b": search.max_len_b,
+        "min_len": search.min_len}
+    if reverse is not None:
+        rec["reverse"] = {"checkpoint": None if reverse.checkpoint is None
+                          else str(reverse.checkpoint),
+                          "attention": attn(reverse.attention, reverse.readout),
+                          "symmetrize": reverse.symmetrize}
+    return rec
 
 
 def format_scores(scores: AlignScores) -> str:

@@ -108,7 +108,7 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     from mtkit.align import run as ar
     from mtkit.align.readout import default_readout
     from mtkit.align.reverse import Reverse, check_direction
-    from mtkit.run import load_model
+    from mtkit.run import load_model, resolve_checkpoint
 
     net, recipe, tok = load_model(path, device)
     warning = check_direction(forward, recipe.data, name=str(path))
@@ -119,7 +119,7 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     except MtkitError as e:
         raise ConfigError(f"--reverse {path}: {e}") from None
     return Reverse(net, tok, choice, readout or default_readout(recipe),  # type: ignore[arg-type]
-                   symmetrize)  # type: ignore[arg-type]
+                   symmetrize, resolve_checkpoint(path))  # type: ignore[arg-type]
 
 
 def align(
@@ -148,7 +148,8 @@ def align(
         "target j), one line per pair, to this file (- for standard output).")] = None,
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="FILE", help="Write matrices, tokens, links (and gold scores) as "
-        "JSON; - for standard output.")] = None,
+        "JSON, with the settings that made them (checkpoint, attention, read-out, method); - "
+        "for standard output.")] = None,
     level: Annotated[str, typer.Option(
         "--level", metavar="LEVEL", show_default=False, help="word (pieces merged, EOS "
         "dropped) or subword (pieces); applies to every output (default: word).")] = "word",
@@ -247,7 +248,7 @@ def align(
         from mtkit.align import run as ar
         from mtkit.align.heatmap_folder import holds
         from mtkit.device import inference_device
-        from mtkit.run import load_model
+        from mtkit.run import load_model, resolve_checkpoint
 
     search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
               "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
@@ -301,7 +302,8 @@ def align(
                                 default_readout(recipe) if choice.kind == "cross"
                                 else DEFAULT_READOUT),
                             reverse=backward,
-                            console=Console(highlight=False), stdout=sys.stdout)
+                            console=Console(highlight=False), stdout=sys.stdout,
+                            checkpoint=resolve_checkpoint(model))
     for invalid in report.invalid_utf8:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     if report.unmapped:

@@ -204,7 +204,8 @@ def score(
     names = list(sc.parse_metrics(metrics))
     by_length = by_length or plot is not None
     refuse(ScoreRunFlags(run=run, split=split, refs=tuple(refs or ()), hyps=tuple(hyps or ()),
-                         src=src, beam=beam, greedy=greedy, device=device, threads=threads).problems())
+                         src=src, beam=beam, greedy=greedy, device=device,
+                         threads=threads).problems())
     hyps, refs = list(hyps or []), list(refs or [])
     if run is not None and split is not None:  # the split's texts; translated further down
         from mtkit.split_translation import split_run, split_texts

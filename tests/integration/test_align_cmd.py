@@ -117,6 +117,8 @@ def test_forced_alignment_writes_every_output(trained, pairs, tmp_path):
     links = (tmp_path / "a.txt").read_text().splitlines()
     doc = json.loads((tmp_path / "a.json").read_text())
     assert doc["format"] == "mtkit-align" and len(links) == len(doc["sentences"]) == N
+    assert doc["settings"]["checkpoint"] == str(trained / "best.pt")
+    assert doc["settings"]["targets"] == "given" and doc["settings"]["method"] == "argmax-tgt"
     for k, (rec, line) in enumerate(zip(doc["sentences"], links, strict=True)):
         assert rec["index"] == k and rec["level"] == "word"
         assert rec["src_tokens"] == src[k].split() and rec["tgt_tokens"] == tgt[k].split()

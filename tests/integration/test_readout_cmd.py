@@ -9,6 +9,7 @@ in another, it stands for a model of each direction.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -140,6 +141,17 @@ def test_reverse_combines_the_two_directions(runs, files, tmp_path):
     scored = run_cli("align", runs["fwd"], "-s", files["src"], "-t", files["tgt"], "--gold",
                      files["gold"], "--reverse", runs["rev"], "--symmetrize", "intersection")
     assert scored.exit_code == 0 and scored.stdout.startswith("AER "), scored.output
+    doc = run_cli("align", runs["fwd"], "-s", files["src"], "--greedy", "--json", "-",
+                  "--reverse", runs["rev"], "--readout", "shift", "--align-method", "threshold")
+    assert doc.exit_code == 0, doc.output
+    assert json.loads(doc.stdout)["settings"] == {  # what made the links, for later readers
+        "checkpoint": str(runs["fwd"] / "best.pt"),
+        "attention": {"kind": "cross", "layer": -1, "head": "mean", "readout": "shift"},
+        "level": "word", "method": "threshold", "threshold": 0.5,
+        "targets": {"search": "greedy", "max_len_a": 1.2, "max_len_b": 5, "min_len": 0},
+        "reverse": {"checkpoint": str(runs["rev"] / "best.pt"), "attention": {
+            "kind": "cross", "layer": -1, "head": "mean", "readout": "shift"},
+            "symmetrize": "grow-diag-final"}}
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
