@@ -133,7 +133,7 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
             _held[key] -= 1
         return
     path = run_dir / LOCK
-    created, fd = _locked(run_dir, path)
+    made, fd = _locked(run_dir, path)
     try:
         holder = {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -145,25 +145,32 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
             yield
         finally:
             del _held[key]
-            if created:  # a command that failed before writing anything leaves no folder
-                with contextlib.suppress(OSError):
-                    if os.listdir(run_dir) == [LOCK]:
-                        os.unlink(path)
-                        os.rmdir(run_dir)
+            # A command that failed before writing anything leaves no trace: the lock file
+            # it made, and the folders it made for it (a user's own empty folder stays).
+            with contextlib.suppress(OSError):
+                if made and os.listdir(run_dir) == [LOCK]:
+                    os.unlink(path)
+                    for folder in made[1:]:  # deepest first; stops at one not empty
+                        os.rmdir(folder)
     finally:
         os.close(fd)  # closing drops the flock
 
 
-def _locked(run_dir: Path, path: Path) -> tuple[bool, int]:
-    """Create `run_dir` if needed and take the lock file's lock: (whether the folder was
-    made here, the open lock file). A holder that made the folder removes it with the lock
-    when it wrote nothing else (`run_lock`), so a lock taken on a file that is then no longer
-    there (or another one is) is taken again."""
+def _locked(run_dir: Path, path: Path) -> tuple[list[Path], int]:
+    """Create `run_dir` if needed and take the lock file's lock: (what was made here, the
+    lock file first, then the folders made for it, deepest first; the open lock file). A
+    holder removes what it made when it wrote nothing else (`run_lock`), so a lock taken on
+    a file that is then no longer there (or another one is) is taken again."""
     while True:
-        created = not run_dir.exists()
+        folders = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+                made = [path, *folders]
+            except FileExistsError:
+                fd = os.open(path, os.O_RDWR)
+                made = []
         except OSError as e:
             raise RunDirError(f"{path}: cannot create the run lock ({e.strerror})") from None
         try:
@@ -178,7 +185,7 @@ def _locked(run_dir: Path, path: Path) -> tuple[bool, int]:
         except FileNotFoundError:
             current = False
         if current:
-            return created, fd
+            return made, fd
         os.close(fd)
 
 

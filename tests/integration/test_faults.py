@@ -189,9 +189,9 @@ def test_a_lock_file_removed_as_it_is_locked_is_locked_again(tmp_path, monkeypat
         return real(fd, op)
 
     monkeypatch.setattr(run_mod.fcntl, "flock", flock)
-    created, fd = run_mod._locked(run, lock)
+    made, fd = run_mod._locked(run, lock)
     try:
-        assert len(calls) == 2 and not created
+        assert len(calls) == 2 and made == [lock]  # the lock file is ours now, not the folder
         assert os.fstat(fd).st_ino == os.stat(lock).st_ino
     finally:
         os.close(fd)

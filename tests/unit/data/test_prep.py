@@ -205,6 +205,30 @@ def test_a_changed_output_file_is_redone(tmp_path: Path) -> None:
     assert len(ParallelData.load(data_dir(run), "valid")) == 60
 
 
+def test_a_failed_prep_leaves_no_lock_and_no_folders_it_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock file stayed in a user's empty folder, and `--run-dir deep/a/b` left deep/a."""
+    _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prep_mod, "_write_manifest", crash)
+    for run in (mine, tmp_path / "deep" / "a" / "b"):
+        with pytest.raises(KeyboardInterrupt):
+            prepare(recipe, run)
+    assert mine.is_dir() and list(mine.iterdir()) == []
+    assert not (tmp_path / "deep").exists()
+    # a lock file that was there before stays: mtkit removes only what it made
+    (mine / ".mtkit.lock").write_text("")
+    with pytest.raises(KeyboardInterrupt):
+        prepare(recipe, mine)
+    assert [p.name for p in mine.iterdir()] == [".mtkit.lock"]
+
+
 def test_interrupted_prep_leaves_no_trusted_directory(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _toy_copy(tmp_path)
