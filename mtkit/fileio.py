@@ -10,7 +10,7 @@ the first of them (`InvalidUtf8.warning`), rather than stopping a long job over 
 Write policy: every output is written to a temporary file beside its destination and renamed
 into place only when complete (a device or a pipe, such as /dev/null, is written directly); a
 failure to write is a `WriteError` naming the destination and the system's reason (disk full,
-read-only, a folder in the way), never a traceback.
+read-only, a folder in the way), never a traceback; folders made for it are removed again.
 """
 
 from __future__ import annotations
@@ -94,13 +94,16 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             path, mode, encoding=None if "b" in mode else encoding))
         return
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    made = [p for p in target.parents if not p.exists()]  # deepest first
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except FileExistsError:  # a file where a parent folder should be
+        _remove_empty(made)
         raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
                          ) from None
     except OSError as e:
+        _remove_empty(made)
         raise write_error(path, e) from None
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
@@ -114,11 +117,18 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _remove_empty(made)  # a failed write leaves no folders made for it
         # A file system error of our file; one naming another file (say, reading an input)
         # or from the network (a download written through us) is the caller's.
         if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
             raise write_error(path, e) from None
         raise
+
+
+def _remove_empty(folders: list[Path]) -> None:  # deepest first, while they are empty
+    with contextlib.suppress(OSError):
+        for folder in folders:
+            folder.rmdir()
 
 
 # Names of this process's open files: /dev/stdout under `> log` is the file `log`, which a

@@ -168,6 +168,23 @@ def test_side_writer_writes_what_np_save_writes(tmp_path: Path) -> None:
     assert np.load(ids_path(tmp_path, "x", "tgt")).tolist() == [69999]
 
 
+def test_a_failed_atomic_write_leaves_no_folder_it_made(tmp_path: Path) -> None:
+    """`translate -o new/dir/out.txt` that failed (or a failed download into the cache) left
+    new/dir behind, empty; a folder that was there, or that holds something, stays."""
+    with pytest.raises(RuntimeError), fileio.atomic_write(tmp_path / "new" / "dir" / "f") as f:
+        f.write("half")
+        raise RuntimeError("failed")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "new").mkdir()
+    with pytest.raises(RuntimeError), fileio.atomic_write(tmp_path / "new" / "dir" / "f"):
+        (tmp_path / "new" / "other").write_text("not ours")
+        raise RuntimeError("failed")
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["other"]
+    with fileio.atomic_write(tmp_path / "a" / "b" / "f") as f:
+        f.write("done")
+    assert (tmp_path / "a" / "b" / "f").read_text() == "done"
+
+
 def test_atomic_write_follows_links_keeps_modes_and_writes_devices_in_place(tmp_path: Path
                                                                            ) -> None:
     """A link keeps pointing at the file, now new; a file keeps its permissions; a named pipe
