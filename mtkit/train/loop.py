@@ -114,6 +114,11 @@ class Trainer:
 
     def _loop(self) -> str:
         uf = self.cfg.update_freq
+        if reason := self._limit_reached() or self._stop_requested():  # before any update
+            if self.resumed and reason != "interrupted":
+                log.info("train.%s was reached before this resume: nothing to train (raise "
+                         "it with --set train.%s=... to train further)", reason, reason)
+            return reason
         while True:
             if reason := self._limit_reached():
                 return reason
@@ -126,12 +131,9 @@ class Trainer:
             self.p.epoch, self.p.position = self.p.epoch + 1, 0
 
     def _limit_reached(self) -> str | None:
-        cfg = self.cfg
-        if cfg.max_updates and self.p.update >= cfg.max_updates:
-            return "max_updates"
-        if cfg.max_epochs and self.p.epoch > cfg.max_epochs:
-            return "max_epochs"
-        return None
+        p, cfg = self.p, self.cfg
+        return ("max_updates" if cfg.max_updates and p.update >= cfg.max_updates else
+                "max_epochs" if cfg.max_epochs and p.epoch > cfg.max_epochs else None)
 
     def _update(self, group: list[np.ndarray]) -> None:
         """One update on the batches `group` (arrays of sentence indices)."""

@@ -409,6 +409,19 @@ def test_max_time_ends_with_a_checkpoint_and_a_final_validation(tmp_path: Path) 
     assert (run / "best.pt").is_file()
 
 
+def test_a_resume_with_its_time_spent_trains_no_update(tmp_path: Path, caplog) -> None:
+    """It ran one more update (and wrote one more checkpoint) before looking at the clock."""
+    recipe = load_recipe(TOY, ["train.max_time=1s", "train.max_updates=0",
+                               "train.valid_every=100000"])
+    run = tmp_path / "run"
+    first = session.train(recipe, run, console=Console(file=io.StringIO()))
+    with caplog.at_level(logging.INFO, logger="mtkit"):
+        again = session.train(recipe, run, resume=True, console=Console(file=io.StringIO()))
+    assert again.reason == "max_time" and again.update == first.update
+    assert load_checkpoint(run / "last.pt")["progress"]["update"] == first.update
+    assert "train.max_time was reached before this resume" in caplog.text
+
+
 def test_patience_stops_early_and_average_last_averages(tmp_path: Path) -> None:
     # lr so small that BLEU stays 0: no validation after the first improves on it
     run = tmp_path / "run"
