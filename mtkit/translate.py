@@ -136,7 +136,7 @@ class LineTranslator:
         stop, gone = threading.Event(), threading.Event()
 
         def search(batch: list[_Item]) -> list[list[Hypothesis]]:
-            return self._search([it.ids for it in batch], stop)
+            return self._search([it.ids for it in batch], stop, [it.index for it in batch])
 
         def reader_gone() -> None:  # `| head`: what is still to decode is not wanted
             gone.set()
@@ -198,10 +198,13 @@ class LineTranslator:
             items.append(_Item(offset + i, line, ids))
         return items
 
-    def _search(self, ids: list[list[int]], stop: threading.Event) -> list[list[Hypothesis]]:
-        """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first.
-        Called from `workers` threads at once: it may not change the translator. Once `stop`
-        is set, the search may end early by raising `Stopped` (its result is not wanted)."""
+    def _search(self, ids: list[list[int]], stop: threading.Event,
+                lines: list[int]) -> list[list[Hypothesis]]:
+        """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first;
+        `lines`: their 0-based lines in the input (sampling draws a batch's own random stream
+        from the first). Called from `workers` threads at once: it may not change the
+        translator. Once `stop` is set, the search may end early by raising `Stopped` (its
+        result is not wanted)."""
         raise NotImplementedError
 
     def _align(self, it: _Item, hyp: Hypothesis | None, text: str) -> str:
@@ -264,14 +267,15 @@ class StreamTranslator(LineTranslator):
         self.model = model.eval()
         self.device = device
 
-    def _search(self, ids: list[list[int]], stop: threading.Event) -> list[list[Hypothesis]]:
+    def _search(self, ids: list[list[int]], stop: threading.Event,
+                lines: list[int]) -> list[list[Hypothesis]]:
         import torch
 
         from mtkit.data.batch import collate
         from mtkit.decode import decode_batch
 
         with torch.inference_mode():
-            b = collate(ids, None, range(len(ids))).to(self.device, non_blocking=True)
+            b = collate(ids, None, lines).to(self.device, non_blocking=True)
             return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
                                 need_attn=self.align_fn is not None)
 

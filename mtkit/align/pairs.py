@@ -101,7 +101,8 @@ def translate_pairs(model: Translator, pairs: list[Pair], cfg: DecodeConfig, *,
     from the source's EOS alone produced a sentence out of nothing)."""
     todo = [p for p in pairs if p.src]
     for idx in token_batches([len(p.src) + 1 for p in todo], cfg.batch_tokens):
-        batch = collate([todo[i].src for i in idx], None, idx).to(device)
+        batch = collate([todo[i].src for i in idx], None, [todo[i].index for i in idx]
+                        ).to(device)
         for i, nbest in zip(idx, decode_batch(model, batch, cfg), strict=True):
             todo[i].tgt = list(nbest[0].tokens)
 

@@ -36,5 +36,8 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
     max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
     if model.max_target_len is not None:  # e.g. learned positions: EOS by the last one
         max_len = max_len.clamp(max=model.max_target_len - 1)
-    search = {"beam": beam_search, "greedy": greedy, "sample": sample}[cfg.method]
+    if cfg.method == "sample":  # each batch its own random stream, from its first sentence
+        stream = int(batch.ids.min()) if batch.ids.numel() else 0
+        return sample(model, enc, cfg, max_len=max_len, need_attn=need_attn, stream=stream)
+    search = {"beam": beam_search, "greedy": greedy}[cfg.method]
     return search(model, enc, cfg, max_len=max_len, need_attn=need_attn)

@@ -47,16 +47,22 @@ def sampler(cfg: DecodeConfig, generator: torch.Generator) -> Chooser:
 
 
 def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
-           max_len: torch.Tensor | int, need_attn: bool = False) -> list[list[Hypothesis]]:
+           max_len: torch.Tensor | int, need_attn: bool = False,
+           stream: int = 0) -> list[list[Hypothesis]]:
     """cfg.nbest independent samples per sentence of `enc` (B rows), sorted by score.
 
-    Reproducible: the draws come from a torch.Generator seeded with cfg.seed on the model's
-    device, so the same batch with the same seed gives the same samples (a batch composed
-    differently consumes the random stream differently). max_len: int or (B,) limits.
+    Reproducible: the draws come from a torch.Generator on the model's device seeded from
+    cfg.seed and `stream` (e.g. the batch's first line in the input), so the same batch with
+    the same seed gives the same samples (a batch composed differently consumes the random
+    stream differently), and batches of one run draw different streams: seeded with cfg.seed
+    alone, the k-th sentence of every batch got the same draws (repeated input lines the
+    same samples). max_len: int or (B,) limits.
     """
     batch, device, n = enc.src_mask.size(0), enc.src_mask.device, cfg.nbest
     rows = torch.arange(batch, device=device).repeat_interleave(n)  # (B*n,) sentence of row
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    # hash() of a tuple of ints is the same in every process (no hash randomization)
+    seed = hash((cfg.seed, stream)) & (2**63 - 1) if stream else cfg.seed
+    generator = torch.Generator(device=device).manual_seed(seed)
     tokens, lps, attn = one_path_each(
         model, enc.index_select(rows), sampler(cfg, generator),
         max_len=as_lengths(max_len, batch, device).index_select(0, rows),

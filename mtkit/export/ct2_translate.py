@@ -147,9 +147,12 @@ class CT2Translator(LineTranslator):
                         sampling_temperature=cfg.temperature)
         return opts
 
-    def _search(self, ids: list[list[int]], stop: threading.Event) -> list[list[Hypothesis]]:
-        # `stop` is not looked at: the engine's translate_batch cannot be interrupted (Ctrl-C
-        # during test2016, beam 5, 2 workers: 1.9-4.7 s to exit, the running batches' end).
+    def _search(self, ids: list[list[int]], stop: threading.Event,
+                lines: list[int]) -> list[list[Hypothesis]]:
+        # `lines` is not needed: samples come from the engine's own random stream, seeded
+        # once per run (`set_random_seed`). `stop` is not looked at: the engine's
+        # translate_batch cannot be interrupted (Ctrl-C during test2016, beam 5, 2 workers:
+        # 1.9-4.7 s to exit, the running batches' end).
         limits = self._limits(ids)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
         eos = self.src_pieces[EOS_ID]

@@ -215,6 +215,19 @@ def test_sampling_options_reach_the_sampler(toy_model, src_file):
     assert a.stdout == b.stdout != c.stdout
 
 
+def test_each_batch_samples_its_own_random_stream(toy_model, tmp_path):
+    """Every batch's generator was seeded with --seed alone: the k-th line of each batch got
+    the same draws, so a repeated line gave at most a batch's worth of different samples."""
+    (tmp_path / "in").write_text("sa pel gu mir nel\n" * 48)
+    args = ["translate", toy_model, "-i", tmp_path / "in", "--sample", "--temperature", "5",
+            "--batch-tokens", "24"]  # four sentences a batch
+    a, b = _cli(*args), _cli(*args)
+    assert a.exit_code == 0, a.output
+    assert a.stdout == b.stdout  # still reproducible
+    lines = a.stdout.splitlines()
+    assert len(lines) == 48 and len(set(lines)) > 8
+
+
 def test_overlong_lines_warn_once_with_their_count(toy_model, tmp_path):
     long_line = " ".join(["sa gu mir"] * 20)  # 60 tokens, the toy limit is 32
     src = tmp_path / "in.txt"

@@ -104,7 +104,12 @@ def test_workers_translate_like_one_batch_at_a_time(toy_model, test_lines, searc
     two = _worker(toy_model, fmt="jsonl", batch_tokens=300, chunk_lines=25, workers=2, **search)
     seen: list[list[list[int]]] = []
     search_of = two._search
-    two._search = lambda ids, stop: seen.append(ids) or search_of(ids, stop)  # type: ignore
+
+    def counted(ids, stop, lines):
+        seen.append(ids)
+        return search_of(ids, stop, lines)
+
+    two._search = counted  # type: ignore
     a, b = _records(one, lines), _records(two, lines)
     _assert_same(a, b)
     assert [r["id"] for r in b] == list(range(40)) and [r["source"] for r in b] == lines
@@ -140,9 +145,9 @@ def test_a_failing_batch_stops_the_batch_running_beside_it(toy_model, test_lines
 
     model, search_of = worker.model, worker._search
 
-    def search(ids, stop):
+    def search(ids, stop, lines):
         local.first, local.steps = max(map(len, ids)) == longest, [0]  # longest first
-        return search_of(ids, stop)
+        return search_of(ids, stop, lines)
 
     worker.model, worker._search = Model(), search  # type: ignore
     out = io.StringIO()
