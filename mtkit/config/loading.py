@@ -58,9 +58,7 @@ def _type_name(tp: Any) -> str:
             item = _type_name(args[0]).removeprefix("a ").removeprefix("an ")
             return f"a list of {item}s"
         return f"a list of {len(args)} items ({', '.join(_type_name(a) for a in args)})"
-    if origin is dict:
-        return "a mapping"
-    if dataclasses.is_dataclass(tp):
+    if origin is dict or dataclasses.is_dataclass(tp):
         return "a mapping"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
         tp, str(tp))
@@ -151,8 +149,10 @@ def _scalar(tp: Any, value: Any, key: str, problems: _Problems) -> Any:
 
 
 def _check_range(meta: Any, value: Any, key: str, problems: _Problems) -> None:
-    if value is None or not isinstance(value, int | float):
+    if value is None or not isinstance(value, int | float) or not meta:
         return
+    if value - value != 0:  # nan or ±inf: a bounded value is a finite one
+        return problems.add(key, f"expected a finite number, got {value!r}")
     tests = {"ge": (lambda b: value >= b, ">="), "gt": (lambda b: value > b, ">"),
              "le": (lambda b: value <= b, "<="), "lt": (lambda b: value < b, "<")}
     for name, (test, sym) in tests.items():

@@ -107,10 +107,17 @@ class SpmConfig:
     """Sentencepiece training. Ids are fixed: see `mtkit.data.vocab`."""
 
     model_type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: int = _rng(8000, ge=16)
+    vocab_size: int = _rng(8000, ge=16, le=2**31 - 1)  # sentencepiece takes an int32
     joint: bool = True  # one model for both languages (needed to share embeddings)
-    character_coverage: float = _rng(1.0, gt=0.0, le=1.0)
-    input_sentence_size: int = _rng(2_000_000, ge=0)  # 0 = use every training sentence
+    # sentencepiece (0.2) refuses a coverage below 0.98 and a sample of 1-100 sentences
+    character_coverage: float = _rng(1.0, ge=0.98, le=1.0)
+    input_sentence_size: int = _rng(2_000_000, ge=0, le=2**31 - 1)  # 0 = every sentence
+
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
+        if valid("input_sentence_size") and 0 < self.input_sentence_size <= 100:
+            return [("input_sentence_size", "expected 0 (every sentence) or more than 100 "
+                     f"(sentencepiece's minimum sample), got {self.input_sentence_size}")]
+        return []
 
 
 @dataclass(frozen=True)
@@ -236,7 +243,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    seed: int = 1
+    seed: int = _rng(1, ge=0, le=2**32 - 1)  # numpy's and torch's generators take 32 bits
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"  # autocast on CUDA; CPU always fp32
     compile: bool = False  # torch.compile the model
@@ -312,14 +319,16 @@ class DecodeConfig:
     beam_size: int = _rng(5, ge=1)
     nbest: int = _rng(1, ge=1)
     length_penalty: Literal["gnmt", "average", "none"] = "gnmt"
-    alpha: float = _rng(1.0, ge=0.0)  # GNMT length-penalty exponent (Wu et al. 2016, eq. 14)
+    # GNMT length-penalty exponent (Wu et al. 2016, eq. 14; they tune it in [0, 1]); beyond
+    # 10 the penalty of long outputs overflows float32 ((1000 / 6) ** 17 > 3.4e38)
+    alpha: float = _rng(1.0, ge=0.0, le=10.0)
     max_len_a: float = _rng(1.5, ge=0.0)  # max output length = a * source length + b
     max_len_b: int = _rng(10, ge=1)
     min_len: int = _rng(0, ge=0)  # tokens before EOS is allowed
     temperature: float = _rng(1.0, gt=0.0)
     top_k: int = _rng(0, ge=0)  # 0 = off
     top_p: float = _rng(1.0, gt=0.0, le=1.0)  # 1.0 = off
-    seed: int = 1
+    seed: int = _rng(1, ge=0, le=2**32 - 1)
     batch_tokens: int = _rng(8000, ge=16)  # source tokens per translation batch
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:

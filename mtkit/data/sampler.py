@@ -103,8 +103,8 @@ def _tokens(lens: np.ndarray, max_len: int | None) -> np.ndarray:
         top = min(top, max_len)
     dtype = next(d for d in (np.uint16, np.uint32, np.int64) if top + 1 <= np.iinfo(d).max)
     out = lens.astype(dtype)
-    if max_len is not None:
-        np.minimum(out, max_len, out=out)
+    if max_len is not None and max_len < int(lens.max(initial=0)):  # else nothing to cut
+        np.minimum(out, max_len, out=out)  # (a max_len past the dtype's range would overflow)
     out += 1
     return out
 

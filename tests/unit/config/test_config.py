@@ -57,8 +57,18 @@ def _error(raw: dict) -> str:
     ({"train.compile": "yes"}, "r.yaml: train.compile: expected true or false, got 'yes'"),
     ({"data.spm.vocab_size": 3},
      "r.yaml: data.spm.vocab_size: out of range: expected a value >= 16, got 3"),
-    ({"data.spm.character_coverage": 0.0},
-     "r.yaml: data.spm.character_coverage: out of range: expected a value > 0.0, got 0.0"),
+    ({"data.spm.character_coverage": 0.5},  # sentencepiece's own limit, said by the recipe
+     "r.yaml: data.spm.character_coverage: out of range: expected a value >= 0.98, got 0.5"),
+    ({"data.spm.input_sentence_size": 50},
+     "r.yaml: data.spm.input_sentence_size: expected 0 (every sentence) or more than 100"),
+    ({"data.spm.vocab_size": 10**20},  # sentencepiece failed to parse it
+     "r.yaml: data.spm.vocab_size: out of range: expected a value <= 2147483647"),
+    ({"train.seed": -1}, "r.yaml: train.seed: out of range: expected a value >= 0, got -1"),
+    ({"decode.seed": 2**64}, "r.yaml: decode.seed: out of range: expected a value <= 4294967295"),
+    ({"train.lr": float("inf")}, "r.yaml: train.lr: expected a finite number, got inf"),
+    ({"decode.alpha": 400}, "r.yaml: decode.alpha: out of range: expected a value <= 10.0"),
+    ({"model.transformer.dropout": float("nan")},  # one problem, not one per bound
+     "r.yaml: model.transformer.dropout: expected a finite number, got nan"),
     ({"model.transformer.dropout": 1.0},
      "r.yaml: model.transformer.dropout: out of range: expected a value < 1.0, got 1.0"),
     ({"model.arch": "lstm"},

@@ -190,3 +190,11 @@ def test_numpy_sampler_gives_the_batches_of_the_sentence_by_sentence_one(max_len
         for epoch in (1, 2):
             sampler.set_epoch(epoch)
             assert list(sampler) == _reference_batches(src, tgt, budget, 5, epoch, max_len)
+
+
+def test_a_max_len_beyond_16_bits_cuts_nothing():
+    """data.max_len 70000 (to turn truncation off) overflowed the uint16 lengths."""
+    src, tgt = np.array([3, 9, 5]), np.array([4, 2, 7])
+    wide = TokenBatchSampler(src, tgt, batch_tokens=300, seed=1, max_len=70000)
+    plain = TokenBatchSampler(src, tgt, batch_tokens=300, seed=1)
+    assert wide.src_tokens.tolist() == plain.src_tokens.tolist() == [4, 10, 6]
