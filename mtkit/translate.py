@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,7 +29,7 @@ from mtkit.batches import parallel_batches
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import CheckpointError
+from mtkit.errors import CheckpointError, ConfigError
 from mtkit.fileio import watching_reader
 from mtkit.hypothesis import Hypothesis
 
@@ -75,10 +76,16 @@ class TranslateStats:
     truncated: int = 0  # input lines cut to the model's maximum length...
     max_src_len: int = 0  # ... this many source tokens
     empty: int = 0
+    capped: int = 0  # output limits lowered to the model's longest output...
+    max_out_len: int | None = None  # ... this many tokens before EOS (None: no such limit)
 
     def truncation(self) -> str:
         return (f"{self.truncated} input line(s) longer than {self.max_src_len} source tokens "
                 "(the model's data.max_len) were truncated")
+
+    def capping(self) -> str:
+        return (f"{self.capped} output limit(s) (--max-len-a/--max-len-b) lowered to "
+                f"{self.max_out_len} tokens, the most the model's positions allow")
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -117,12 +124,19 @@ class LineTranslator:
     """
 
     def __init__(self, tokenizer: Tokenizer, cfg: DecodeConfig, *, max_src_len: int,
-                 fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
-                 chunk_lines: int = CHUNK_LINES, workers: int = 1) -> None:
+                 max_out_len: int | None = None, fmt: OutputFormat = "text",
+                 align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
+                 workers: int = 1) -> None:
+        """max_out_len: the most tokens before EOS the model's positions allow (None: no
+        limit); a sentence's --max-len-a/b limit above it is lowered and counted."""
         assert fmt in FORMATS and chunk_lines >= 1 and workers >= 1, (fmt, chunk_lines, workers)
+        if max_out_len is not None and cfg.min_len > max_out_len:
+            raise ConfigError(f"--min-len {cfg.min_len} (decode.min_len): the model's outputs "
+                              f"end by {max_out_len} tokens (its positions)")
         self.tok = tokenizer
         self.cfg = cfg
         self.max_src_len = max_src_len
+        self.max_out_len = max_out_len
         self.fmt = fmt
         self.align_fn = align_fn
         self.chunk_lines = chunk_lines
@@ -132,7 +146,8 @@ class LineTranslator:
             on_batch: Callable[[int], None] | None = None) -> TranslateStats:
         """Translate every line, writing one output record per input line to `out`, flushed
         after each chunk; `on_batch(n)` is called after each decoded batch of n sentences."""
-        stats, start = TranslateStats(max_src_len=self.max_src_len), time.perf_counter()
+        stats = TranslateStats(max_src_len=self.max_src_len, max_out_len=self.max_out_len)
+        start = time.perf_counter()
         stop, gone = threading.Event(), threading.Event()
 
         def search(batch: list[_Item]) -> list[list[Hypothesis]]:
@@ -195,6 +210,10 @@ class LineTranslator:
             if len(ids) > self.max_src_len:
                 ids = ids[: self.max_src_len]
                 stats.truncated += 1
+            if self.max_out_len is not None and ids and (  # as mtkit.decode.max_lengths
+                    math.floor(self.cfg.max_len_a * len(ids)) + self.cfg.max_len_b
+                    > self.max_out_len):
+                stats.capped += 1
             items.append(_Item(offset + i, line, ids))
         return items
 
@@ -262,8 +281,10 @@ class StreamTranslator(LineTranslator):
                  device: torch.device, max_src_len: int, fmt: OutputFormat = "text",
                  align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
                  workers: int = 1) -> None:
-        super().__init__(tokenizer, cfg, max_src_len=max_src_len, fmt=fmt, align_fn=align_fn,
-                         chunk_lines=chunk_lines, workers=workers)
+        # learned positions end an output by the last one (mtkit.decode.decode_batch)
+        limit = None if model.max_target_len is None else model.max_target_len - 1
+        super().__init__(tokenizer, cfg, max_src_len=max_src_len, max_out_len=limit, fmt=fmt,
+                         align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
         self.model = model.eval()
         self.device = device
 

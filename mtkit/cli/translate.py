@@ -327,4 +327,6 @@ def report_translation(stats: TranslateStats) -> None:
     """The truncation warning (once, with the count) and the stats line, on stderr."""
     if stats.truncated:
         typer.echo(f"mtkit: warning: {stats.truncation()}", err=True)
+    if stats.capped:
+        typer.echo(f"mtkit: warning: {stats.capping()}", err=True)
     typer.echo(f"mtkit: {stats.summary()}", err=True)

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import CheckpointError, ConfigError
-from mtkit.export.ct2_dir import Export
+from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
 from mtkit.hypothesis import Hypothesis
 from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat
@@ -88,8 +88,15 @@ class CT2Translator(LineTranslator):
         problems = engine_problems(cfg, device)
         if problems:
             raise ConfigError("; ".join(problems))
+        # The exported positions end an output by the last one: a learned table's, or the
+        # sinusoid rows the export wrote (the engine fails past them; mtkit's own decoder
+        # computes sinusoids for any position, so there an export's output is cut shorter).
+        tf = export.recipe.model.transformer
+        rows = tf.max_positions if tf.positions == "learned" else position_rows(export.recipe)
+        self.max_target = rows - 1
         super().__init__(export.tokenizer, cfg, max_src_len=export.recipe.data.max_len,
-                         fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
+                         max_out_len=self.max_target, fmt=fmt, align_fn=align_fn,
+                         chunk_lines=chunk_lines, workers=workers)
         ct2 = ctranslate2()
         name, index = _engine_device(device)
         level = ct2.get_log_level()
@@ -121,15 +128,11 @@ class CT2Translator(LineTranslator):
             ct2.set_random_seed(cfg.seed)
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
-        tf = export.recipe.model.transformer
-        # learned positions end the output by the last one (as Translator.max_target_len)
-        self.max_target = tf.max_positions - 1 if tf.positions == "learned" else None
 
     def _limits(self, ids: list[list[int]]) -> list[int]:
         """Per-sentence output limits, as mtkit.decode.max_lengths computes them."""
         a, b = self.cfg.max_len_a, self.cfg.max_len_b
-        limits = [math.floor(a * len(s)) + b for s in ids]
-        return limits if self.max_target is None else [min(n, self.max_target) for n in limits]
+        return [min(math.floor(a * len(s)) + b, self.max_target) for s in ids]
 
     def _options(self, steps: int) -> dict[str, Any]:
         cfg = self.cfg

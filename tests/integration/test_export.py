@@ -565,3 +565,29 @@ def test_translating_with_an_export_never_imports_torch(toy_export, test_src, ex
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) >= len(test_src.read_text().splitlines())
     assert proc.stderr.splitlines()[-1] == "imported:", proc.stderr
+
+
+def test_outputs_end_by_the_models_positions_with_a_warning(toy_run, test_src, tmp_path):
+    """Learned positions cut every output at the table's end without a word (--min-len past
+    it was accepted); an export's sinusoid table ended in the engine's traceback ('No position
+    encodings are defined for positions >= 64')."""
+    learned = _random_run(toy_run, tmp_path / "learned",
+                          dict(positions="learned", max_positions=33))
+    out = _export(learned, tmp_path / "ct2-learned")
+    for model in (learned, out):
+        res = _cli("translate", model, "--greedy", "--max-len-b", "100", "-i", test_src)
+        assert res.exit_code == 0, res.output
+        assert ("60 output limit(s) (--max-len-a/--max-len-b) lowered to 32 tokens, the most "
+                "the model's positions allow") in res.stderr
+        refused = _cli("translate", model, "--greedy", "--min-len", "40", "--max-len-b", "100",
+                       "-i", test_src)
+        assert refused.exit_code == 2
+        assert "--min-len 40 (decode.min_len): the model's outputs end by 32 tokens" in (
+            refused.stderr)
+    sinusoids = _random_run(toy_run, tmp_path / "sin", dict(positions="sinusoidal"))
+    out = _export(sinusoids, tmp_path / "ct2-sin")
+    res = _cli("translate", out, "--greedy", "--max-len-b", "100", "-i", test_src)
+    assert res.exit_code == 0, res.output
+    assert "lowered to 63 tokens" in res.stderr  # the recipe's max_positions 64
+    native = _cli("translate", sinusoids, "--greedy", "--max-len-b", "100", "-i", test_src)
+    assert native.exit_code == 0 and "lowered" not in native.stderr  # sinusoids for any length
