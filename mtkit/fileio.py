@@ -170,14 +170,14 @@ def _write_directly(path: Path, open_it: Callable[[], IO]) -> Iterator[IO]:
         f = open_it()
     except OSError as e:
         raise write_error(path, e) from None
-    with f:
-        try:
+    try:
+        with f:  # closing flushes what is buffered: it fails as a write does
             yield f
             f.flush()
-        except OSError as e:
-            if e.errno in WRITE_ERRNOS and e.filename in (None, str(path)):
-                raise write_error(path, e) from None
-            raise
+    except OSError as e:
+        if e.errno in WRITE_ERRNOS and e.filename in (None, str(path)):
+            raise write_error(path, e) from None
+        raise
 
 
 @contextlib.contextmanager

@@ -67,7 +67,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
         except BrokenPipeError:
             # `mtkit translate ... | head` closes our stdout early: not an error.
-            _drop_stdout()
+            startup.drop_stdout()
             raise typer.Exit(0) from None
         except OSError as e:
             # A file the user named that the system refuses (permissions, a folder in the
@@ -98,6 +98,7 @@ def main() -> None:
         from click.exceptions import ClickException, UsageError
 
     startup.own_process()
+    startup.hold_closed_stdout()
     empty = _empty_argument(sys.argv[1:])
     if empty:
         typer.echo(f"mtkit: error: {empty}", err=True)
@@ -110,7 +111,7 @@ def main() -> None:
         # into exit 1 (click catches BrokenPipeError itself); the reader having gone is no
         # failure of ours
         if e.code == 1 and _reader_gone(stdout_was):
-            _drop_stdout()
+            startup.drop_stdout()
             sys.exit(0)
         raise
     except UsageError as e:
@@ -125,9 +126,10 @@ def main() -> None:
     except typer.Abort:
         sys.exit(130)
     try:  # what is still buffered (a table, --help) goes now, while a closed pipe can be told
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: closed before we started (`>&-`)
+            sys.stdout.flush()
     except BrokenPipeError:
-        _drop_stdout()
+        startup.drop_stdout()
     startup.before_exit()
     sys.exit(rc if isinstance(rc, int) else 0)
 
@@ -182,9 +184,3 @@ def _reader_gone(stdout_was: tuple[int, int] | None) -> bool:
         return False
 
 
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null once its reader has gone, so that the interpreter's last
-    flush does not fail again (exit 1 after `| head -1`)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)

@@ -1,4 +1,4 @@
-"""A command's start-up without the cyclic garbage collector.
+"""A command's start-up without the cyclic garbage collector; its standard output at exit.
 
 Loading a model imports torch and builds the model: some 170,000 Python objects that live as
 long as the process. While they are made, the collector runs again and again and scans all of
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 from collections.abc import Iterator
 
 _OWNED = {"process": False}
@@ -48,3 +50,22 @@ def before_exit() -> None:
     into place before a command returns; none waits on a finaliser)."""
     if _OWNED["process"]:
         gc.freeze()
+
+
+def hold_closed_stdout() -> None:
+    """With standard output closed (`>&-`), open /dev/null as descriptor 1: the next file
+    mtkit opens would get it otherwise, and what a library prints would land in that file.
+    sys.stdout stays None, so a command that would write there can say it is closed."""
+    if sys.stdout is None:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        if fd != 1:
+            os.dup2(fd, 1)
+            os.close(fd)
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone (or it cannot be written), so that
+    the interpreter's last flush does not fail again (exit 1 after `| head -1`)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from dataclasses import dataclass
@@ -284,17 +285,22 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
     stderr when it is a terminal that translations are not printed to."""
     from contextlib import ExitStack
 
+    from mtkit.cli.startup import drop_stdout
     from mtkit.fileio import (
         InvalidUtf8,
+        WriteError,
         atomic_write,
         decode_lines,
         is_terminal,
         names_stdout,
         open_binary,
         stdin_binary,
+        write_error,
     )
 
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
+    if output is None and sys.stdout is None:  # `>&-`
+        raise WriteError("standard output is closed; give -o FILE or redirect it")
     with ExitStack() as stack:
         if output is None:
             sys.stdout.reconfigure(encoding="utf-8")
@@ -302,10 +308,16 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         to_stdout = output is None or names_stdout(output)
         typed = sys.stdin.isatty() if input is None else is_terminal(input)
-        shared = sys.stdout.isatty() and to_stdout or typed
+        shared = to_stdout and sys.stdout is not None and sys.stdout.isatty() or typed
         # rich (0.1 s to import) only for the bar: not when stderr goes to a file or a pipe
         on_batch = _progress_bar(stack) if sys.stderr.isatty() and not shared else None
-        stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
+        try:
+            stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
+        except OSError as e:  # a full disk under `> file` (no other error means a write)
+            if output is not None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            drop_stdout()  # what is still buffered cannot go either
+            raise write_error("standard output", e) from None
     if invalid.lines:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     return stats

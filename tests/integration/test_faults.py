@@ -553,6 +553,29 @@ def test_disk_full_during_prep_is_one_line(tmp_path):
                str(disk / "run"), "No space left on device")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_full_or_closed_standard_output_is_one_line(toy_model, tmp_path):
+    """A write to /dev/full (-o or `>`) and a closed stdout (`>&-`) were tracebacks, exit 1."""
+    src = tmp_path / "in.txt"
+    src.write_text("sa gu\nmir pel\n")
+    _fails(_cli("translate", toy_model, "-i", src, "-o", "/dev/full"), "/dev/full",
+           "cannot write (No space left on device)")
+    base = [sys.executable, "-m", "mtkit", "translate", str(toy_model), "-i", str(src)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(base, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == (
+        "mtkit: error: standard output: cannot write (No space left on device)\n")
+    done = subprocess.run(base, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=120, preexec_fn=lambda: os.close(1))
+    assert done.returncode == 2 and done.stderr == (
+        "mtkit: error: standard output is closed; give -o FILE or redirect it\n")
+    out = tmp_path / "out.txt"  # with -o a closed stdout is no matter, and no file gets fd 1
+    done = subprocess.run([*base, "-o", str(out)], stdout=subprocess.DEVNULL, text=True,
+                          stderr=subprocess.PIPE, timeout=120, preexec_fn=lambda: os.close(1))
+    assert done.returncode == 0, done.stderr
+    assert len(out.read_text().splitlines()) == 2
+
+
 def test_read_only_run_folder(toy_model, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("a b c\n")
