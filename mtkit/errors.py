@@ -15,3 +15,12 @@ class DataError(MtkitError):
 
 class CheckpointError(MtkitError):
     """A checkpoint or run directory cannot be loaded."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (`mtkit.cli.startup.handle_termination`): the command stops as on
+    Ctrl-C, its unfinished outputs dropped, and exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

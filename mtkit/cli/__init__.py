@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ import typer
 from mtkit import __version__
 from mtkit.cli import align, data, score, startup, translate
 from mtkit.cli.options import HelpOpt, flag
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, Terminated
 
 # How the help reads. Markdown: a source line break inside a paragraph is a space, in the
 # command list too (typer's "rich" mode keeps it there, and breaks sentences).
@@ -76,6 +77,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             typer.echo(f"mtkit: error: {e.filename}: {e.strerror or e}", err=True)
             raise typer.Exit(2) from None
+        except Terminated as e:
+            typer.echo(f"mtkit: terminated ({signal.Signals(e.signum).name})", err=True)
+            raise typer.Exit(128 + e.signum) from None
         except KeyboardInterrupt:
             typer.echo("mtkit: interrupted", err=True)
             raise typer.Exit(130) from None
@@ -98,6 +102,7 @@ def main() -> None:
         from click.exceptions import ClickException, UsageError
 
     startup.own_process()
+    startup.handle_termination()
     startup.hold_closed_stdout()
     empty = _empty_argument(sys.argv[1:])
     if empty:

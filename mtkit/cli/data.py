@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -131,7 +132,7 @@ def train(
                               for a in (name, str(value))), "--resume"])
         typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
                    f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
-        raise typer.Exit(143 if result.signal == "SIGTERM" else 130)  # 128 + the signal
+        raise typer.Exit(128 + signal.Signals[result.signal or "SIGINT"])  # as the shell
 
 
 def average(

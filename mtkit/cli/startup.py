@@ -18,8 +18,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
 import sys
 from collections.abc import Iterator
+
+from mtkit.errors import Terminated
 
 _OWNED = {"process": False}
 
@@ -50,6 +53,19 @@ def before_exit() -> None:
     into place before a command returns; none waits on a finaliser)."""
     if _OWNED["process"]:
         gc.freeze()
+
+
+def handle_termination() -> None:
+    """SIGTERM and SIGHUP raise `Terminated` in the main thread, so that a command stops as
+    on Ctrl-C: the files it was writing are dropped (killed outright, it left their
+    temporaries behind). A signal ignored when mtkit started (`nohup`) stays ignored; training
+    installs its own handlers (a graceful stop with a checkpoint)."""
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, terminate)
 
 
 def hold_closed_stdout() -> None:

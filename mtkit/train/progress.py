@@ -21,7 +21,7 @@ class TrainResult:
     checkpoint: Path | None  # the newest checkpoint written
     best: float | None  # best validation value of train.valid_metric
     averaged: Path | None = None
-    signal: str | None = None  # what asked to stop: SIGINT or SIGTERM
+    signal: str | None = None  # what asked to stop: SIGINT, SIGTERM or SIGHUP
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Ctrl-C (SIGINT) and SIGTERM during training: the first asks the loop to stop at the next
-update boundary with a checkpoint; a second one interrupts at once."""
+"""Ctrl-C (SIGINT), SIGTERM and SIGHUP during training: the first asks the loop to stop at the
+next update boundary with a checkpoint; a second one interrupts at once. A signal ignored when
+training starts (SIGHUP under `nohup`) stays ignored."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import threading
 from types import FrameType
 from typing import Any
 
+from mtkit.errors import Terminated
+
 log = logging.getLogger(__name__)
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class GracefulStop:
@@ -23,8 +26,8 @@ class GracefulStop:
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested is not None:
-            raise KeyboardInterrupt
+        if self.requested is not None:  # exit 128 + the signal, as the shell expects
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
         self.requested = signal.Signals(signum).name
         log.warning("%s received: stopping after this update and saving a checkpoint "
                     "(send it again to quit at once)", self.requested)
@@ -32,7 +35,8 @@ class GracefulStop:
     def __enter__(self) -> GracefulStop:
         if threading.current_thread() is threading.main_thread():
             for s in _SIGNALS:
-                self._previous[s] = signal.signal(s, self._handle)
+                if signal.getsignal(s) is not signal.SIG_IGN:
+                    self._previous[s] = signal.signal(s, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:

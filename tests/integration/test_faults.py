@@ -576,6 +576,28 @@ def test_a_full_or_closed_standard_output_is_one_line(toy_model, tmp_path):
     assert len(out.read_text().splitlines()) == 2
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
+    """SIGTERM and SIGHUP killed translate outright: no message, and `.out.txt.XXXX.tmp`
+    left beside the output."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("sa pel gu mir nel lop ke wi\n" * 20000)
+    out.write_text("precious\n")
+    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "translate", str(toy_model), "-i",
+                             str(src), "-o", str(out), "--beam", "5"],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.iterdir())) < 3 and proc.poll() is None:  # the temporary is there
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert err.endswith(f"mtkit: terminated ({sig.name})\n"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
+    assert out.read_text() == "precious\n"
+
+
 def test_read_only_run_folder(toy_model, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("a b c\n")

@@ -334,6 +334,40 @@ def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path) -> Non
     assert end["kind"] == "end" and end["reason"] == "interrupted"
 
 
+def test_sighup_stops_with_a_checkpoint(tmp_path: Path) -> None:
+    """SIGHUP (a closed terminal) killed training without a checkpoint."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        _mtkit("train", str(TOY), "--run-dir", str(run), "--set", "train.max_updates=100000",
+               "--set", "train.max_time=null", "--set", "train.valid_every=100000"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run / "metrics.jsonl").exists() or '"train"' not in (
+            run / "metrics.jsonl").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 129, err  # 128 + SIGHUP, as a shell reports it
+    assert "SIGHUP received" in err and "checkpoint saved" in err
+    assert (run / "last.pt").is_file()
+
+
+def test_a_second_signal_stops_at_once_as_its_own_kind() -> None:
+    """A second SIGTERM raised KeyboardInterrupt: the command exited 130, as on Ctrl-C."""
+    from mtkit.errors import Terminated
+    from mtkit.train.signals import GracefulStop
+
+    for sig, kind in ((signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)):
+        with GracefulStop() as stop:
+            os.kill(os.getpid(), sig)
+            assert stop.requested == sig.name
+            with pytest.raises(kind) as e:
+                os.kill(os.getpid(), sig)
+                time.sleep(1)  # the handler runs in between
+        assert (e.type is Terminated) == (sig == signal.SIGTERM)
+
+
 def test_nonfinite_loss_skips_the_update_with_a_warning(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         caplog: pytest.LogCaptureFixture
