@@ -11,12 +11,12 @@ ranges (``ge``, ``gt``, ``le``, ``lt``), and a section may add cross-field rules
 fields it reads are valid (``valid(*names)``), whatever else is wrong in the recipe, and a
 missing section is validated as its defaults, so one run shows every problem.
 
-Modules: `sections` (the dataclasses) and `loading` (YAML, overrides, validation, dumping).
+Modules: `sections` (the dataclasses), `loading` (YAML, validation, dumping) and `overrides`
+(``--set``).
 """
 
 from mtkit.config.loading import (
     Valid,
-    apply_override,
     dump_recipe,
     load_recipe,
     recipe_from_dict,
@@ -24,6 +24,7 @@ from mtkit.config.loading import (
     recipe_to_dict,
     updated_section,
 )
+from mtkit.config.overrides import apply_override
 from mtkit.config.sections import (
     CleanConfig,
     DataConfig,

@@ -14,6 +14,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from mtkit.config.overrides import apply_override, ignored_overrides
 from mtkit.config.sections import FileSource, Recipe
 from mtkit.errors import ConfigError
 
@@ -211,53 +212,6 @@ def _relative(key: str, prefix: str) -> str:
     return key[len(prefix) + 1:] if key.startswith(prefix + ".") else ""
 
 
-# A key part naming one entry of a list, as problems name it: train[1]
-_ENTRY = re.compile(r"([^\[\]]+)\[(\d+)\]")
-
-
-def apply_override(raw: dict, assignment: str) -> None:
-    """Apply one ``dotted.key=value`` override in place; the value is parsed as YAML. A key
-    part may name an entry of a list by its position, as problems do: data.train[1].tgt."""
-    if "=" not in assignment:
-        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
-    key, text = assignment.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise ConfigError(f"--set {assignment!r}: empty key part in {key!r}")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
-    node: Any = raw
-    for i, p in enumerate(parts):
-        entry = _ENTRY.fullmatch(p)
-        name, index = entry.groups() if entry else (p, None)
-        where = ".".join(parts[:i + 1])
-        last = i == len(parts) - 1
-        if index is None and last:
-            node[name] = value
-            break
-        if index is None:
-            child = node.get(name)
-            if child is None:
-                child = node[name] = {}
-            elif not isinstance(child, dict):
-                raise ConfigError(f"--set {assignment!r}: `{where}` is not a section" + (
-                    f"; it is a list: name an entry, `{where}[0]`" * isinstance(child, list)))
-            node = child
-            continue
-        entries, k = node.get(name), int(index)  # one entry of a list: data.train[1].tgt
-        if not isinstance(entries, list) or k >= len(entries):
-            raise ConfigError(f"--set {assignment!r}: `{where}` is no entry of a list in the "
-                              "recipe (entries count from 0)")
-        if last:
-            entries[k] = value
-        elif isinstance(entries[k], dict):
-            node = entries[k]
-        else:
-            raise ConfigError(f"--set {assignment!r}: `{where}` is not a section")
-
-
 def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None,
                      overrides: tuple[str, ...] = (), flags: Mapping[str, str] | None = None
                      ) -> Recipe:
@@ -267,6 +221,8 @@ def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = 
     ``{"train.device=tpu": "--device tpu"}``)."""
     problems = _Problems()
     recipe = _build(Recipe, raw, "", problems, base)
+    for key, msg in ignored_overrides(recipe, overrides) if not problems.items else ():
+        problems.add(key, msg)
     if problems.items:
         lines = [f"{_origin(key, msg, source, overrides, flags)}: {key}: {msg}"
                  for key, msg in problems.items]
@@ -310,6 +266,8 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
             return named
         if k.startswith(key + ".") and msg.startswith("unknown key"):
             return named  # the override created an unknown section
+        if msg.startswith("missing") and k.rpartition(".")[0] == key.rpartition(".")[0]:
+            return named  # ... or a section without the field beside the one it set
     # A rule across fields names the others it read, in its section by name ("d_model (33) must
     # be divisible by heads (4)"), elsewhere in full ("data.spm.joint"): an override's caused it.
     for o in reversed(overrides):

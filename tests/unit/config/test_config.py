@@ -257,6 +257,17 @@ def test_overrides(tmp_path: Path) -> None:
         load_recipe(path, ["train.lr.x=1"])
     with pytest.raises(ConfigError, match=r"empty key part"):
         load_recipe(path, ["train..lr=1"])
+    # what nothing would read is refused: the other architecture's section (a recipe file may
+    # hold both sections, to switch with model.arch)
+    with pytest.raises(ConfigError, match=r"^--set model\.rnn\.hidden_dim=512: model\.rnn\."
+                       r"hidden_dim: model\.arch is transformer, which does not read model\.rnn"):
+        load_recipe(path, ["model.rnn.hidden_dim=512"])
+    rnn = load_recipe(path, ["model.arch=rnn", "model.rnn.hidden_dim=32"]).model
+    assert rnn.rnn.hidden_dim == 32
+    # a field missing beside the one an override set is the override's problem, not the file's
+    with pytest.raises(ConfigError, match=r"^--set data\.test\.extra\.src=a: "
+                       r"data\.test\.extra\.tgt: missing"):
+        load_recipe(path, ["data.test.extra.src=a"])
     # one corpus of a list, named as problems name it
     two = _write(tmp_path / "two.yaml", {**MINIMAL, "data": {**MINIMAL["data"], "train": [
         {"src": "a.src", "tgt": "a.tgt"}, {"src": "b.src", "tgt": "b.tgt"}]}})

@@ -1,0 +1,68 @@
+"""``--set KEY=VALUE`` overrides: applied to a recipe's raw mapping before it is validated, and
+checked once it is for values that nothing reads."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from mtkit.errors import ConfigError
+
+# A key part naming one entry of a list, as problems name it: train[1]
+_ENTRY = re.compile(r"([^\[\]]+)\[(\d+)\]")
+
+
+def apply_override(raw: dict, assignment: str) -> None:
+    """Apply one ``dotted.key=value`` override in place; the value is parsed as YAML. A key
+    part may name an entry of a list by its position, as problems do: data.train[1].tgt."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
+    key, text = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {assignment!r}: empty key part in {key!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node: Any = raw
+    for i, p in enumerate(parts):
+        entry = _ENTRY.fullmatch(p)
+        name, index = entry.groups() if entry else (p, None)
+        where = ".".join(parts[:i + 1])
+        last = i == len(parts) - 1
+        if index is None and last:
+            node[name] = value
+            break
+        if index is None:
+            child = node.get(name)
+            if child is None:
+                child = node[name] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"--set {assignment!r}: `{where}` is not a section" + (
+                    f"; it is a list: name an entry, `{where}[0]`" * isinstance(child, list)))
+            node = child
+            continue
+        entries, k = node.get(name), int(index)  # one entry of a list: data.train[1].tgt
+        if not isinstance(entries, list) or k >= len(entries):
+            raise ConfigError(f"--set {assignment!r}: `{where}` is no entry of a list in the "
+                              "recipe (entries count from 0)")
+        if last:
+            entries[k] = value
+        elif isinstance(entries[k], dict):
+            node = entries[k]
+        else:
+            raise ConfigError(f"--set {assignment!r}: `{where}` is not a section")
+
+
+def ignored_overrides(recipe: Any, overrides: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key, problem) for each override that sets a value nothing reads: the section of the
+    architecture the recipe does not train (`--set model.rnn.hidden_dim=512` on a Transformer
+    recipe had no effect). A recipe file may hold both sections, to switch with model.arch."""
+    arch = recipe.model.arch
+    idle = "model.rnn" if arch == "transformer" else "model.transformer"
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    return [(k, f"model.arch is {arch}, which does not read {idle}; set model.arch too, or "
+             "drop this --set") for k in keys if k.startswith(idle + ".")]
