@@ -11,8 +11,8 @@ ranges (``ge``, ``gt``, ``le``, ``lt``), and a section may add cross-field rules
 fields it reads are valid (``valid(*names)``), whatever else is wrong in the recipe, and a
 missing section is validated as its defaults, so one run shows every problem.
 
-Modules: `sections` (the dataclasses), `loading` (YAML, validation, dumping) and `overrides`
-(``--set``).
+Modules: `sections` (the dataclasses), `loading` (validation, dumping), `overrides`
+(``--set``) and `recipe_yaml` (the YAML reader).
 """
 
 from mtkit.config.loading import (

@@ -15,6 +15,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from mtkit.config.overrides import apply_override, ignored_overrides
+from mtkit.config.recipe_yaml import RecipeLoader
 from mtkit.config.sections import FileSource, Recipe
 from mtkit.errors import ConfigError
 
@@ -282,28 +283,6 @@ def _names(msg: str, field: str) -> bool:  # a word of the message, or a dotted 
     return re.search(rf"(?<![\w.]){re.escape(field)}\b", msg) is not None
 
 
-MERGE_TAG = "tag:yaml.org,2002:merge"  # the key of `<<: *anchor`
-
-
-class _UniqueKeys(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML wants unique
-    keys; PyYAML kept the last: `vocab_size: 500` above `vocab_size: 400` went unnoticed)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        # The mapping's own scalar keys only: a merge (`<<: *base`) may be overridden by a key
-        # written beside it, and other keys are left to PyYAML to accept or refuse.
-        seen: set = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == MERGE_TAG:
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
                 flags: Mapping[str, str] | None = None) -> Recipe:
     """Read a YAML recipe, apply ``--set`` overrides, validate. Relative paths in the recipe
@@ -315,7 +294,7 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
     if not path.is_file():
         raise ConfigError(f"{path}: recipe file not found")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=RecipeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

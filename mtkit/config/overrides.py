@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from mtkit.config.recipe_yaml import RecipeLoader
 from mtkit.errors import ConfigError
 
 # A key part naming one entry of a list, as problems name it: train[1]
@@ -24,7 +25,7 @@ def apply_override(raw: dict, assignment: str) -> None:
     if not all(parts):
         raise ConfigError(f"--set {assignment!r}: empty key part in {key!r}")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
+        value = yaml.load(text, Loader=RecipeLoader) if text.strip() else ""
     except yaml.YAMLError:
         value = text
     node: Any = raw

@@ -101,6 +101,12 @@ class CleanConfig:
     max_ratio: float = _rng(3.0, ge=1.0)  # longer side / shorter side, in tokens
     dedup: bool = False  # drop exact duplicate (source, target) pairs
 
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
+        if valid("min_len", "max_len") and self.min_len > self.max_len:
+            return [("min_len", f"{self.min_len} is more than max_len ({self.max_len}): "
+                     "every pair would be dropped")]
+        return []
+
 
 @dataclass(frozen=True)
 class SpmConfig:

@@ -63,6 +63,8 @@ def _error(raw: dict) -> str:
      "r.yaml: data.spm.input_sentence_size: expected 0 (every sentence) or more than 100"),
     ({"data.spm.vocab_size": 10**20},  # sentencepiece failed to parse it
      "r.yaml: data.spm.vocab_size: out of range: expected a value <= 2147483647"),
+    ({"data.clean.min_len": 10, "data.clean.max_len": 5},  # prep kept no pair, said later
+     "r.yaml: data.clean.min_len: 10 is more than max_len (5): every pair would be dropped"),
     ({"train.seed": -1}, "r.yaml: train.seed: out of range: expected a value >= 0, got -1"),
     ({"decode.seed": 2**64}, "r.yaml: decode.seed: out of range: expected a value <= 4294967295"),
     ({"train.lr": float("inf")}, "r.yaml: train.lr: expected a finite number, got inf"),
@@ -224,6 +226,18 @@ def test_errors_name_the_recipe_path(tmp_path: Path) -> None:
     path = _write(tmp_path / "r.yaml", _with(**{"train.lrr": 1}))
     with pytest.raises(ConfigError, match=rf"^{path}: train\.lrr: unknown key"):
         load_recipe(path)
+
+
+def test_base_60_numbers_are_text(tmp_path: Path) -> None:
+    """YAML 1.1 read `1:30` as 90: a budget of 90 s, whichever of 1 h 30 or 1 min 30 was
+    meant. As text, it is refused with the durations mtkit reads."""
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(MINIMAL) + "train:\n  max_time: 1:30\n")
+    for given in ((path,), (_write(tmp_path / "m.yaml", MINIMAL), ["train.max_time=1:30"])):
+        with pytest.raises(ConfigError, match=r"train\.max_time: expected a duration such as "
+                           r"90s, 10m, 2h30m, got '1:30'"):
+            load_recipe(*given)
+    assert load_recipe(path.parent / "m.yaml", ["train.max_time=90"]).train.max_time == "90"
 
 
 def test_overrides(tmp_path: Path) -> None:
