@@ -258,7 +258,7 @@ class TrainConfig:
     update_freq: int = _rng(1, ge=1)  # gradient accumulation: batches per update
     max_updates: int = _rng(0, ge=0)  # 0 = no limit
     max_epochs: int = _rng(0, ge=0)  # 0 = no limit
-    max_time: str | None = None  # wall-clock budget such as "90s", "10m", "2h"
+    max_time: str | None = None  # wall-clock budget such as "90s", "10m", "2h", "1h30"
     optimizer: Literal["adam", "adamw"] = "adam"
     lr: float = _rng(5e-4, gt=0.0)  # peak lr; with schedule noam, a factor on d_model^-0.5
     betas: tuple[float, float] = (0.9, 0.98)
@@ -305,14 +305,18 @@ class TrainConfig:
 
 
 def parse_duration(text: str) -> float:
-    """'90s', '10m', '1.5h', '2h30m' or a bare number of seconds -> seconds."""
+    """'90s', '10m', '1.5h', '2h30m', '1h30' (the next unit down) or a bare number of seconds
+    -> seconds."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    text = str(text).strip()
+    given = str(text).strip()
+    text = re.sub(r"(?<=\d)\s+(?=[smhd])|(?<=[smhd])\s+(?=\d)", "", given)  # '90 s', '1h 30
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return float(text)
+    if m := re.fullmatch(r"(.*\d([dhm]))(\d+)", text):  # 1h30 = 1h30m, 10m30 = 10m30s
+        text = m[1] + m[3] + {"d": "h", "h": "m", "m": "s"}[m[2]]
     parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text)
-    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
-        raise ValueError(f"expected a duration such as 90s, 10m, 2h30m, got {text!r}")
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"expected a duration such as 90s, 10m, 2h30m, got {given!r}")
     return sum(float(n) * units[u] for n, u in parts)
 
 

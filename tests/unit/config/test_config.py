@@ -386,5 +386,9 @@ def test_parse_duration() -> None:
     assert parse_duration("90s") == 90
     assert parse_duration("2h30m") == 9000
     assert parse_duration("45") == 45
-    with pytest.raises(ValueError, match="expected a duration"):
-        parse_duration("soon")
+    # a last number takes the next unit down, as people write times; spaces beside a unit
+    assert [parse_duration(t) for t in ("1h30", "10m30", "90 s", "1h 30m")] == [
+        5400, 630, 90, 5400]
+    for bad in ("soon", "30 1", "1s30", "1:30"):
+        with pytest.raises(ValueError, match="expected a duration"):
+            parse_duration(bad)
