@@ -368,8 +368,9 @@ class Trainer:
         best = ("not validated yet" if p.best is None else
                 f"best {self.cfg.valid_metric} {p.best:.2f} at update {p.best_update:,} "
                 f"({self.run_dir / BEST})")
+        epoch = p.epoch - (p.position == 0 and p.epoch > 1)  # not the next one, not started
         log.info("stopped (%s) at update %s, epoch %d, after %s of training; %s; "
-                 "checkpoints in %s", reason, f"{p.update:,}", p.epoch,
+                 "checkpoints in %s", reason, f"{p.update:,}", epoch,
                  duration(self._elapsed()), best, self.run_dir)
         return TrainResult(self.run_dir, reason, p.update, p.epoch, self.last_checkpoint,
                            p.best, averaged, self.stop.requested)

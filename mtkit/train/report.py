@@ -160,6 +160,14 @@ class Reporter:
                           _fmt(r["bleu"], ".2f"), _fmt(r["chrf"], ".2f"), "*" if b else "",
                           f"{r['seconds']:.1f}s")
         self.console.print(table)
+        # the table is the console's; train.log (a run followed with `tail -f`) gets a line
+        line = (f"validation at update {row['update']:,}: loss {_fmt(row['loss'], '.3f')}, "
+                f"ppl {_fmt(row['ppl'], '.2f')}, BLEU {_fmt(row['bleu'], '.2f')}, chrF "
+                f"{_fmt(row['chrf'], '.2f')}{' (best)' if best else ''}")
+        for h in self._handlers:
+            if isinstance(h, _LogFile):
+                h.handle(logging.LogRecord("mtkit.train", logging.INFO, __file__, 0, line, None,
+                                           None))
 
 
 def duration(seconds: float) -> str:

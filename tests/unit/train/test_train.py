@@ -261,6 +261,9 @@ def test_toy_run_learns_and_leaves_a_self_describing_run_dir(tmp_path: Path) -> 
     assert recs[-1]["kind"] == "end" and recs[-1]["reason"] == "max_updates"
     log = (run / "train.log").read_text()
     assert "update 200 |" in log and "stopped (max_updates)" in log
+    # validations too (the console's table only, before): someone following the log sees them
+    assert f"validation at update 200: loss {valid[-1]['loss']:.3f}, ppl " in log
+    assert f"BLEU {valid[-1]['bleu']:.2f}, chrF {valid[-1]['chrf']:.2f} (best)" in log
 
 
 def test_kill_and_resume_ends_with_bitwise_identical_weights(tmp_path: Path) -> None:
@@ -441,6 +444,15 @@ def test_max_time_ends_with_a_checkpoint_and_a_final_validation(tmp_path: Path) 
     assert [r["update"] for r in recs if r["kind"] == "valid"] == [res.update]
     assert load_checkpoint(run / "last.pt")["progress"]["update"] == res.update
     assert (run / "best.pt").is_file()
+
+
+def test_max_epochs_ends_after_that_epoch_and_says_so(tmp_path: Path, caplog) -> None:
+    """The last line named the next epoch, not started ('epoch 2' after max_epochs 1)."""
+    with caplog.at_level(logging.INFO, logger="mtkit"):
+        res = _train(tmp_path / "run", "train.max_epochs=1", "train.max_updates=0",
+                     "train.valid_every=100000")
+    assert res.reason == "max_epochs" and res.update == 11  # the toy's 11 batches
+    assert f"stopped (max_epochs) at update {res.update}, epoch 1," in caplog.text
 
 
 def test_a_resume_with_its_time_spent_trains_no_update(tmp_path: Path, caplog) -> None:
