@@ -70,10 +70,11 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
                         "a file")
     if gold is not None and str(gold) == "-":
         raise DataError("--gold -: give the gold links as a file")
-    for path, what in ((src, "source"), (tgt, "target"), (gold, "gold alignment")):
+    for flag, path, what in (("-s", src, "source"), ("-t", tgt, "target"),
+                             ("--gold", gold, "gold alignment")):
         if path is not None and str(path) != "-" and (
                 problem := fileio.missing_input(path, what)):
-            raise DataError(problem)
+            raise DataError(f"{flag} {problem}")
 
 
 def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,

@@ -107,13 +107,18 @@ def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
     was made silently, `--plot /nonexist/p.png` made /nonexist)."""
     problems = []
     for f, p in outputs.items():
-        if p is None or str(p) == "-" or p.parent.is_dir():
+        if p is not None and p.is_dir():
+            problems.append(f"{f} {p}: is a folder; expected a file name")
+        if p is None or str(p) == "-":
+            continue
+        q = Path(os.path.realpath(p)) if p.is_symlink() else p  # where a link writes
+        if q.parent.is_dir():
             continue
         # the nearest ancestor there: a file in the way cannot be made a folder by the user
-        there = next((a for a in (p.parent, *p.parent.parents) if a.exists()), None)
+        there = next((a for a in (q.parent, *q.parent.parents) if a.exists()), None)
         problems.append(f"{f} {p}: a parent of it is a file, not a folder"
                         if there is not None and not there.is_dir()
-                        else f"{f} {p}: folder {p.parent} does not exist; create it first")
+                        else f"{f} {p}: folder {q.parent} does not exist; create it first")
     return problems
 
 

@@ -163,7 +163,7 @@ def translate(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
     if input is not None and (problem := missing_input(input, "input")):
-        raise DataError(problem)
+        raise DataError(f"-i {problem}")
     exported = _exported(models)
     refuse(output_problems({"-o": output}, {"the input file": input,
                                             **model_files(models, exported)}))

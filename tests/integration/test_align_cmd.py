@@ -437,6 +437,13 @@ def test_bad_input_is_one_line_and_exit_2(trained, pairs, tmp_path, args, fragme
     _error(_cli(trained, *(a.format(**names) for a in args)), fragment)
 
 
+def test_an_input_error_names_its_flag(trained, pairs, tmp_path):
+    _error(_cli(trained, "-s", tmp_path, "--print"),
+           f"-s {tmp_path}: is a folder; expected the source file")
+    _error(_cli(trained, "-s", pairs["src"], "-t", tmp_path / "nope", "--print"),
+           f"-t {tmp_path / 'nope'}: target file not found")
+
+
 def test_a_corrupt_gzip_input_is_one_line(trained, pairs, tmp_path):
     """Not a traceback (zlib's error was not caught; a file cut short was)."""
     bad = tmp_path / "bad.gz"

@@ -361,6 +361,11 @@ def test_an_output_file_goes_only_into_a_folder_that_exists(toy_model, tmp_path)
            "is the --src file")
     _fails(_cli("score", "-r", tgt, shown, "--src", src, "--plot", shown),
            f"--plot {shown}: is scored file 1 {shown};")
+    dangling = tmp_path / "link.de"  # a link to a file in a folder that is not there
+    dangling.symlink_to(missing / "o.de")
+    mine = _tree(tmp_path)
+    _fails(_cli("translate", toy_model, "-i", src, "-o", dangling),
+           f"-o {dangling}: folder {missing} does not exist")
     assert _tree(tmp_path) == mine  # no folder made, nothing written
 
 

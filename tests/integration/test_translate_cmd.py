@@ -241,7 +241,9 @@ def test_overlong_lines_warn_once_with_their_count(toy_model, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["-i", "missing.txt"], "missing.txt: input file not found"),
+    (["-i", "missing.txt"], "-i missing.txt: input file not found"),
+    (["-i", "."], "-i .: is a folder; expected the input file"),
+    (["-o", "."], "-o .: is a folder; expected a file name"),
     (["--beam", "0"], "--beam (decode.beam_size): out of range: expected a value >= 1, got 0"),
     (["--nbest", "9"], "--nbest (decode.nbest): cannot exceed beam_size (4)"),
     (["--length-penalty", "long"], "--length-penalty (decode.length_penalty): invalid choice"),
