@@ -24,7 +24,7 @@ from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
 from mtkit.device import Amp
-from mtkit.errors import CheckpointError, DataError
+from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.fileio import read_lines
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
@@ -115,8 +115,15 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
         raise DataError(f"{ddir}: the training split yields no batch for {dist.world_size} "
                         "process(es)")
     seed_all(cfg.seed)  # the same initial weights on every rank
-    model = build_model(recipe.model, tokenizer.src_vocab_size,
-                        tokenizer.tgt_vocab_size).to(device)
+    try:
+        model = build_model(recipe.model, tokenizer.src_vocab_size,
+                            tokenizer.tgt_vocab_size).to(device)
+    except (MemoryError, RuntimeError) as e:  # the CPU allocator's error is a RuntimeError
+        if not isinstance(e, MemoryError | torch.OutOfMemoryError) and "alloc" not in str(e):
+            raise
+        arch = recipe.model.arch
+        raise ConfigError(f"model.{arch}: its weights do not fit in {device}'s memory "
+                          f"({str(e).splitlines()[0][:160]}); lower its sizes") from None
     if dist.rank > 0:
         seed_all(cfg.seed + dist.rank)  # but each rank its own dropout masks
     optimizer = build_optimizer(model, cfg, device)

@@ -446,6 +446,20 @@ def test_max_time_ends_with_a_checkpoint_and_a_final_validation(tmp_path: Path) 
     assert (run / "best.pt").is_file()
 
 
+def test_a_model_too_big_for_memory_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """d_model=1000000 was the CPU allocator's RuntimeError, a traceback."""
+    from mtkit.train import setup
+
+    def too_big(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't "
+                           "allocate memory: you tried to allocate 4000000000000 bytes")
+
+    monkeypatch.setattr(setup, "build_model", too_big)
+    with pytest.raises(MtkitError, match=r"^model\.transformer: its weights do not fit in "
+                       r"cpu's memory \(.*4000000000000 bytes\); lower its sizes"):
+        _train(tmp_path / "run", "train.max_updates=1")
+
+
 def test_max_epochs_ends_after_that_epoch_and_says_so(tmp_path: Path, caplog) -> None:
     """The last line named the next epoch, not started ('epoch 2' after max_epochs 1)."""
     with caplog.at_level(logging.INFO, logger="mtkit"):
