@@ -77,6 +77,17 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
             raise DataError(f"{flag} {problem}")
 
 
+def check_lengths(pairs: list[Pair], limit: int | None, src: Path, tgt: Path | None) -> None:
+    """Refuse, naming its line, a sentence longer than the model's positions (`limit`, with
+    EOS or BOS; None: any length): it failed mid-run with neither file nor line named."""
+    for p in pairs if limit is not None else ():
+        for flag, path, ids in (("-s", src, p.src), ("-t", tgt, p.tgt if tgt else [])):
+            if len(ids) + 1 > limit:
+                raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
+                                f"model's {limit} positions allow (with EOS or BOS; "
+                                "model.transformer.max_positions)")
+
+
 def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,
                invalid: list[InvalidUtf8]) -> list[Pair]:
     """Sentence pairs from a source file and an optional target file of as many lines."""

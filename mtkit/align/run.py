@@ -56,6 +56,7 @@ from mtkit.align.pairs import Pair as Pair  # re-exported, as before pairs.py: t
 from mtkit.align.pairs import (
     PairWords,
     check_inputs,
+    check_lengths,
     label,
     pair_attention,
     pair_words,
@@ -280,6 +281,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     start = time.perf_counter()
     report = AlignReport()
     pairs = read_pairs(tok, src, tgt, report.invalid_utf8)
+    check_lengths(pairs, model.max_target_len, src, tgt)
     report.pairs = len(pairs)
     golds = _read_golds(outputs, pairs)
     with ExitStack() as stack:

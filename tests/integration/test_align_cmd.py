@@ -510,3 +510,13 @@ def test_a_tokenizer_that_merges_words_is_named(trained, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "s:2: the tokenizer does not keep the line's whitespace words apart" in res.stderr
     assert "s:1" not in res.stderr and len(res.stdout.splitlines()) == 2
+
+
+def test_a_sentence_longer_than_learned_positions_is_named(toy_run, tmp_path):
+    """It failed mid-run: 'sequence of 51 tokens is longer than ...', no file, no line."""
+    run = _untrained(toy_run, tmp_path / "run", ["model.transformer.positions=learned",
+                                                 "model.transformer.max_positions=33"])
+    (tmp_path / "s").write_text("sa gu\n" + "sa gu " * 20 + "\n")
+    (tmp_path / "t").write_text("gu sa\ngu sa\n")
+    _error(_cli(run, "-s", tmp_path / "s", "-t", tmp_path / "t", "--print"),
+           f"-s {tmp_path / 's'}:2: 40 tokens, more than the model's 33 positions allow")
