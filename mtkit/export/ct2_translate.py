@@ -54,6 +54,9 @@ def engine_problems(cfg: DecodeConfig, device: str) -> list[str]:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         out.append(f"--device: an exported model runs on auto, cpu, cuda or cuda:N, "
                    f"got {device!r}")
+    elif device.startswith("cuda") and ctranslate2().get_cuda_device_count() == 0:
+        out.append(f"--device: '{device}' requested but CTranslate2 sees no CUDA device; use "
+                   "auto or cpu")  # (its own error blamed the driver's version)
     return out
 
 

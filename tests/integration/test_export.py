@@ -472,7 +472,7 @@ def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, tes
                     "CTranslate2 cannot load it")
     if not ct2.get_cuda_device_count():
         _one_error_line(_cli("translate", toy_export, "-i", test_src, "--device", "cuda"),
-                        "CTranslate2 cannot load it on cuda")
+                        "--device: 'cuda' requested but CTranslate2 sees no CUDA device")
     _one_error_line(_cli("translate", toy_export, "-i", test_src, "-o",
                          toy_export / "model.bin"), "-o", "the export's model.bin")
     (broken / "spm.model").write_text("garbage")
