@@ -128,7 +128,14 @@ def main() -> None:
     except ClickException as e:
         typer.echo(f"mtkit: error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
-    except typer.Abort:
+    except Terminated as e:  # arrived while the command was being set up, outside its wrapper
+        typer.echo(f"mtkit: terminated ({signal.Signals(e.signum).name})", err=True)
+        sys.exit(128 + e.signum)
+    except typer.Abort:  # click's for a KeyboardInterrupt it caught: ours if a signal was
+        if startup.TERMINATED:
+            signum = startup.TERMINATED[0]
+            typer.echo(f"mtkit: terminated ({signal.Signals(signum).name})", err=True)
+            sys.exit(128 + signum)
         sys.exit(130)
     try:  # what is still buffered (a table, --help) goes now, while a closed pipe can be told
         if sys.stdout is not None:  # None: closed before we started (`>&-`)

@@ -55,12 +55,22 @@ def before_exit() -> None:
         gc.freeze()
 
 
+TERMINATED: list[int] = []  # the signal that asked the process to end, once one has
+
+
 def handle_termination() -> None:
     """SIGTERM and SIGHUP raise `Terminated` in the main thread, so that a command stops as
     on Ctrl-C: the files it was writing are dropped (killed outright, it left their
-    temporaries behind). A signal ignored when mtkit started (`nohup`) stays ignored; training
-    installs its own handlers (a graceful stop with a checkpoint)."""
+    temporaries behind). Python runs a handler between bytecodes, so a long call into a
+    library (sentencepiece training) ends first; a second signal, while the first one's
+    clean-up runs (waiting for an engine's running batches), has the default effect at once.
+    A signal ignored when mtkit started (`nohup`) stays ignored; training installs its own
+    handlers (a graceful stop with a checkpoint)."""
     def terminate(signum: int, frame: object) -> None:
+        if TERMINATED:  # the second: the default action, now
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        TERMINATED.append(signum)
         raise Terminated(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):

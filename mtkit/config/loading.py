@@ -267,8 +267,6 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
             return named
         if k.startswith(key + ".") and msg.startswith("unknown key"):
             return named  # the override created an unknown section
-        if msg.startswith("missing") and k.rpartition(".")[0] == key.rpartition(".")[0]:
-            return named  # ... or a section without the field beside the one it set
     # A rule across fields names the others it read, in its section by name ("d_model (33) must
     # be divisible by heads (4)"), elsewhere in full ("data.spm.joint"): an override's caused it.
     for o in reversed(overrides):

@@ -66,4 +66,4 @@ def ignored_overrides(recipe: Any, overrides: tuple[str, ...]) -> list[tuple[str
     idle = "model.rnn" if arch == "transformer" else "model.transformer"
     keys = [o.split("=", 1)[0].strip() for o in overrides]
     return [(k, f"model.arch is {arch}, which does not read {idle}; set model.arch too, or "
-             "drop this --set") for k in keys if k.startswith(idle + ".")]
+             "drop this --set") for k in keys if k == idle or k.startswith(idle + ".")]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from mtkit.config import SpmConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from mtkit.errors import DataError
+from mtkit.errors import ConfigError, DataError
 
 if TYPE_CHECKING:  # numpy only for guided alignment: translating with an export needs none
     import numpy as np
@@ -85,6 +85,14 @@ def train_spm(sentences: Iterable[str], cfg: SpmConfig, *, what: str = "joint") 
         )
     except RuntimeError as e:
         msg = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
+        # sentencepiece's own limits (0.2.x: coverage >= 0.98, a sample of 0 or > 100
+        # sentences) fail a check that names its field: "[character_coverage() >= 0.98 ...]"
+        for key in ("character_coverage", "input_sentence_size"):
+            if f"{key}()" in msg and "[" in msg:
+                rule = msg.rsplit("[", 1)[-1].rstrip("] ").replace("trainer_spec.", "")
+                raise ConfigError(f"data.spm.{key}: sentencepiece refuses "
+                                  f"{getattr(cfg, key)} (it needs {rule.replace('()', '')})"
+                                  ) from None
         msg = msg.rsplit("] ", 1)[-1]  # drop sentencepiece's "INTERNAL: file.cc(744) [...]"
         raise DataError(f"data.spm: cannot train the {what} sentencepiece model "
                         f"(vocab_size {cfg.vocab_size}): {msg}") from None

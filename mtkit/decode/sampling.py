@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from mtkit.config import DecodeConfig
@@ -46,6 +47,16 @@ def sampler(cfg: DecodeConfig, generator: torch.Generator) -> Chooser:
     return choose
 
 
+def batch_seed(seed: int, stream: int) -> int:
+    """The generator seed of a batch's stream: `seed` itself for the first (stream 0; any
+    integer torch takes), else one mixed from both by numpy's SeedSequence, the same in every
+    Python and numpy version (unlike hash()) and within 63 bits."""
+    if stream == 0 and -(2**63) <= seed < 2**63:
+        return seed
+    state = np.random.SeedSequence([seed % 2**64, stream]).generate_state(1, np.uint64)[0]
+    return int(state) >> 1
+
+
 def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
            max_len: torch.Tensor | int, need_attn: bool = False,
            stream: int = 0) -> list[list[Hypothesis]]:
@@ -60,9 +71,7 @@ def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     """
     batch, device, n = enc.src_mask.size(0), enc.src_mask.device, cfg.nbest
     rows = torch.arange(batch, device=device).repeat_interleave(n)  # (B*n,) sentence of row
-    # hash() of a tuple of ints is the same in every process (no hash randomization)
-    seed = hash((cfg.seed, stream)) & (2**63 - 1) if stream else cfg.seed
-    generator = torch.Generator(device=device).manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(batch_seed(cfg.seed, stream))
     tokens, lps, attn = one_path_each(
         model, enc.index_select(rows), sampler(cfg, generator),
         max_len=as_lengths(max_len, batch, device).index_select(0, rows),

@@ -128,7 +128,7 @@ class CT2Translator(LineTranslator):
                 "renormalised without EOS (mtkit's own search by the model's), so its output "
                 "can differ from `mtkit translate` of the checkpoint; scores are the model's")
         if cfg.method == "sample":
-            ct2.set_random_seed(cfg.seed)
+            ct2.set_random_seed(cfg.seed % 2**32)  # the engine takes an unsigned 32-bit one
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
 

@@ -588,15 +588,20 @@ def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("sa pel gu mir nel lop ke wi\n" * 20000)
     out.write_text("precious\n")
+    # (a suite run under nohup ignores SIGHUP, which mtkit then rightly keeps ignoring)
     proc = subprocess.Popen([sys.executable, "-m", "mtkit", "translate", str(toy_model), "-i",
                              str(src), "-o", str(out), "--beam", "5"],
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.iterdir())) < 3 and proc.poll() is None:  # the temporary is there
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.iterdir())) < 3 and proc.poll() is None:  # the temporary
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 128 + sig, err
     assert err.endswith(f"mtkit: terminated ({sig.name})\n"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]

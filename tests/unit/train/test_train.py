@@ -340,17 +340,21 @@ def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path) -> Non
 def test_sighup_stops_with_a_checkpoint(tmp_path: Path) -> None:
     """SIGHUP (a closed terminal) killed training without a checkpoint."""
     run = tmp_path / "run"
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # SIGHUP as a terminal sends it (not ignored, as under nohup)
         _mtkit("train", str(TOY), "--run-dir", str(run), "--set", "train.max_updates=100000",
                "--set", "train.max_time=null", "--set", "train.valid_every=100000"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (run / "metrics.jsonl").exists() or '"train"' not in (
-            run / "metrics.jsonl").read_text():
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGHUP)
-    _, err = proc.communicate(timeout=120)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").exists() or '"train"' not in (
+                run / "metrics.jsonl").read_text():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()  # never an orphan training on the shared cores
     assert proc.returncode == 129, err  # 128 + SIGHUP, as a shell reports it
     assert "SIGHUP received" in err and "checkpoint saved" in err
     assert (run / "last.pt").is_file()
