@@ -14,13 +14,16 @@ only when it is empty or a previous mtkit export holding nothing but the files i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -206,6 +209,33 @@ def write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantizatio
     marker lists old and new files as incomplete: a folder whose export was killed is refused
     by `translate` and taken again by `export`."""
     out = out.resolve()  # `-o .` names a folder by its parent's entry, which `.` has not
+    with _writing_into(out):
+        _write_export(out, spec, recipe, tok, quantization=quantization, checkpoint=checkpoint,
+                      note=note)
+
+
+@contextlib.contextmanager
+def _writing_into(out: Path) -> Iterator[None]:
+    """Hold a lock on an existing `out` (a flock on the folder itself, no file of ours in it)
+    while an export fills it: a second export at once removed the first's files in the
+    making, or mixed the two."""
+    if not out.is_dir():
+        yield
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WriteError(f"-o {out}: another mtkit export is writing into it; wait for it "
+                             "to end") from None
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def _write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantization: str,
+                  checkpoint: Path, note: str | None) -> None:
     old = check_destination(out)
     fill = out.exists()
     try:

@@ -436,6 +436,25 @@ def test_an_existing_folder_is_filled_in_place(toy_model, toy_export, test_src, 
     assert (here / ".mtkit-export.cache.tmp").is_dir()
 
 
+def test_a_second_export_into_one_folder_at_once_is_refused(toy_model, toy_export, tmp_path):
+    """The second removed the first one's files in the making (or the two mixed)."""
+    import fcntl
+    import os
+
+    out = tmp_path / "ex"
+    shutil.copytree(toy_export, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    fd = os.open(out, os.O_RDONLY)  # as an export filling it holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _one_error_line(_cli("export", toy_model, "-o", out, "--quantize", "int8"), "-o",
+                        "another mtkit export is writing into it")
+    finally:
+        os.close(fd)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    _export(toy_model, out, "--quantize", "int8")  # once it is free
+
+
 def test_an_export_that_did_not_finish_is_refused_and_exported_again(toy_model, toy_export,
                                                                      test_src, tmp_path):
     out = tmp_path / "ex"
