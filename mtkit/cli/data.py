@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 from pathlib import Path
@@ -177,6 +178,9 @@ def average(
             raise MtkitError(f"{where}: the run's {out.name} is its training's ({LAST}: what "
                              f"training resumes from; {BEST}: its best checkpoint), which an "
                              "average is not; give another name")
+        if re.fullmatch(r"checkpoint_\d+\.pt", out.name):
+            raise MtkitError(f"{where}: the name of the run's numbered checkpoints, which "
+                             "`average --last` and training take as theirs; give another name")
     check_averageable(paths, None if out.is_dir() else vocab_info(
         Tokenizer.load(data_dir(out.parent))))
     save_average(paths, out)

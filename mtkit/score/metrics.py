@@ -52,7 +52,10 @@ class MetricOptions:
     def __post_init__(self) -> None:
         problems = []
         unknown = [m for m in self.metrics if m not in METRICS]
-        if unknown or not self.metrics or len(set(self.metrics)) != len(self.metrics):
+        if unknown:
+            problems.append(f"metrics: {', '.join(map(repr, unknown))} unknown; expected "
+                            f"names among {', '.join(METRICS)}")
+        elif not self.metrics or len(set(self.metrics)) != len(self.metrics):
             problems.append(f"metrics {','.join(self.metrics) or '(none)'}: expected distinct "
                             f"names among {', '.join(METRICS)}")
         if self.tokenize is not None and self.tokenize not in BLEU.TOKENIZERS:
@@ -100,8 +103,9 @@ class SignificanceOptions:
 
 
 def parse_metrics(text: str) -> tuple[str, ...]:
-    """`"bleu,chrf"` -> ("bleu", "chrf"); MetricOptions reports bad names."""
-    return tuple(m.strip().lower() for m in text.split(",") if m.strip())
+    """`"bleu,chrf"` -> ("bleu", "chrf"); MetricOptions reports bad names, and an empty one
+    (`bleu,,`) is one."""
+    return tuple(m.strip().lower() for m in text.split(",")) if text.strip() else ()
 
 
 def parse_buckets(text: str) -> tuple[int, ...]:

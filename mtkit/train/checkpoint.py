@@ -176,8 +176,9 @@ def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
         found = numbered_checkpoints(inputs[0])
         n = len(found) if last is None else last
         if len(found) < 2 or n > len(found):
+            want = "two or more" if last is None else str(max(n, 2))
             raise CheckpointError(f"{inputs[0]}: {len(found)} checkpoint_<update>.pt file(s) "
-                                  f"kept, cannot average {max(n, 2)} (train.keep_last keeps more)")
+                                  f"kept, cannot average {want} (train.keep_last keeps more)")
         return found[-n:]
     if len(inputs) == 1 and not inputs[0].exists():
         raise CheckpointError(f"{inputs[0]}: no such run directory or checkpoint file")

@@ -442,6 +442,9 @@ def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, 
     for name in ("last.pt", "best.pt"):
         _fails(_cli("average", run / "gelu.pt", run / "drop.pt", "-o", run / name), name,
                "which an average is not")
+    # a numbered name: `average --last` then averaged the average with real checkpoints
+    _fails(_cli("average", run / "gelu.pt", run / "drop.pt", "-o", run / "checkpoint_9.pt"),
+           "checkpoint_9.pt", "the name of the run's numbered checkpoints")
     old = {k: v for k, v in state["vocab"].items() if k != "sha256"}  # before sha256 was kept
     save_checkpoint(run / "old.pt", {**state, "vocab": old})
     assert not (run / "a.pt").exists()

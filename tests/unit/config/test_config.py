@@ -92,6 +92,8 @@ def _error(raw: dict) -> str:
     ({"data.valid": None}, "r.yaml: data.valid: missing: every recipe needs a `valid` split"),
     ({"data.test": {"valid": {"src": "a", "tgt": "b"}}},
      "r.yaml: data.test.valid: test set names use letters, digits"),
+    ({"data.test": {"..": {"src": "a", "tgt": "b"}}},  # wrote data/...src.txt
+     "r.yaml: data.test...: test set names use letters, digits"),
     ({"data.train.src": {"url": "https://example.org/a.gz"}},
      "r.yaml: data.train.src.sha256: a URL source needs its sha256 checksum"),
     ({"data.train.src": {"url": "https://example.org/a.gz", "path": "a", "sha256": "0" * 64}},
