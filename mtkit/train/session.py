@@ -16,7 +16,7 @@ from mtkit.run import check_writable_run_dir, remove_stale_temporaries, run_lock
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
-from mtkit.train.setup import build_setup, check_fresh, resume_state
+from mtkit.train.setup import build_setup, changed_settings, check_fresh, resume_state
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,10 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
             if dist.is_main:
                 _prepare(recipe, run_dir, resumed=state is not None, mirror=mirror,
                          console=console)
+            changed = changed_settings(state, recipe) if state is not None else []
+            if dist.is_main and changed:
+                console.print("resuming with settings changed since the last checkpoint: "
+                              + ", ".join(changed), highlight=False, soft_wrap=True)
             dist.barrier()
             setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state)
             return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,

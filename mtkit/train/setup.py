@@ -94,6 +94,25 @@ def resume_state(recipe: Recipe, run_dir: Path) -> dict:
     return state
 
 
+def changed_settings(state: dict, recipe: Recipe) -> list[str]:
+    """What a resumed run changes of the settings it was trained with (the train and decode
+    sections; data and model may not change): 'train.lr 0.0005 -> 0.001', in recipe order."""
+    saved = recipe_from_yaml_text(state["recipe"], source="last.pt (its recipe)")
+
+    def flat(value: object, key: str) -> dict[str, object]:
+        if isinstance(value, dict):
+            return {k: v for name, sub in value.items() for k, v in flat(sub, f"{key}.{name}")
+                    .items()}
+        return {key: value}
+
+    out = []
+    for section in ("train", "decode"):
+        was = flat(recipe_to_dict(getattr(saved, section)), section)
+        now = flat(recipe_to_dict(getattr(recipe, section)), section)
+        out += [f"{k} {was.get(k)} -> {v}" for k, v in now.items() if was.get(k) != v]
+    return out
+
+
 # --------------------------------------------------------------------------- building
 
 

@@ -464,6 +464,18 @@ def test_a_model_too_big_for_memory_is_one_line(tmp_path: Path, monkeypatch) -> 
         _train(tmp_path / "run", "train.max_updates=1")
 
 
+def test_a_resume_lists_the_settings_it_changes(tmp_path: Path) -> None:
+    """A changed train.lr or max_updates on resume went unsaid."""
+    run = tmp_path / "run"
+    _train(run, "train.max_updates=2", "train.valid_every=100000")
+    recipe = load_recipe(TOY, ["train.max_time=null", "train.max_updates=3",
+                               "train.valid_every=100000", "train.lr=0.001", "decode.beam_size=2"])
+    out = io.StringIO()
+    session.train(recipe, run, resume=True, console=Console(file=out, width=400))
+    assert ("resuming with settings changed since the last checkpoint: train.max_updates 2 -> "
+            "3, train.lr 0.003 -> 0.001, decode.beam_size 4 -> 2") in out.getvalue()
+
+
 def test_max_epochs_ends_after_that_epoch_and_says_so(tmp_path: Path, caplog) -> None:
     """The last line named the next epoch, not started ('epoch 2' after max_epochs 1)."""
     with caplog.at_level(logging.INFO, logger="mtkit"):
