@@ -303,10 +303,11 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
-    if "name" not in raw and re.fullmatch(r"[A-Za-z0-9_.-]+", path.stem) and path.stem.strip("."):
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip(".-")  # 'my toy' -> 'my-toy'
+    if "name" not in raw and stem:
         # a plain folder name, as `Recipe.name` must be: runs/NAME/ then tells runs of
-        # different recipes apart
-        raw["name"] = path.stem
+        # different recipes apart (every nameless one shared runs/run/)
+        raw["name"] = stem
     for o in overrides:
         apply_override(raw, o)
     return recipe_from_dict(raw, source=str(path), base=path.resolve().parent,

@@ -345,7 +345,9 @@ def test_yaml_keys_given_twice_are_refused_merges_are_not(tmp_path: Path) -> Non
 
 def test_a_recipe_without_a_name_takes_its_file_name(tmp_path: Path) -> None:
     assert load_recipe(_write(tmp_path / "my-exp.v2.yaml", MINIMAL)).name == "my-exp.v2"
-    assert load_recipe(_write(tmp_path / "x y.yaml", MINIMAL)).name == "run"  # not a plain name
+    # made a plain folder name (every nameless recipe of another file name shared runs/run/)
+    assert load_recipe(_write(tmp_path / "x y.yaml", MINIMAL)).name == "x-y"
+    assert load_recipe(_write(tmp_path / "...yaml", MINIMAL)).name == "run"  # nothing left
     named = _write(tmp_path / "other.yaml", {**MINIMAL, "name": "abc"})
     assert load_recipe(named).name == "abc" and load_recipe(named, ["name=d"]).name == "d"
 
