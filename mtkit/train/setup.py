@@ -8,6 +8,7 @@ changes while it trains (progress, windows, the newest checkpoint).
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,11 @@ def resume_state(recipe: Recipe, run_dir: Path) -> dict:
             raise CheckpointError(f"--resume: train.{name} is {now} but {path} was trained "
                                   f"with {was}; it fixes the batch order, so resume with "
                                   f"{was}, or train into a new --run-dir")
+    was, now = saved.train.weight_decay, recipe.train.weight_decay
+    if (was > 0) != (now > 0):  # the optimizer's saved state has one group, or two
+        raise CheckpointError(f"--resume: train.weight_decay is {now} but {path} was trained "
+                              f"with {was}; weight decay cannot be turned on or off on resume "
+                              "(a value above 0 may change)")
     return state
 
 
@@ -109,7 +115,8 @@ def changed_settings(state: dict, recipe: Recipe) -> list[str]:
     for section in ("train", "decode"):
         was = flat(recipe_to_dict(getattr(saved, section)), section)
         now = flat(recipe_to_dict(getattr(recipe, section)), section)
-        out += [f"{k} {was.get(k)} -> {v}" for k, v in now.items() if was.get(k) != v]
+        out += [f"{k} {json.dumps(was.get(k))} -> {json.dumps(v)}" for k, v in now.items()
+                if was.get(k) != v]
     return out
 
 
@@ -151,6 +158,9 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:  # the saved state brings its own: the recipe's
+            group["betas"], group["eps"] = cfg.betas, cfg.eps  # (a resume may change them)
+            group["weight_decay"] = cfg.weight_decay if group["weight_decay"] else 0.0
         schedule.load_state_dict(state["schedule"])
         if amp.scaler is not None and state.get("scaler"):
             amp.scaler.load_state_dict(state["scaler"])

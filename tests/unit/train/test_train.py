@@ -474,6 +474,19 @@ def test_a_resume_lists_the_settings_it_changes(tmp_path: Path) -> None:
     session.train(recipe, run, resume=True, console=Console(file=out, width=400))
     assert ("resuming with settings changed since the last checkpoint: train.max_updates 2 -> "
             "3, train.lr 0.003 -> 0.001, decode.beam_size 4 -> 2") in out.getvalue()
+    # and they apply: the optimizer's saved betas and eps gave way to the recipe's only now
+    recipe = load_recipe(TOY, ["train.max_time=null", "train.max_updates=4",
+                               "train.valid_every=100000", "train.betas=[0.5, 0.6]",
+                               "train.eps=0.001"])
+    session.train(recipe, run, resume=True, console=Console(file=io.StringIO()))
+    groups = load_checkpoint(run / "last.pt")["optimizer"]["param_groups"]
+    assert [(tuple(g["betas"]), g["eps"]) for g in groups] == [((0.5, 0.6), 0.001)] * len(groups)
+    # weight decay on or off changes the optimizer's groups: refused (it was a traceback)
+    recipe = load_recipe(TOY, ["train.max_time=null", "train.max_updates=5",
+                               "train.weight_decay=0.5", "train.betas=[0.5, 0.6]",
+                               "train.eps=0.001"])
+    with pytest.raises(CheckpointError, match="weight decay cannot be turned on or off"):
+        session.train(recipe, run, resume=True, console=Console(file=io.StringIO()))
 
 
 def test_max_epochs_ends_after_that_epoch_and_says_so(tmp_path: Path, caplog) -> None:
