@@ -137,6 +137,10 @@ def main() -> None:
             typer.echo(f"mtkit: terminated ({signal.Signals(signum).name})", err=True)
             sys.exit(128 + signum)
         sys.exit(130)
+    if rc == 130 and startup.TERMINATED:  # typer's own exit for a KeyboardInterrupt it caught
+        signum = startup.TERMINATED[0]
+        typer.echo(f"mtkit: terminated ({signal.Signals(signum).name})", err=True)
+        sys.exit(128 + signum)
     try:  # what is still buffered (a table, --help) goes now, while a closed pipe can be told
         if sys.stdout is not None:  # None: closed before we started (`>&-`)
             sys.stdout.flush()

@@ -214,8 +214,8 @@ def _relative(key: str, prefix: str) -> str:
 
 
 def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None,
-                     overrides: tuple[str, ...] = (), flags: Mapping[str, str] | None = None
-                     ) -> Recipe:
+                     overrides: tuple[str, ...] = (), flags: Mapping[str, str] | None = None,
+                     created: Mapping[str, list[str]] | None = None) -> Recipe:
     """Validate a raw mapping into a `Recipe`, raising one ConfigError listing every problem.
     A problem at a key that an override set is attributed to that ``--set`` instead of the
     recipe file, or to the command-line flag `flags` names for the override (e.g.
@@ -225,7 +225,7 @@ def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = 
     for key, msg in ignored_overrides(recipe, overrides) if not problems.items else ():
         problems.add(key, msg)
     if problems.items:
-        lines = [f"{_origin(key, msg, source, overrides, flags)}: {key}: {msg}"
+        lines = [f"{_origin(key, msg, source, overrides, flags, created)}: {key}: {msg}"
                  for key, msg in problems.items]
         head = f"{len(lines)} problems in recipe:\n" if len(lines) > 1 else ""
         raise ConfigError(head + "\n".join(lines))
@@ -259,7 +259,8 @@ def updated_section(section: Any, changes: dict[str, Any], *, prefix: str, sourc
 
 
 def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
-            flags: Mapping[str, str] | None = None) -> str:
+            flags: Mapping[str, str] | None = None,
+            created: Mapping[str, list[str]] | None = None) -> str:
     for o in reversed(overrides):  # the last --set of a key wins
         k = o.split("=", 1)[0].strip()
         named = (flags or {}).get(o, f"--set {o}")
@@ -267,6 +268,8 @@ def _origin(key: str, msg: str, source: str, overrides: tuple[str, ...],
             return named
         if k.startswith(key + ".") and msg.startswith("unknown key"):
             return named  # the override created an unknown section
+        if msg.startswith("missing") and key.rpartition(".")[0] in (created or {}).get(o, ()):
+            return named  # ... or a section without the field it lacks
     # A rule across fields names the others it read, in its section by name ("d_model (33) must
     # be divisible by heads (4)"), elsewhere in full ("data.spm.joint"): an override's caused it.
     for o in reversed(overrides):
@@ -303,15 +306,15 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with sections data, model, train, decode")
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip(".-")  # 'my toy' -> 'my-toy'
+    stem = path.stem if re.fullmatch(r"[A-Za-z0-9_.-]+", path.stem) and path.stem.strip(".") \
+        else re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip(".-")  # 'my toy' -> 'my-toy'
     if "name" not in raw and stem:
         # a plain folder name, as `Recipe.name` must be: runs/NAME/ then tells runs of
         # different recipes apart (every nameless one shared runs/run/)
         raw["name"] = stem
-    for o in overrides:
-        apply_override(raw, o)
+    created = {o: apply_override(raw, o) for o in overrides}
     return recipe_from_dict(raw, source=str(path), base=path.resolve().parent,
-                            overrides=tuple(overrides), flags=flags)
+                            overrides=tuple(overrides), flags=flags, created=created)
 
 
 def recipe_to_dict(recipe: Any) -> Any:

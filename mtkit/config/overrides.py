@@ -15,9 +15,11 @@ from mtkit.errors import ConfigError
 _ENTRY = re.compile(r"([^\[\]]+)\[(\d+)\]")
 
 
-def apply_override(raw: dict, assignment: str) -> None:
+def apply_override(raw: dict, assignment: str) -> list[str]:
     """Apply one ``dotted.key=value`` override in place; the value is parsed as YAML. A key
-    part may name an entry of a list by its position, as problems do: data.train[1].tgt."""
+    part may name an entry of a list by its position, as problems do: data.train[1].tgt.
+    Returns the sections it created (dotted keys): a field missing in them is its doing."""
+    created: list[str] = []
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
     key, text = assignment.split("=", 1)
@@ -41,6 +43,7 @@ def apply_override(raw: dict, assignment: str) -> None:
             child = node.get(name)
             if child is None:
                 child = node[name] = {}
+                created.append(where)
             elif not isinstance(child, dict):
                 raise ConfigError(f"--set {assignment!r}: `{where}` is not a section" + (
                     f"; it is a list: name an entry, `{where}[0]`" * isinstance(child, list)))
@@ -56,6 +59,7 @@ def apply_override(raw: dict, assignment: str) -> None:
             node = entries[k]
         else:
             raise ConfigError(f"--set {assignment!r}: `{where}` is not a section")
+    return created
 
 
 def ignored_overrides(recipe: Any, overrides: tuple[str, ...]) -> list[tuple[str, str]]:

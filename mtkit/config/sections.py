@@ -145,9 +145,10 @@ class DataConfig:
             if split == ():
                 out.append((name, "expected a corpus ({src, tgt}) or a non-empty list of them"))
         for name in self.test:
-            if name in ("train", "valid") or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            if (name in ("train", "valid") or not re.fullmatch(r"[A-Za-z0-9_.-]+", name)
+                    or not name.strip(".")):  # '..' wrote data/...src.txt
                 out.append((f"test.{name}", "test set names use letters, digits, '_', '-', '.'"
-                            ", begin with a letter or digit and may not be 'train' or 'valid'"))
+                            " and may not be 'train', 'valid' or dots alone"))
         return out
 
 

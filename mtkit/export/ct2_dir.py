@@ -229,6 +229,8 @@ def _writing_into(out: Path) -> Iterator[None]:
         except BlockingIOError:
             raise WriteError(f"-o {out}: another mtkit export is writing into it; wait for it "
                              "to end") from None
+        except OSError:  # a file system without flock (some NFS): unguarded, as before
+            pass
         yield
     finally:
         os.close(fd)  # closing drops the lock

@@ -51,13 +51,16 @@ class MetricOptions:
 
     def __post_init__(self) -> None:
         problems = []
-        unknown = [m for m in self.metrics if m not in METRICS]
-        if unknown:
-            problems.append(f"metrics: {', '.join(map(repr, unknown))} unknown; expected "
-                            f"names among {', '.join(METRICS)}")
+        unknown = list(dict.fromkeys(m for m in self.metrics if m not in METRICS))
+        given = f"--metrics {','.join(self.metrics)!r}"
+        if "" in unknown:
+            problems.append(f"{given}: an empty name; expected names among "
+                            f"{', '.join(METRICS)}, separated by commas")
+        elif unknown:
+            problems.append(f"{given}: {', '.join(map(repr, unknown))} unknown; expected names "
+                            f"among {', '.join(METRICS)}")
         elif not self.metrics or len(set(self.metrics)) != len(self.metrics):
-            problems.append(f"metrics {','.join(self.metrics) or '(none)'}: expected distinct "
-                            f"names among {', '.join(METRICS)}")
+            problems.append(f"{given}: expected distinct names among {', '.join(METRICS)}")
         if self.tokenize is not None and self.tokenize not in BLEU.TOKENIZERS:
             problems.append(f"tokenizer {self.tokenize!r} is not one of sacrebleu's: "
                             f"{', '.join(BLEU.TOKENIZERS)}")

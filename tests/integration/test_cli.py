@@ -4,6 +4,8 @@ every other user error — one line on stderr, exit code 2, no traceback."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -265,3 +267,29 @@ def test_prep_then_train_shows_the_prep_report_once(tmp_path):
     assert train.exit_code == 0, train.output
     assert "prepared splits" not in train.stderr and "batching:" not in train.stderr
     assert f"prep: {run / 'data'} is up to date" in train.stderr
+
+
+_TERM_WHILE_PARSING = """
+import os, signal, sys
+try:  # typer >= 0.20 vendors click
+    from typer._click import core
+except ImportError:
+    from click import core
+parse = core.Command.parse_args
+def parse_args(self, ctx, args):
+    os.kill(os.getpid(), signal.SIGTERM)  # arrives while the command is being set up
+    return parse(self, ctx, args)
+core.Command.parse_args = parse_args
+sys.argv = ["mtkit", "score", "-r", "ref", "hyp"]
+from mtkit.cli import main
+main()
+"""
+
+
+def test_a_sigterm_while_a_command_is_set_up_says_so(tmp_path):
+    """It exited 130 with nothing said (typer turned it into its Ctrl-C exit), or 1 with a
+    traceback."""
+    done = subprocess.run([sys.executable, "-c", _TERM_WHILE_PARSING], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "mtkit: terminated (SIGTERM)\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,18 @@ def test_overrides(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--set model\.rnn=\{hidden_dim: 5\}: model\.rnn: "
                        r"model\.arch is transformer"):  # the whole section
         load_recipe(path, ["model.rnn={hidden_dim: 5}"])
+    # a field missing in a section an override made is the override's doing; in the file's
+    # own section, the file's
+    with pytest.raises(ConfigError, match=r"^--set data\.test\.extra\.src=a: "
+                       r"data\.test\.extra\.tgt: missing"):
+        load_recipe(path, ["data.test.extra.src=a"])
+    lacking = _write(tmp_path / "lacking.yaml", {**MINIMAL, "data": {
+        **MINIMAL["data"], "test": {"t": {"src": "a"}}}})
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(lacking))}: data\.test\.t\.tgt: "
+                       "missing"):
+        load_recipe(lacking, ["data.test.t.src=b"])
+    # a test set name that is no longer a plain one (an older run's) still loads
+    assert "_dev" in load_recipe(path, ["data.test._dev.src=a", "data.test._dev.tgt=b"]).data.test
     # one corpus of a list, named as problems name it
     two = _write(tmp_path / "two.yaml", {**MINIMAL, "data": {**MINIMAL["data"], "train": [
         {"src": "a.src", "tgt": "a.tgt"}, {"src": "b.src", "tgt": "b.tgt"}]}})
@@ -348,6 +361,7 @@ def test_a_recipe_without_a_name_takes_its_file_name(tmp_path: Path) -> None:
     # made a plain folder name (every nameless recipe of another file name shared runs/run/)
     assert load_recipe(_write(tmp_path / "x y.yaml", MINIMAL)).name == "x-y"
     assert load_recipe(_write(tmp_path / "...yaml", MINIMAL)).name == "run"  # nothing left
+    assert load_recipe(_write(tmp_path / ".hidden.yaml", MINIMAL)).name == ".hidden"  # as was
     named = _write(tmp_path / "other.yaml", {**MINIMAL, "name": "abc"})
     assert load_recipe(named).name == "abc" and load_recipe(named, ["name=d"]).name == "d"
 

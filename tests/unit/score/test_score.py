@@ -393,8 +393,9 @@ def test_what_sacrebleu_logs_becomes_a_warning_or_goes_with_its_error(files, mon
     (["--by-length"], ["need --src"]),
     (["--paired-ar-n", "5"], ["--paired-ar-n needs --paired-ar"]),
     (["--seed", "3"], ["--seed needs"]),
-    (["-m", "bleu,meteor"], ["metrics: 'meteor' unknown; expected names among bleu, chrf, ter"]),
-    (["-m", "bleu,,"], ["metrics: '', '' unknown"]),  # was accepted as bleu
+    (["-m", "bleu,meteor"], ["--metrics 'bleu,meteor': 'meteor' unknown; expected names "
+                             "among bleu, chrf, ter"]),
+    (["-m", "bleu,,"], ["--metrics 'bleu,,': an empty name"]),  # was accepted as bleu
     (["--tokenize", "moses"], ["moses", "13a"]),
     (["-m", "bleu", "--chrf-plus"], ["need chrf in --metrics"]),
     (["--chrf-plus", "--chrf-word-order", "1"], ["--chrf-plus is --chrf-word-order 2"]),
