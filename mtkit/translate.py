@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -31,7 +30,7 @@ from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.fileio import watching_reader
-from mtkit.hypothesis import Hypothesis
+from mtkit.hypothesis import Hypothesis, output_limit
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`
@@ -210,9 +209,8 @@ class LineTranslator:
             if len(ids) > self.max_src_len:
                 ids = ids[: self.max_src_len]
                 stats.truncated += 1
-            if self.max_out_len is not None and ids and (  # as mtkit.decode.max_lengths
-                    math.floor(self.cfg.max_len_a * len(ids)) + self.cfg.max_len_b
-                    > self.max_out_len):
+            if self.max_out_len is not None and ids and output_limit(
+                    len(ids), self.cfg.max_len_a, self.cfg.max_len_b) > self.max_out_len:
                 stats.capped += 1
             items.append(_Item(offset + i, line, ids))
         return items
