@@ -77,15 +77,17 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
             raise DataError(f"{flag} {problem}")
 
 
-def check_lengths(pairs: list[Pair], limit: int | None, src: Path, tgt: Path | None) -> None:
-    """Refuse, naming its line, a sentence longer than the model's positions (`limit`, with
-    EOS or BOS; None: any length): it failed mid-run with neither file nor line named."""
-    for p in pairs if limit is not None else ():
-        for flag, path, ids in (("-s", src, p.src), ("-t", tgt, p.tgt if tgt else [])):
-            if len(ids) + 1 > limit:
+def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | None) -> None:
+    """Refuse, naming its line, a sentence longer than the model accepts (its source with EOS,
+    its target with BOS: `Translator.max_source_len`, `max_target_len`): it failed mid-run
+    with neither file nor line named."""
+    for p in pairs:
+        for flag, path, ids, limit in (("-s", src, p.src, model.max_source_len),
+                                       ("-t", tgt, p.tgt, model.max_target_len)):
+            if limit is not None and path is not None and len(ids) + 1 > limit:
                 raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
                                 f"model's {limit} positions allow (with EOS or BOS; "
-                                "model.transformer.max_positions)")
+                                f"{model.source_len_key})")
 
 
 def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,

@@ -281,7 +281,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     start = time.perf_counter()
     report = AlignReport()
     pairs = read_pairs(tok, src, tgt, report.invalid_utf8)
-    check_lengths(pairs, model.max_target_len, src, tgt)
+    check_lengths(model, pairs, src, tgt)
     report.pairs = len(pairs)
     golds = _read_golds(outputs, pairs)
     with ExitStack() as stack:

@@ -131,6 +131,10 @@ class Translator(nn.Module):
     # The longest decoder input (BOS + tokens) the model accepts, e.g. a Transformer's learned
     # positions; None: no limit. Searches stop every output before it (`decode_batch`).
     max_target_len: int | None = None
+    # The longest source (tokens + EOS) it accepts (learned positions, location attention's
+    # scores) and the recipe key that sets it; `mtkit align` checks its lines against it.
+    max_source_len: int | None = None
+    source_len_key: str = ""
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         """src: (B, S) token ids, padded; src_lens: (B,) lengths (incl. EOS), on the host

@@ -153,7 +153,10 @@ def build_rnn(cfg: RNNConfig, src_vocab: int, tgt_vocab: int) -> RNNTranslator:
         bridge = None
     else:
         raise ConfigError(f"model.rnn.init: unknown init {cfg.init!r}; expected bridge, zeros")
-    return RNNTranslator(encoder, bridge, decoder)
+    model = RNNTranslator(encoder, bridge, decoder)
+    if cfg.attention == "location":
+        model.max_source_len, model.source_len_key = cfg.max_positions, "model.rnn.max_positions"
+    return model
 
 
 # --------------------------------------------------------------------------- Transformer
@@ -205,7 +208,8 @@ def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, *,
     if cfg.share_embeddings:  # Press & Wolf 2017; Vaswani et al. 2017, §3.4
         generator.weight = tgt_tokens.weight
     if cfg.positions == "learned":
-        model.max_target_len = cfg.max_positions
+        model.max_target_len = model.max_source_len = cfg.max_positions
+        model.source_len_key = "model.transformer.max_positions"
     return model
 
 

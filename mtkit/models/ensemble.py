@@ -69,6 +69,10 @@ class Ensemble(Translator):
         self.has_attention = any(m.has_attention for m in models)
         limits = [m.max_target_len for m in models if m.max_target_len is not None]
         self.max_target_len = min(limits) if limits else None
+        sources = [(m.max_source_len, m.source_len_key) for m in models
+                   if m.max_source_len is not None]
+        if sources:
+            self.max_source_len, self.source_len_key = min(sources)
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         """Each member's Encoded: member 0's memory as the ensemble's own, the others' under

@@ -520,3 +520,14 @@ def test_a_sentence_longer_than_learned_positions_is_named(toy_run, tmp_path):
     (tmp_path / "t").write_text("gu sa\ngu sa\n")
     _error(_cli(run, "-s", tmp_path / "s", "-t", tmp_path / "t", "--print"),
            f"-s {tmp_path / 's'}:2: 40 tokens, more than the model's 33 positions allow")
+
+
+def test_a_source_longer_than_location_attention_scores_is_named(toy_run, tmp_path):
+    run = _untrained(toy_run, tmp_path / "run", _RNN + [
+        "model.rnn.attention=location", "model.rnn.placement=luong",
+        "model.rnn.max_positions=33"])
+    (tmp_path / "s").write_text("sa gu\n" + "sa gu " * 20 + "\n")
+    (tmp_path / "t").write_text("gu sa\ngu sa\n")
+    _error(_cli(run, "-s", tmp_path / "s", "-t", tmp_path / "t", "--print"),
+           f"-s {tmp_path / 's'}:2: 40 tokens, more than the model's 33 positions allow "
+           "(with EOS or BOS; model.rnn.max_positions)")
