@@ -42,6 +42,10 @@ class FileSource:
             if re.match(r"^[a-z][a-z0-9+.-]*://", value):
                 return {"url": value}
             return {"path": value}
+        digest = value.get("sha256") if isinstance(value, dict) else None
+        if isinstance(digest, int) and not isinstance(digest, bool):
+            # YAML reads digits alone as a number (leading zeros lost): the problem says so
+            return {**value, "sha256": f"{digest} (a number to YAML: quote the checksum)"}
         return value
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:

@@ -101,6 +101,9 @@ def _error(raw: dict) -> str:
      "r.yaml: data.train.src: expected exactly one of `path` or `url`"),
     ({"data.train.src": {"path": "a", "sha256": "AB"}},
      "r.yaml: data.train.src.sha256: expected 64 lowercase hex digits, got 'AB'"),
+    ({"data.train.src": {"path": "a", "sha256": 0}},  # '000...0' unquoted: it said got '0'
+     "r.yaml: data.train.src.sha256: expected 64 lowercase hex digits, got '0 (a number to "
+     "YAML: quote the checksum)'"),
     ({"train.max_time": "10x"},
      "r.yaml: train.max_time: expected a duration such as 90s, 10m, 2h30m, got '10x'"),
     ({"train.max_time": 0}, "r.yaml: train.max_time: a budget of 0 stops training at once; null"),
