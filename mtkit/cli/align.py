@@ -217,7 +217,7 @@ def align(
 ) -> None:
     """Show and extract word alignments from a model's attention.
 
-    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file. Outputs:
+    RUN_OR_CHECKPOINT is a run directory (its best.pt, else last.pt) or a checkpoint file. Outputs:
     terminal tables, heatmaps, Pharaoh links, JSON, and AER against gold links.
 
     Read-outs (--readout): the decoder step whose input is y_t predicts y_t+1. current aligns

@@ -126,7 +126,8 @@ def translate(
     threads: TranslateThreadsOpt = 0,
     fmt: Annotated[str, typer.Option(
         "--format", metavar="FORMAT", show_default=False, help="text, or jsonl: one object per "
-        "line with source, hypothesis, score, tokens, nbest and alignment (default: text).")]
+        "line with id, source, hypothesis, score (log-probability over the length penalty), "
+        "tokens, and nbest with --nbest N, alignment with --align (default: text).")]
     = "text",
     align: Annotated[bool, flag(
         "--align", help="Add Pharaoh word alignments (text: 'hyp ||| links').")] = False,
@@ -147,10 +148,10 @@ def translate(
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
 
-    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file; several
+    RUN_OR_CHECKPOINT is a run directory (its best.pt, else last.pt) or a checkpoint file; several
     make an ensemble. A directory written by mtkit export is decoded with CTranslate2.
 
-    Example: mtkit translate runs/en-de-multi30k -i test.en -o test.de --beam 5
+    Example: mtkit translate runs/en-de-multi30k -i test.en -o hyp.de --beam 5
 
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
@@ -266,7 +267,7 @@ def export(
     """Export a trained Transformer for CTranslate2, with its sentencepiece model(s) and a
     README; mtkit translate DIR then decodes with it (pip install mtkit[ctranslate2]).
 
-    RUN_OR_CHECKPOINT is a run directory (its best.pt is used) or a checkpoint file.
+    RUN_OR_CHECKPOINT is a run directory (its best.pt, else last.pt) or a checkpoint file.
 
     Example: mtkit export runs/en-de-multi30k -o exports/en-de --quantize int8
     """
