@@ -99,11 +99,11 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except FileExistsError:  # a file where a parent folder should be
-        _remove_empty(made)
+        remove_empty(made)
         raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
                          ) from None
     except OSError as e:
-        _remove_empty(made)
+        remove_empty(made)
         raise write_error(path, e) from None
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
@@ -117,7 +117,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        _remove_empty(made)  # a failed write leaves no folders made for it
+        remove_empty(made)  # a failed write leaves no folders made for it
         # A file system error of our file; one naming another file (say, reading an input)
         # or from the network (a download written through us) is the caller's.
         if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
@@ -125,7 +125,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         raise
 
 
-def _remove_empty(folders: list[Path]) -> None:  # deepest first, while they are empty
+def remove_empty(folders: list[Path]) -> None:  # deepest first, while they are empty
     with contextlib.suppress(OSError):
         for folder in folders:
             folder.rmdir()

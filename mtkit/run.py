@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mtkit.errors import CheckpointError, DataError, MtkitError
-from mtkit.fileio import atomic_write, write_error
+from mtkit.fileio import atomic_write, remove_empty, write_error
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,7 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 if made and os.listdir(run_dir) == [LOCK]:
                     os.unlink(path)
-                    for folder in made[1:]:  # deepest first; stops at one not empty
-                        os.rmdir(folder)
+                    remove_empty(made[1:])
     finally:
         os.close(fd)  # closing drops the flock
 

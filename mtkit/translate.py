@@ -99,6 +99,7 @@ class _Item:
     line: str
     ids: list[int]
     nbest: list[Hypothesis] = field(default_factory=list)
+    source: tuple[list[str], Words | None] | None = None  # pieces and words, made for --align
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -233,9 +234,13 @@ class LineTranslator:
         from mtkit.align import line_words
 
         # Source indices count the line's whitespace words, as `mtkit align` does (a line cut
-        # to the model's length keeps the words its pieces decode to).
-        return self.align_fn(self.tok.src_pieces(it.ids), self.tok.tgt_pieces(hyp.tokens),
-                             hyp.attn, line_words(self.tok.encode_src, it.line, it.ids))
+        # to the model's length keeps the words its pieces decode to); made once for all of
+        # the line's hypotheses.
+        if it.source is None:
+            it.source = (self.tok.src_pieces(it.ids),
+                         line_words(self.tok.encode_src, it.line, it.ids))
+        pieces, words = it.source
+        return self.align_fn(pieces, self.tok.tgt_pieces(hyp.tokens), hyp.attn, words)
 
     def _format(self, it: _Item) -> str:
         # An empty line has no hypotheses: it is written as one empty one scoring 0.

@@ -78,8 +78,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             typer.echo(f"mtkit: error: {e.filename}: {e.strerror or e}", err=True)
             raise typer.Exit(2) from None
         except Terminated as e:
-            typer.echo(f"mtkit: terminated ({signal.Signals(e.signum).name})", err=True)
-            raise typer.Exit(128 + e.signum) from None
+            raise typer.Exit(_terminated(e.signum)) from None
         except KeyboardInterrupt:
             typer.echo("mtkit: interrupted", err=True)
             raise typer.Exit(130) from None
@@ -129,18 +128,11 @@ def main() -> None:
         typer.echo(f"mtkit: error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
     except Terminated as e:  # arrived while the command was being set up, outside its wrapper
-        typer.echo(f"mtkit: terminated ({signal.Signals(e.signum).name})", err=True)
-        sys.exit(128 + e.signum)
+        sys.exit(_terminated(e.signum))
     except typer.Abort:  # click's for a KeyboardInterrupt it caught: ours if a signal was
-        if startup.TERMINATED:
-            signum = startup.TERMINATED[0]
-            typer.echo(f"mtkit: terminated ({signal.Signals(signum).name})", err=True)
-            sys.exit(128 + signum)
-        sys.exit(130)
+        sys.exit(_terminated(startup.TERMINATED[0]) if startup.TERMINATED else 130)
     if rc == 130 and startup.TERMINATED:  # typer's own exit for a KeyboardInterrupt it caught
-        signum = startup.TERMINATED[0]
-        typer.echo(f"mtkit: terminated ({signal.Signals(signum).name})", err=True)
-        sys.exit(128 + signum)
+        sys.exit(_terminated(startup.TERMINATED[0]))
     try:  # what is still buffered (a table, --help) goes now, while a closed pipe can be told
         if sys.stdout is not None:  # None: closed before we started (`>&-`)
             sys.stdout.flush()
@@ -148,6 +140,13 @@ def main() -> None:
         startup.drop_stdout()
     startup.before_exit()
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _terminated(signum: int) -> int:
+    """Say that signal `signum` (SIGTERM, SIGHUP) ended the command; the exit code the shell
+    gives a process it ended, 128 + the signal."""
+    typer.echo(f"mtkit: terminated ({signal.Signals(signum).name})", err=True)
+    return 128 + signum
 
 
 def _empty_argument(argv: list[str]) -> str | None:
