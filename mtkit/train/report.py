@@ -60,17 +60,27 @@ def _fmt(value: float, spec: str) -> str:
         else format(value, spec)
 
 
-def trim_metrics(path: Path, *, after_update: int | None) -> None:
+def trim_metrics(path: Path, *, after_update: int | None) -> list[int]:
     """Start ``metrics.jsonl`` afresh (None) or drop the records of updates after
-    `after_update` (a resumed run redoes them)."""
+    `after_update` (a resumed run redoes them). Returns the numbers (from 1) of lines that
+    were not a record and were dropped: a line cut short by kill -9 or a full disk."""
     if after_update is None or not path.is_file():
         with atomic_write(path) as f:
             f.write("")
-        return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("update", 0) <= after_update]
+        return []
+    keep, torn = [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            rec = json.loads(line) if line.strip() else None
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict):
+            torn += [number] if line.strip() else []
+        elif rec.get("update", 0) <= after_update:
+            keep.append(line)
     with atomic_write(path) as f:
         f.write("".join(line + "\n" for line in keep))
+    return torn
 
 
 class Reporter:
@@ -95,7 +105,7 @@ class Reporter:
         if not self.enabled:
             return self
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        trim_metrics(self.run_dir / METRICS, after_update=self._resumed_at)
+        torn = trim_metrics(self.run_dir / METRICS, after_update=self._resumed_at)
         root = logging.getLogger("mtkit")
         self._old_level = root.level
         root.setLevel(logging.INFO)
@@ -104,6 +114,10 @@ class Reporter:
         self._handlers = [fh, _ConsoleHandler(self.console)]
         for h in self._handlers:
             root.addHandler(h)
+        if torn:
+            s = "s" if len(torn) > 1 else ""
+            root.warning("%s: dropped %d unreadable line%s (line%s %s)", METRICS, len(torn), s,
+                         s, ", ".join(map(str, torn[:5])))
         self._tb = _tensorboard(self.run_dir)
         self._progress.start()
         return self

@@ -489,6 +489,20 @@ def test_a_resume_lists_the_settings_it_changes(tmp_path: Path) -> None:
         session.train(recipe, run, resume=True, console=Console(file=io.StringIO()))
 
 
+def test_a_resume_drops_a_metrics_line_torn_by_a_kill(tmp_path: Path, caplog) -> None:
+    """A line cut short by kill -9 or a full disk made the resume a JSONDecodeError."""
+    run = tmp_path / "run"
+    _train(run, "train.max_updates=2", "train.valid_every=100000", "train.log_every=1")
+    lines = (run / "metrics.jsonl").read_text().count("\n")
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "train", "upd')
+    with caplog.at_level(logging.INFO, logger="mtkit"):
+        _train(run, "train.max_updates=3", "train.valid_every=100000", "train.log_every=1",
+               resume=True)
+    assert f"metrics.jsonl: dropped 1 unreadable line (line {lines + 1})" in caplog.text
+    assert [r["update"] for r in _metrics(run) if r["kind"] == "train"][-1] == 3
+
+
 def test_max_epochs_ends_after_that_epoch_and_says_so(tmp_path: Path, caplog) -> None:
     """The last line named the next epoch, not started ('epoch 2' after max_epochs 1)."""
     with caplog.at_level(logging.INFO, logger="mtkit"):
