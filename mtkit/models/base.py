@@ -66,8 +66,13 @@ class Encoded:
     def index_select(self, idx: torch.Tensor) -> Encoded:
         """The decoder rows idx (B',) (reordered or tiled); of a grouped Encoded, whole
         groups in order (as beam search drops finished sentences)."""
-        assert idx.numel() % self.group == 0, (idx.numel(), self.group)
-        rows = idx[:: self.group] // self.group if self.group > 1 else idx
+        if self.group == 1:
+            rows = idx
+        else:  # any other idx would make rows read another sentence's source
+            groups = idx.view(-1, self.group)
+            rows = groups[:, 0] // self.group
+            assert (groups == rows[:, None] * self.group + torch.arange(
+                self.group, device=idx.device)).all(), "not whole groups in order"
         return Encoded(self.memory.index_select(0, rows), self.src_mask.index_select(0, rows),
                        reorder(self.extras, rows), self.group)
 
