@@ -291,12 +291,7 @@ def align(
                            max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
                            batch_tokens=batch_tokens)
     cfg = decoding.over(recipe.decode)
-    ignored = decoding.ignored(cfg)
-    penalty = [f for f, v in (("--length-penalty", length_penalty), ("--alpha", alpha))
-               if v is not None and not (f == "--alpha" and cfg.length_penalty != "gnmt")]
-    refuse(ignored + ([
-        f"{', '.join(penalty)}: with {cfg.method} search the length penalty changes only a "
-        "score, which align does not show"] if penalty and cfg.method != "beam" else []))
+    refuse(decoding.ignored(cfg, unseen_score="align does not show"))
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
                             device=dev, readout=readout or (
                                 default_readout(recipe) if choice.kind == "cross"

@@ -198,14 +198,23 @@ class DecodeFlags:
         return updated_section(base, changes, prefix="decode", source="command line",
                                origins=self.FLAGS)
 
-    def ignored(self, cfg: DecodeConfig) -> list[str]:
+    def ignored(self, cfg: DecodeConfig, *, unseen_score: str | None = None) -> list[str]:
         """Flags that the resolved decoding `cfg` would ignore. (--nbest with greedy search is
-        refused by DecodeConfig's own validation.)"""
+        refused by DecodeConfig's own validation.) `unseen_score`: why the command's output
+        shows no score (None where it shows one): then a length penalty outside beam search,
+        which only rescores the output, is ignored too."""
         given = [self.FLAGS[name] for name in self.SAMPLING if getattr(self, name) is not None]
+        off_gnmt = self.alpha is not None and cfg.length_penalty != "gnmt"
+        penalty = [flag for flag, v in (("--length-penalty", self.length_penalty),
+                                        ("--alpha", None if off_gnmt else self.alpha))
+                   if v is not None]  # --alpha 0 is given too
         checks = [
             (bool(given) and cfg.method != "sample", f"{', '.join(given)}: sampling options "
              f"need --sample (decode.method is {cfg.method})"),
-            (self.alpha is not None and cfg.length_penalty != "gnmt", "--alpha is the GNMT "
-             f"penalty's exponent; the length penalty is {cfg.length_penalty}"),
+            (off_gnmt, "--alpha is the GNMT penalty's exponent; the length penalty is "
+             f"{cfg.length_penalty}"),
+            (bool(penalty) and unseen_score is not None and cfg.method != "beam",
+             f"{', '.join(penalty)}: with {cfg.method} search the length penalty changes only "
+             f"the score, which {unseen_score}"),
         ]
         return [message for bad, message in checks if bad]

@@ -187,14 +187,9 @@ def translate(
         max_len_b=max_len_b, min_len=min_len, temperature=temperature, top_k=top_k,
         top_p=top_p, seed=seed, batch_tokens=batch_tokens)
     cfg = decoding.over(recipe.decode)
-    problems = decoding.ignored(cfg)
-    penalty = [f for f, v in (("--length-penalty", length_penalty), ("--alpha", alpha))
-               if v is not None]  # --alpha 0 is given too
-    if penalty and cfg.method != "beam" and fmt == "text" and cfg.nbest == 1:
-        # outside beam search the penalty only rescores the one output, and text shows no score
-        problems.append(f"{', '.join(penalty)}: with {cfg.method} search the length penalty "
-                        "changes only the score, which text output does not show; add "
-                        "--format jsonl, or leave it out")
+    problems = decoding.ignored(cfg, unseen_score="text output does not show; add --format "
+                                "jsonl, or leave it out" if fmt == "text" and cfg.nbest == 1
+                                else None)
     if align and model is not None and not model.has_attention:
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")

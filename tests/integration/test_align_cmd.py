@@ -425,7 +425,7 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "-t", "{tgt}", "--gold", "{gold}", "--level", "subword"],
      "--gold links are between words: scoring them needs --level word"),
     (["-s", "{src}", "--print", "--greedy", "--length-penalty", "none"],
-     "--length-penalty: with greedy search the length penalty changes only a score"),
+     "--length-penalty: with greedy search the length penalty changes only the score"),
     (["-s", "{src}", "--print", "--length-penalty", "average", "--alpha", "0.5"],
      "--alpha is the GNMT penalty's exponent; the length penalty is average"),
     (["-s", "{src}", "--print", "--greedy", "--alpha", "0"], "--alpha: with greedy search"),
