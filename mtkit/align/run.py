@@ -124,8 +124,8 @@ class AlignOutputs:
         if self.gold is not None and self.level != "word":
             raise ConfigError(GOLD_LEVEL)
         if self.heatmap_format not in FORMATS:
-            raise ConfigError(f"--heatmap-format: invalid choice {self.heatmap_format!r}; expected one "
-                              f"of {', '.join(FORMATS)}")
+            raise ConfigError(f"--heatmap-format: invalid choice {self.heatmap_format!r}; "
+                              f"expected one of {', '.join(FORMATS)}")
         extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
         if self.heatmap_dir is not None:
             owned_files(self.heatmap_dir)  # a folder of mtkit's own heatmaps, or new or empty
