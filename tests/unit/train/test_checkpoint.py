@@ -76,6 +76,20 @@ def test_loading_refuses_pickled_code_and_garbage(tmp_path: Path) -> None:
         run_files.load_checkpoint(tmp_path / "foreign.pt")
 
 
+def test_a_checkpoint_that_cannot_be_read_is_not_called_foreign(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """An I/O error (EIO, EACCES) was reported as 'not a readable checkpoint (expected a .pt
+    file written by mtkit train ...)', blaming the file."""
+    torch.save({"x": 1}, tmp_path / "best.pt")
+
+    def failing(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(torch, "load", failing)
+    with pytest.raises(CheckpointError, match=r"best\.pt: cannot be read: Input/output error$"):
+        run_files.load_checkpoint(tmp_path / "best.pt")
+
+
 def test_memory_mapped_loading_reads_legacy_files_too(tmp_path: Path) -> None:
     """Inference maps checkpoints (mmap=True); a file in torch's pre-1.6 format cannot be
     mapped and is read whole instead of being called unreadable."""
