@@ -7,7 +7,6 @@ takes 2.5-3.5 s on a 2-core machine, longer than the engine needs to translate a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,9 +35,3 @@ class Hypothesis:
     logprob: float
     token_logprobs: list[float]
     attn: torch.Tensor | None = None
-
-
-def output_limit(src_len: int, max_len_a: float, max_len_b: int) -> int:
-    """A sentence's output limit, tokens before its EOS: floor(a * source tokens) + b, the
-    source counted without EOS (`mtkit.decode.max_lengths` computes it for a batch)."""
-    return math.floor(max_len_a * src_len) + max_len_b

@@ -30,7 +30,7 @@ from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.fileio import watching_reader
-from mtkit.hypothesis import Hypothesis, output_limit
+from mtkit.hypothesis import Hypothesis
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`
@@ -210,8 +210,8 @@ class LineTranslator:
             if len(ids) > self.max_src_len:
                 ids = ids[: self.max_src_len]
                 stats.truncated += 1
-            if self.max_out_len is not None and ids and output_limit(
-                    len(ids), self.cfg.max_len_a, self.cfg.max_len_b) > self.max_out_len:
+            if (self.max_out_len is not None and ids
+                    and self.cfg.output_limit(len(ids)) > self.max_out_len):
                 stats.capped += 1
             items.append(_Item(offset + i, line, ids))
         return items

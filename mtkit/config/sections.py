@@ -3,6 +3,7 @@ and cross-field rules (`_problems(valid)`). Loading and validation are in `loadi
 
 from __future__ import annotations
 
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -349,16 +350,15 @@ class DecodeConfig:
             if self.method == "greedy" and self.nbest > 1:
                 out.append(("nbest", "greedy search gives one hypothesis; use method beam or "
                             "sample"))
-        if valid("min_len", "max_len_a", "max_len_b") and self.min_len > self.shortest_limit:
+        if valid("min_len", "max_len_a", "max_len_b") and self.min_len > self.output_limit(1):
             out.append(("min_len", f"{self.min_len} is more than the output limit for a "
-                        f"one-token source, max_len_a * 1 + max_len_b = {self.shortest_limit}; "
+                        f"one-token source, max_len_a * 1 + max_len_b = {self.output_limit(1)}; "
                         "EOS could never be chosen"))
         return out
 
-    @property
-    def shortest_limit(self) -> int:
-        """The output limit (tokens before EOS) for a one-token source (`decode.limits`)."""
-        return int(self.max_len_a) + self.max_len_b  # floor(a * 1) + b
+    def output_limit(self, src_tokens: int) -> int:
+        """An output's limit, tokens before EOS, for n source tokens (EOS not counted)."""
+        return math.floor(self.max_len_a * src_tokens) + self.max_len_b
 
 
 # --------------------------------------------------------------------------- recipe

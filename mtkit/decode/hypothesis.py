@@ -38,8 +38,8 @@ def length_penalty(lengths: torch.Tensor | int, kind: str,
 def max_lengths(src_lens: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
     """Per-sentence output limit: src_lens (B,) (counting the source EOS) -> (B,) long.
 
-    ``floor(max_len_a * n + max_len_b)`` with n the source tokens without EOS; an output
-    has at most that many tokens before its EOS (which is then forced).
+    `DecodeConfig.output_limit` of each: an output has at most that many tokens before its
+    EOS (which is then forced).
     """
     n = (src_lens - 1).clamp(min=0).double()
     return torch.floor(cfg.max_len_a * n).long() + cfg.max_len_b

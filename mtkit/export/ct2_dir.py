@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import math
 import os
 import re
 import shutil
@@ -30,7 +29,7 @@ from typing import Literal
 
 from mtkit import __version__
 from mtkit.config import DecodeConfig, Recipe, dump_recipe, recipe_from_yaml_text
-from mtkit.data.spm import Tokenizer
+from mtkit.data.spm import Tokenizer, model_files
 from mtkit.errors import CheckpointError, ConfigError, MtkitError
 from mtkit.fileio import WriteError, umask, write_error
 from mtkit.run import EXPORT_MARKER
@@ -65,7 +64,7 @@ def is_export(path: Path) -> bool:
 def exported_decode(cfg: DecodeConfig) -> tuple[DecodeConfig, str | None]:
     """The decode section an export keeps, and a note when it had to change: CTranslate2 has
     no GNMT penalty; its `length_penalty` p divides by |Y|^p (|Y| counting EOS), so mtkit's
-    `average` is p = 1 and `none` is p = 0 (measured in tests/test_export.py)."""
+    `average` is p = 1 and `none` is p = 0 (measured in tests/integration/test_export.py)."""
     if cfg.length_penalty != "gnmt":
         return cfg, None
     note = ("decode.length_penalty gnmt has no CTranslate2 equivalent; the export decodes with "
@@ -77,7 +76,7 @@ def position_rows(recipe: Recipe) -> int:
     """Sinusoid rows to export: the model's max_positions, or more when the longest output
     the decode section allows (a * data.max_len + b, plus BOS and EOS) needs more."""
     d, tf = recipe.decode, recipe.model.transformer
-    longest = math.floor(d.max_len_a * recipe.data.max_len) + d.max_len_b + 2
+    longest = d.output_limit(recipe.data.max_len) + 2
     return max(tf.max_positions, longest, recipe.data.max_len + 1)
 
 
@@ -116,10 +115,9 @@ def check_destination(out: Path) -> set[str]:
 
 
 def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None) -> str:
-    spm_files = ", ".join(f"`{n}`" for n in (["spm.model"] if tok.joint
-                                               else ["spm.src.model", "spm.tgt.model"]))
-    src_spm = "spm.model" if tok.joint else "spm.src.model"
-    tgt_spm = "spm.model" if tok.joint else "spm.tgt.model"
+    names = model_files(tok.joint)
+    spm_files = ", ".join(f"`{n}`" for n in names)
+    src_spm, tgt_spm = names[0], names[-1]
     d, tf = recipe.decode, recipe.model.transformer
     lp = 1.0 if d.length_penalty == "average" else 0.0
     heads = "mean over heads" if tf.align_head is None else f"head {tf.align_head}"

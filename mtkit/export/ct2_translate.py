@@ -40,7 +40,7 @@ from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
-from mtkit.hypothesis import Hypothesis, output_limit
+from mtkit.hypothesis import Hypothesis
 from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat
 
 
@@ -133,8 +133,7 @@ class CT2Translator(LineTranslator):
 
     def _limits(self, ids: list[list[int]]) -> list[int]:
         """Per-sentence output limits, as mtkit.decode.max_lengths computes them."""
-        a, b = self.cfg.max_len_a, self.cfg.max_len_b
-        return [min(output_limit(len(s), a, b), self.max_target) for s in ids]
+        return [min(self.cfg.output_limit(len(s)), self.max_target) for s in ids]
 
     def _options(self, steps: int) -> dict[str, Any]:
         cfg = self.cfg
