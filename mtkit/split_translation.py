@@ -52,8 +52,8 @@ def split_texts(run_dir: Path, split: str) -> tuple[Path, Path]:
 def decode_tag(cfg: DecodeConfig) -> str:
     """A file-name tag for a decoding: 'beam5', 'greedy' or 'sample', then a short hash of every
     option that can change the output (the batch size cannot)."""
-    options = {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
-    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    options = json.dumps(_output_options(cfg), sort_keys=True)
+    digest = hashlib.sha256(options.encode()).hexdigest()[:8]
     name = f"beam{cfg.beam_size}" if cfg.method == "beam" else cfg.method
     return f"{name}-{digest}"
 
@@ -125,9 +125,13 @@ def _translation_key(ckpt: Path, src: Path, cfg: DecodeConfig) -> dict[str, Any]
     every decoding option that can change the output."""
     from mtkit.data.sources import sha256_file
 
-    options = {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
     return {"checkpoint_sha256": sha256_file(ckpt), "source_sha256": sha256_file(src),
-            "decode": options}
+            "decode": _output_options(cfg)}
+
+
+def _output_options(cfg: DecodeConfig) -> dict[str, Any]:
+    """The decoding options that can change a translation (the batch size cannot)."""
+    return {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
 
 
 def _read_key(path: Path) -> dict[str, Any] | None:
