@@ -95,7 +95,10 @@ for _command in _COMMANDS:
 def main() -> None:
     """The console script: like `app()`, but a usage error (unknown option, bad or missing
     argument) is one line on stderr, exit code 2, as every other user error."""
-    try:  # typer >= 0.20 raises its vendored click's exceptions; older typer, click's own
+    # typer >= 0.20 raises its vendored click's exceptions (a private module: the usage-error
+    # and bare-`mtkit` tests of tests/integration/test_cli.py fail if it moves); older typer,
+    # click's own
+    try:
         from typer._click.exceptions import ClickException, UsageError
     except ImportError:
         from click.exceptions import ClickException, UsageError

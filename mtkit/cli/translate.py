@@ -59,7 +59,7 @@ class TranslateFlags:
             (self.beam is not None and (self.greedy or self.sample), "--beam is for beam "
              f"search; it excludes {'--greedy' if self.greedy else '--sample'}"),
             (self.fmt not in FORMATS,
-             f"--format: invalid choice {self.fmt!r}; expected text or jsonl"),
+             f"--format: invalid choice {self.fmt!r}; expected {' or '.join(FORMATS)}"),
             (self.align_method is not None and not self.align, "--align-method needs --align"),
             (self.align_method not in (None, *methods), f"--align-method: invalid choice "
              f"{self.align_method!r}; expected one of {', '.join(methods)}"),

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from mtkit.fileio import WriteError, umask, write_error
 from mtkit.run import EXPORT_MARKER
 
 Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"]
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
+QUANTIZATIONS: tuple[str, ...] = typing.get_args(Quantization)
 MARKER = EXPORT_MARKER
 FORMAT = "ctranslate2"
 README = "README.md"

@@ -15,6 +15,7 @@ from it twice. A search reorders rows (beam parents, finished sentences dropped)
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -26,7 +27,7 @@ from torch import nn
 State = dict[str, torch.Tensor]
 # Which attention to read: decoder-over-source, or the encoder's or the decoder's own.
 AttentionKind = Literal["cross", "encoder", "decoder"]
-KINDS = ("cross", "encoder", "decoder")
+KINDS: tuple[str, ...] = typing.get_args(AttentionKind)
 
 
 @dataclass(frozen=True)
