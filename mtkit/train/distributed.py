@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as torch_dist
+
+from mtkit.errors import MtkitError
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,19 @@ class Dist:
         box = [obj]
         torch_dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def main_result(self, fn: Callable[[], Any], failure: str) -> Any:
+        """fn() (not None) run on rank 0, its result on every rank. Should it raise, rank 0
+        raises its error and the others MtkitError(failure), where they would have waited
+        for the result until the process group's timeout."""
+        res, failed = None, None
+        try:
+            res = fn() if self.is_main else None
+        except BaseException as e:
+            failed = e
+        if (res := self.broadcast(res)) is None:
+            raise failed or MtkitError(failure)
+        return res
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, in rank order, on every rank."""

@@ -295,6 +295,8 @@ class Trainer:
                 raise
             self.best_unsaved = False
             self._save()
+            if not self.dist.is_main:  # its error is rank 0's to tell
+                raise
             note = (f"validation at update {self.p.update} failed; checkpoint saved to "
                     f"{self.last_checkpoint} (resume with --resume once fixed)")
             if isinstance(e, MtkitError):
@@ -304,10 +306,10 @@ class Trainer:
 
     def _validate(self) -> bool:
         """Validate on rank 0 and share the result; True when patience has run out."""
-        res = validate(self.s.model, self.s.valid_batches, self.s.valid_refs, self.s.tokenizer,
-                       recipe=self.recipe, device=self.device,
-                       amp=self.s.amp).as_dict() if self.dist.is_main else None
-        res = self.dist.broadcast(res)
+        res = self.dist.main_result(lambda: validate(
+            self.s.model, self.s.valid_batches, self.s.valid_refs, self.s.tokenizer,
+            recipe=self.recipe, device=self.device, amp=self.s.amp).as_dict(),
+            f"validation at update {self.p.update} failed on rank 0")
         name = self.cfg.valid_metric
         metric, higher = res[name], HIGHER_IS_BETTER[name]
         p = self.p

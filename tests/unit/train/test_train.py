@@ -578,6 +578,34 @@ def test_two_process_ddp_run_ends_with_identical_weights_on_both_ranks(tmp_path:
     assert log.count("toy: training") == 1 and "per rank x 2" in log
 
 
+def test_a_validation_failing_on_rank_0_ends_every_rank(tmp_path: Path) -> None:
+    """Rank 0 validates while the others wait for its result: a failure there (out of
+    memory, say) left them waiting for the process group's one-hour timeout."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.is_file() or not torch.distributed.is_gloo_available():
+        pytest.skip("torchrun with gloo is not available")
+    script = tmp_path / "failing_validation.py"
+    script.write_text(
+        "import os, sys\n"
+        "from mtkit.cli import main\n"
+        "from mtkit.train import loop\n"
+        "def failing(*args, **kwargs):\n"
+        "    raise MemoryError('validation ran out of memory')\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    loop.validate = failing\n"
+        "sys.argv[0] = 'mtkit'\n"
+        "main()\n")
+    run = tmp_path / "run"
+    out = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc_per_node=2", str(script), "train", str(TOY),
+         "--run-dir", str(run), "--set", "train.max_updates=6", "--set", "train.valid_every=3"],
+        capture_output=True, text=True, timeout=240, cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+    assert out.returncode != 0
+    assert "validation at update 3 failed on rank 0" in out.stderr, out.stderr[-3000:]
+    assert load_checkpoint(run / "last.pt")["progress"]["update"] == 3
+
+
 def test_rnn_recipe_is_a_bigru_with_bahdanau_attention_and_fully_commented() -> None:
     path = REPO / "recipes" / "en-de-rnn.yaml"
     r = load_recipe(path)
