@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
+NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")  # training's checkpoint_<update>.pt
 EXPORT_MARKER = "mtkit-export.json"  # what `mtkit export` wrote into a folder (mtkit.export)
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
@@ -61,6 +62,11 @@ _held: dict[Path, int] = {}  # run directories this process holds the lock of ->
 
 class RunDirError(MtkitError):
     """A folder is not an mtkit run directory, or another process is writing into it."""
+
+
+def numbered_checkpoint(run_dir: str | Path, update: int) -> Path:
+    """The checkpoint training saves at `update` (`NUMBERED`)."""
+    return Path(run_dir) / f"checkpoint_{update}.pt"
 
 
 def data_dir(run_dir: str | Path) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 import signal
 from pathlib import Path
@@ -157,7 +156,7 @@ def average(
     Example: mtkit average runs/en-de-multi30k --last 3
     """
     from mtkit.data.spm import Tokenizer
-    from mtkit.run import AVERAGED, BEST, LAST, data_dir, vocab_info
+    from mtkit.run import AVERAGED, BEST, LAST, NUMBERED, data_dir, vocab_info
     from mtkit.train.checkpoint import check_averageable, save_average, select_for_average
 
     paths = select_for_average(inputs, last)
@@ -178,7 +177,7 @@ def average(
             raise MtkitError(f"{where}: the run's {out.name} is its training's ({LAST}: what "
                              f"training resumes from; {BEST}: its best checkpoint), which an "
                              "average is not; give another name")
-        if re.fullmatch(r"checkpoint_\d+\.pt", out.name):
+        if NUMBERED.fullmatch(out.name):
             raise MtkitError(f"{where}: the name of the run's numbered checkpoints, which "
                              "`average --last` and training take as theirs; give another name")
     check_averageable(paths, None if out.is_dir() else vocab_info(

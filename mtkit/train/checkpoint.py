@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import os
 import random
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,12 @@ from mtkit.fileio import write_error
 from mtkit.run import (
     BEST,
     LAST,
+    NUMBERED,
     load_checkpoint,
+    numbered_checkpoint,
     same_vocab,
     save_checkpoint,
 )
-
-_NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")
-
 
 # --------------------------------------------------------------------------- RNG states
 
@@ -101,7 +99,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 def numbered_checkpoints(run_dir: str | Path) -> list[Path]:
     """``checkpoint_<update>.pt`` files of a run, oldest (lowest update) first."""
     found = [(int(m.group(1)), p) for p in Path(run_dir).glob("checkpoint_*.pt")
-             if (m := _NUMBERED.fullmatch(p.name))]
+             if (m := NUMBERED.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
 
 
@@ -109,7 +107,7 @@ def write_run_checkpoint(run_dir: Path, state: dict[str, Any], *, update: int,
                          is_best: bool, keep_last: int) -> Path:
     """Save ``checkpoint_<update>.pt``, point ``last.pt`` (and ``best.pt`` when `is_best`)
     at it, and delete numbered checkpoints beyond the newest `keep_last`."""
-    path = save_checkpoint(run_dir / f"checkpoint_{update}.pt", state)
+    path = save_checkpoint(numbered_checkpoint(run_dir, update), state)
     _link_or_copy(path, run_dir / LAST)
     if is_best:
         _link_or_copy(path, run_dir / BEST)

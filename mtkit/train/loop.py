@@ -27,7 +27,7 @@ from mtkit.config import Recipe, parse_duration
 from mtkit.data.batch import Batch, iterate_batches
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
-from mtkit.run import AVERAGED, BEST, load_checkpoint
+from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
 from mtkit.train.progress import Progress, TrainResult, Window, planned_updates
@@ -87,7 +87,7 @@ class Trainer:
         """Progress and random generators of a resumed run (weights: `build_setup`)."""
         saved_world = state["progress"].pop("world_size")
         self.p = Progress(**state["progress"])
-        self.last_checkpoint = self.run_dir / f"checkpoint_{self.p.update}.pt"
+        self.last_checkpoint = numbered_checkpoint(self.run_dir, self.p.update)
         if self.p.nonfinite_run == 0:
             self.last_good_checkpoint = self.last_checkpoint
         if saved_world == self.dist.world_size:
