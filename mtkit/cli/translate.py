@@ -156,7 +156,6 @@ def translate(
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
     from mtkit import translate as tr
-    from mtkit.batches import decode_parallelism
     from mtkit.fileio import is_terminal, missing_input
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
@@ -203,6 +202,20 @@ def translate(
 
         align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
                                       readout or default_readout(recipe))
+    loaded = None if exported is not None else (model, tok, dev, recipe.data.max_len)
+    worker = _worker(exported, loaded, cfg, device=device, threads=threads,
+                     interactive=interactive, fmt=fmt, align_fn=align_fn)
+    report_translation(_run_translation(worker, input, output))
+
+
+def _worker(exported: Any, loaded: tuple | None, cfg: Any, *, device: str, threads: int,
+            interactive: bool, fmt: str, align_fn: Any) -> Any:
+    """The translator of an export (CTranslate2) or of mtkit's own `loaded` (model,
+    tokenizer, torch device, longest source), its batches decoded at once as `--threads`
+    asks."""
+    from mtkit import translate as tr
+    from mtkit.batches import decode_parallelism
+
     chunk_lines = 1 if interactive else tr.CHUNK_LINES
     if exported is not None:
         from mtkit.export.ct2_translate import CT2Translator, runs_on_cpu
@@ -213,22 +226,21 @@ def translate(
             os.cpu_count() or 1)
         workers, each = decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
                                            streaming=interactive, default=usable)
-        worker = CT2Translator(exported, cfg, device=device, threads=each,
-                               fmt=fmt, align_fn=align_fn,  # type: ignore[arg-type]
-                               chunk_lines=chunk_lines, workers=workers)
+        worker = CT2Translator(exported, cfg, device=device, threads=each, fmt=fmt,
+                               align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
         for note in worker.notes:
             typer.echo(f"mtkit: note: {note}", err=True)
-    else:
-        workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
-                                           streaming=interactive,
-                                           default=torch.get_num_threads())
-        if workers > 1:
-            torch.set_num_threads(each)
-        worker = tr.StreamTranslator(
-            model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
-            fmt=fmt,  # type: ignore[arg-type]
-            align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
-    report_translation(_run_translation(worker, input, output))
+        return worker
+    import torch
+
+    model, tok, dev, max_src_len = loaded
+    workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
+                                       streaming=interactive, default=torch.get_num_threads())
+    if workers > 1:
+        torch.set_num_threads(each)
+    return tr.StreamTranslator(model, tok, cfg, device=dev, max_src_len=max_src_len,
+                               fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines,
+                               workers=workers)
 
 
 def _exported(models: list[Path]) -> Any:
