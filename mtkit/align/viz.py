@@ -8,6 +8,7 @@ PNG). Weights are drawn on a fixed 0..1 scale so images of different sentences c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from io import StringIO
@@ -67,10 +68,11 @@ def _draw(matrix: AlignMatrix, *, title: str | None, dpi: int) -> Figure:
     ax = fig.add_subplot()
     image = ax.imshow(matrix.weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto",
                       interpolation="nearest")
+    # parse_math off: a word with two '$' is text, not TeX (it raised, or drew as math)
     ax.set_xticks(range(len(matrix.src_tokens)), [_label(t) for t in matrix.src_tokens],
-                  rotation=90, fontsize=9)
+                  rotation=90, fontsize=9, parse_math=False)
     ax.set_yticks(range(len(matrix.tgt_tokens)), [_label(t) for t in matrix.tgt_tokens],
-                  fontsize=9)
+                  fontsize=9, parse_math=False)
     ax.set_xlabel(matrix.axes[0])
     ax.set_ylabel(matrix.axes[1])
     if title:
@@ -143,6 +145,11 @@ def _block_table(matrix: AlignMatrix, cols: range, label_w: int) -> Table:
     return table
 
 
+def _printable(token: str) -> str:
+    return token if token.isprintable() else "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in token)
+
+
 def _legend(name: str, entries: Sequence[tuple[int, str]]) -> Text:
     # '3:token' pairs hold no space, so wrapping at spaces never parts a number from its token
     return Text(f"{name}: " + "  ".join(f"{k}:{tok}" for k, tok in entries), style="dim")
@@ -157,6 +164,9 @@ def matrix_view(matrix: AlignMatrix, *, width: int = 80, title: str | None = Non
     every token appears somewhere. 15 words of average length fit 80 columns in one block."""
     if width < _MIN_WIDTH:
         raise MtkitError(f"terminal width {width} is too narrow; need at least {_MIN_WIDTH}")
+    # a corpus's control characters (an ESC sequence recolours a terminal) shown as escapes
+    matrix = dataclasses.replace(matrix, src_tokens=tuple(map(_printable, matrix.src_tokens)),
+                                 tgt_tokens=tuple(map(_printable, matrix.tgt_tokens)))
     labels = [f"{j} {t}" for j, t in enumerate(matrix.tgt_tokens)]
     label_w = min(max([cell_len(x) for x in labels] + [9]), max(12, width // 4))
     per_block = max(1, (width - label_w) // _COL)

@@ -81,6 +81,23 @@ def test_svg_heatmap_keeps_labels_as_text(tmp_path):
         assert token in texts, token
 
 
+def test_heatmap_labels_are_plain_text_not_tex(tmp_path):
+    """A word with two '$' was read as math: '$$' and '$_$' raised matplotlib's ValueError
+    (a traceback, the rest of the images not drawn), '$5-$10' was drawn as '5-10'."""
+    words = ["$$", "$_$", "$5-$10", "$x^2$"]
+    path = write_heatmap(_matrix(words, ["a", "$b$"]), tmp_path, 0, fmt="svg")
+    texts = {"".join(t.itertext()).strip()
+             for t in ET.parse(path).getroot().iter("{http://www.w3.org/2000/svg}text")}
+    assert set(words) | {"$b$"} <= texts
+
+
+def test_terminal_table_shows_control_characters_escaped():
+    """A corpus line's ESC sequence went to the terminal as is (it could recolour it)."""
+    text = render_text(_matrix(["a\x1b[31mred", "b"], ["c\x07"]), width=60)
+    assert "\x1b[31m" not in text and "\x07" not in text
+    assert "a\\x1b[31mred" in text and "c\\x07" in text
+
+
 def test_pdf_heatmap_is_valid_with_page_size(tmp_path):
     path = write_heatmap(SMALL, tmp_path, 0, fmt="pdf")
     data = path.read_bytes()
