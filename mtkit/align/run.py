@@ -338,8 +338,10 @@ def settings_record(checkpoint: Path | None, attention: AttentionChoice, readout
             rec["threshold"] = (DEFAULT_THRESHOLD if outputs.threshold is None
                                 else outputs.threshold)
     rec["targets"] = "given" if search is None else {
-        "search": search.method, **({"beam_size": search.beam_size} if search.method == "beam"
-                                    else {}),
+        "search": search.method, **({"beam_size": search.beam_size, "length_penalty":
+                                     search.length_penalty} if search.method == "beam" else {}),
+        **({"alpha": search.alpha} if search.method == "beam" and search.length_penalty == "gnmt"
+           else {}),
         "max_len_a": search.max_len_a, "max_len_b": search.max_len_b,
         "min_len": search.min_len}
     if reverse is not None:

@@ -257,3 +257,22 @@ def test_json_export_round_trip(tmp_path):
     assert sent["index"] == 7 and sent["src_tokens"] == ["Das", "Fahrrad", "fährt"]
     assert sent["links"] == "0-0 1-1 2-2"
     np.testing.assert_allclose(sent["weights"], m.weights, atol=1e-4)
+
+
+def test_json_settings_record_the_length_penalty_that_chose_the_targets():
+    """--length-penalty and --alpha change which translation is aligned; the settings named
+    the beam but not them."""
+    from mtkit.align.run import AlignOutputs, settings_record
+    from mtkit.config import DecodeConfig
+    from mtkit.models.base import AttentionChoice
+
+    def targets(**decode) -> dict:
+        return settings_record(None, AttentionChoice("cross"), "shift", AlignOutputs(show=True),
+                               DecodeConfig(**decode), None)["targets"]
+
+    assert targets(method="beam", beam_size=3, length_penalty="gnmt", alpha=2.0) == {
+        "search": "beam", "beam_size": 3, "length_penalty": "gnmt", "alpha": 2.0,
+        "max_len_a": 1.5, "max_len_b": 10, "min_len": 0}
+    assert targets(method="beam", length_penalty="average")["length_penalty"] == "average"
+    assert "alpha" not in targets(method="beam", length_penalty="average")
+    assert "length_penalty" not in targets(method="greedy", nbest=1)
