@@ -77,11 +77,11 @@ CHUNK_PAIRS = 1000
 
 def choose_attention(model: Translator, recipe: Recipe, kind: str, layer: int | None,
                      head: int | str | None) -> AttentionChoice:
-    """`model.choose_attention`, except that a Transformer trained with guided alignment reads
-    by default the attention its training supervised (model.transformer.align_layer and
-    align_head) rather than the top layer's head mean."""
-    guided, tf = recipe.train.guided_alignment.enabled, recipe.model.transformer
-    if kind == "cross" and guided and recipe.model.arch == "transformer":
+    """`model.choose_attention`, except that a Transformer's cross-attention is by default the
+    one its recipe designates (model.transformer.align_layer and align_head: what `translate
+    --align` reads and guided alignment trains), not always the top layer's head mean."""
+    tf = recipe.model.transformer
+    if kind == "cross" and recipe.model.arch == "transformer":
         layer = tf.align_layer if layer is None else layer
         head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
     return model.choose_attention(kind, layer, head)  # type: ignore[arg-type]

@@ -160,13 +160,14 @@ def align(
         "--threshold", metavar="W", help="Least attention weight of a link, for "
         "--align-method threshold (default: 0.5).")] = None,
     layer: Annotated[int | None, typer.Option(
-        "--layer", metavar="N", help="Transformer layer, negative from the top (default: -1, "
-        "the top layer: it aligned best on synthetic reversal and permutation tasks; for a run "
-        "trained with guided alignment, the layer it supervised).")]
+        "--layer", metavar="N", help="Transformer layer, negative from the top (default: the "
+        "recipe's model.transformer.align_layer, which translate --align reads and guided "
+        "alignment trains; -1, the top layer, unless set: it aligned best on synthetic "
+        "reversal and permutation tasks).")]
     = None,
     head: Annotated[str | None, typer.Option(
-        "--head", metavar="HEAD", help="Transformer head number, or mean (default: mean; for a "
-        "run trained with guided alignment, the head it supervised).")]
+        "--head", metavar="HEAD", help="Transformer head number, or mean (default: the "
+        "recipe's model.transformer.align_head; mean unless set).")]
     = None,
     self_attention: Annotated[str | None, typer.Option(
         "--self-attention", metavar="SIDE", help="encoder or decoder: show that "

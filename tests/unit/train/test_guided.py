@@ -168,9 +168,10 @@ def test_guided_toy_run_logs_the_alignment_loss_and_resumes_bit_for_bit(tmp_path
         "cross", 0, 2)
     assert ar.choose_attention(model, recipe, "cross", 1, "mean") == ar.AttentionChoice(
         "cross", 1, "mean")
+    # without guided alignment too: the attention `translate --align` reads (it read -1)
     unguided = load_recipe(TOY, ["model.transformer.align_layer=0"])
     assert ar.choose_attention(model, unguided, "cross", None, None) == ar.AttentionChoice(
-        "cross", -1, "mean")
+        "cross", 0, "mean")
     test_src = TOY.parent / "toy" / "test.src"
     shown = run_cli("align", avg, "-s", test_src, "-t", TOY.parent / "toy" / "test.tgt",
                     "--print")
