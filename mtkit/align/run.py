@@ -52,6 +52,7 @@ from mtkit.align import (
     write_json,
 )
 from mtkit.align.heatmap_folder import HeatmapFolder, holds, owned_files
+from mtkit.align.matrix import piece_words
 from mtkit.align.pairs import Pair as Pair  # re-exported, as before pairs.py: tests build them
 from mtkit.align.pairs import (
     PairWords,
@@ -230,28 +231,38 @@ class _Sinks:
         self.links.append(links)
         scores = None
         if self.golds is not None:
-            gold = self.golds[index]
-            check_gold_bounds(gold, len(matrix.src_tokens), len(matrix.tgt_tokens))
-            scores = score_links(links, gold)
+            scores = score_links(links, self.golds[index])  # bounds checked by _read_golds
         if self.pharaoh is not None:
             self.pharaoh.write(format_pharaoh(links) + "\n")
         if o.json is not None:
             self.records.append(matrix_record(matrix, index=index, links=links, scores=scores))
 
 
-def _read_golds(outputs: AlignOutputs, pairs: list[Pair]) -> list[Gold] | None:
-    """The gold links, one line per pair, checked against the lines' whitespace words before
-    any output is written."""
+def _read_golds(outputs: AlignOutputs, tok: Tokenizer, pairs: list[Pair], src: Path,
+                tgt: Path | None) -> tuple[list[Gold] | None, list[PairWords] | None]:
+    """The gold links, one line per pair, and the pairs' words (`pair_words`), the links
+    checked against those words before any output is written; (None, None) without gold."""
     if outputs.gold is None:
-        return None
+        return None, None
     golds = read_gold(outputs.gold, one_based=outputs.one_based)
     if len(golds) != len(pairs):
         raise DataError(f"{outputs.gold}: {len(golds)} lines of gold links for {len(pairs)} "
                         "sentence pairs; expected one line per pair")
-    for gold, pair in zip(golds, pairs, strict=True):
+    words = pair_words(tok, pairs)
+    for gold, pair, pw in zip(golds, pairs, words, strict=True):
         assert pair.tgt_text is not None, "gold links need given targets (AlignOutputs.check)"
-        check_gold_bounds(gold, len(pair.src_text.split()), len(pair.tgt_text.split()))
-    return golds
+        counts = []
+        for path, text, ids, w, pieces in ((src, pair.src_text, pair.src, pw[0], tok.src_pieces),
+                                           (tgt, pair.tgt_text, pair.tgt, pw[1], tok.tgt_pieces)):
+            n = len(text.split())
+            counts.append(n if w is not None else len(piece_words(pieces(ids)).labels))
+            if counts[-1] != n and gold.possible:  # the links would index other words
+                raise DataError(f"{gold.where}: gold links count the whitespace words of "
+                                f"{path}:{pair.index + 1} ({n}), which its sentencepiece pieces "
+                                "cannot be matched to (its normalization drops or adds a break "
+                                "between words); mend the line or leave its gold line empty")
+        check_gold_bounds(gold, *counts)
+    return golds, words
 
 
 def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, *,
@@ -283,7 +294,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     pairs = read_pairs(tok, src, tgt, report.invalid_utf8)
     check_lengths(model, pairs, src, tgt)
     report.pairs = len(pairs)
-    golds = _read_golds(outputs, pairs)
+    golds, gold_words = _read_golds(outputs, tok, pairs, src, tgt)
     with ExitStack() as stack:
         pharaoh = None
         if outputs.pharaoh is not None and str(outputs.pharaoh) == "-":
@@ -303,7 +314,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
             if reverse is not None:
                 backward = list(reverse_matrices(reverse, tok, chunk, device=device,
                                                  batch_tokens=decode.batch_tokens))
-            words = pair_words(tok, chunk)
+            words = gold_words[a: a + CHUNK_PAIRS] if gold_words else pair_words(tok, chunk)
             report.note_unmapped(chunk, words, src=src, tgt=tgt)
             for pair, weights, rev, w in zip(chunk, maps, backward, words, strict=True):
                 sinks.add(pair.index, label(tok, pair, weights, attention.kind, outputs.level,

@@ -474,6 +474,21 @@ def test_gold_link_outside_the_sentence(trained, pairs, tmp_path):
     assert res.stdout == ""
 
 
+def test_gold_on_a_line_whose_words_the_pieces_cannot_follow(trained, tmp_path):
+    """Gold links count whitespace words; a line whose words its pieces cannot be matched to
+    (sentencepiece drops the NEL between 'sa' and 'gu') is aligned over the words its pieces
+    decode to. Its gold was checked against the whitespace words first, then failed mid-run
+    against the others (with the outputs half written): now refused before any output."""
+    (tmp_path / "s").write_text("mu gu\nmu gu sa\n")
+    (tmp_path / "t").write_text("gu mu\nsa\x85gu mu\n")
+    (tmp_path / "g").write_text("0-1 1-0\n0-2\n")
+    res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--gold", tmp_path / "g",
+               "--pharaoh", "-")
+    _error(res, f"{tmp_path / 'g'}:2: gold links count the whitespace words of {tmp_path / 't'}:2 "
+           "(3), which its sentencepiece pieces cannot be matched to")
+    assert res.stdout == ""
+
+
 def test_words_are_the_lines_whitespace_words(trained, tmp_path):
     """Sentencepiece's normalization turns a zero-width space and U+FFFD into spaces: its
     words were the words of the normalized line, so 'mu\u200bwi' counted as two, every index
