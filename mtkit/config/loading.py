@@ -295,11 +295,7 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
     if not path.is_file():
         raise ConfigError(f"{path}: recipe file not found")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=RecipeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(e, 'problem', e)})") from None
+        raw = _parse(path.read_text(encoding="utf-8"), str(path), yaml.load, Loader=RecipeLoader)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     if raw is None:
@@ -335,5 +331,16 @@ def dump_recipe(recipe: Recipe) -> str:
 
 
 def recipe_from_yaml_text(text: str, *, source: str) -> Recipe:
-    """Rebuild a recipe saved by `dump_recipe` (e.g. inside a checkpoint)."""
-    return recipe_from_dict(yaml.safe_load(text), source=source)
+    """Rebuild a recipe saved by `dump_recipe` (e.g. inside a checkpoint, or an export's)."""
+    return recipe_from_dict(_parse(text, source, yaml.safe_load), source=source)
+
+
+def _parse(text: str, source: str, load: Any, **kwargs: Any) -> Any:
+    """YAML text -> its object; ConfigError naming `source` and the line when it is not YAML."""
+    try:
+        return load(text, **kwargs)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}:{where} not valid YAML ({getattr(e, 'problem', e)})"
+                          ) from None

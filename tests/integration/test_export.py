@@ -509,6 +509,11 @@ def test_an_export_the_engine_cannot_load_is_one_line(toy_model, toy_export, tes
     assert _cli("translate", broken, "-i", test_src).exit_code == 0
     (broken / "mtkit-export.json").write_text("[]")  # was an AttributeError traceback
     _one_error_line(_cli("translate", broken, "-i", test_src), "not a readable mtkit export")
+    shutil.rmtree(broken)
+    shutil.copytree(toy_export, broken)
+    (broken / "recipe.yaml").write_text("a: b: c\n")  # was yaml's ParserError traceback
+    _one_error_line(_cli("translate", broken, "-i", test_src),
+                    f"{broken / 'recipe.yaml'}: line 1 not valid YAML")
     # a vocabulary file that does not list the pieces: refused before translating (it failed
     # in the engine with a traceback, or, one piece moved, would translate wrongly)
     vocab = json.loads((toy_export / "shared_vocabulary.json").read_text())
