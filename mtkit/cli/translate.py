@@ -249,6 +249,11 @@ def _exported(models: list[Path]) -> Any:
 
     found = [m for m in models if is_export(m)]
     if found and len(models) > 1:
+        from mtkit.run import resolve_checkpoint
+
+        for m in models:  # a mistyped second argument is named as such first
+            if m not in found:
+                resolve_checkpoint(m)
         raise ConfigError(f"{found[0]}: an exported model translates alone, not in an ensemble")
     if not found:
         return None

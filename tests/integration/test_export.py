@@ -290,6 +290,17 @@ def test_an_export_where_a_run_is_wanted_is_named_an_export(toy_export, tmp_path
     assert not (tmp_path / "again").exists()
 
 
+def test_an_export_translates_alone_and_a_mistyped_partner_is_named(toy_model, toy_export,
+                                                                    test_src, tmp_path):
+    """An export beside a checkpoint is refused; beside a mistyped path (or '-') the refusal
+    said 'translates alone' instead of naming the path."""
+    _one_error_line(_cli("translate", toy_export, toy_model, "-i", test_src),
+                    f"{toy_export}: an exported model translates alone, not in an ensemble")
+    for other in (tmp_path / "nothere", "-"):
+        _one_error_line(_cli("translate", toy_export, other, "-i", test_src),
+                        f"{other}: no such checkpoint file or run directory")
+
+
 def test_a_ctranslate2_model_mtkit_did_not_export_is_named_one(toy_export, test_src,
                                                                 tmp_path):
     """It read 'no best.pt or last.pt in this run directory; train a model first'."""
