@@ -41,7 +41,14 @@ from mtkit.errors import CheckpointError, ConfigError
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
 from mtkit.hypothesis import Hypothesis
-from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat
+from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat, Stopped
+
+# Source pieces per engine call. translate_batch cannot be interrupted: a batch of 8,000
+# tokens (test2016, beam 5, one thread) ran 10 s, and Ctrl-C waited for it (13-19 s on a busy
+# machine). Calls of 1,000 end within ~1.5 s and decode as fast: 1,000 lines of test2016,
+# beam 5, one thread, calls of 8,000 / 2,000 / 1,000 / 500 tokens: 22.8 / 22.0 / 22.7 /
+# 24.2 s, then 21.6 / 20.0 / 21.4 / 23.3 s (load 2.3-3.5).
+ENGINE_TOKENS = 1000
 
 
 def engine_problems(cfg: DecodeConfig, device: str) -> list[str]:
@@ -154,14 +161,13 @@ class CT2Translator(LineTranslator):
     def _search(self, ids: list[list[int]], stop: threading.Event,
                 lines: list[int]) -> list[list[Hypothesis]]:
         # `lines` is not needed: samples come from the engine's own random stream, seeded
-        # once per run (`set_random_seed`). `stop` is not looked at: the engine's
-        # translate_batch cannot be interrupted (Ctrl-C during test2016, beam 5, 2 workers:
-        # 1.9-4.7 s to exit, the running batches' end).
+        # once per run (`set_random_seed`). `stop` is looked at between engine calls
+        # (`_decode`).
         limits = self._limits(ids)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
         eos = self.src_pieces[EOS_ID]
         src = [[self.src_pieces[i] for i in s] + [eos] for s in ids]
-        outputs = self._decode(src, max(limits) + 1, repeat)
+        outputs = self._decode(src, max(limits) + 1, repeat, stop)
         if self.cfg.method == "beam":
             # A beam that ran past a sentence's own limit (the batch's is the largest) is
             # searched again to that limit. The engine's last step keeps its beam_size best
@@ -177,18 +183,25 @@ class CT2Translator(LineTranslator):
                     past.setdefault(limit, []).append(i)
             k = self.cfg.beam_size
             for limit, members in past.items():
-                again = self._decode([src[i] for i in members], max(limit, 1), 1,
+                again = self._decode([src[i] for i in members], max(limit, 1), 1, stop,
                                      num_hypotheses=2 * k, patience=2)
                 for i, found in zip(members, again, strict=True):
                     outputs[i] = found
         return self._finish(src, limits, outputs)
 
-    def _decode(self, src: list[list[str]], steps: int, repeat: int,
+    def _decode(self, src: list[list[str]], steps: int, repeat: int, stop: threading.Event,
                 **engine: Any) -> list[list[_Output]]:
         """Each source's engine outputs (`repeat` samples each when sampling), of at most
-        `steps` tokens (EOS included); `engine`: options over _options'."""
+        `steps` tokens (EOS included); `engine`: options over _options'. The sources go to
+        the engine ENGINE_TOKENS at a time, and once `stop` is set the next part raises
+        Stopped instead."""
         opts = {**self._options(steps), **engine}
-        results = self.engine.translate_batch([s for s in src for _ in range(repeat)], **opts)
+        results: list[Any] = []
+        for part in _parts(src, ENGINE_TOKENS):
+            if stop.is_set():
+                raise Stopped
+            results += self.engine.translate_batch([s for s in part for _ in range(repeat)],
+                                                   **opts)
         first = None
         if self.align_fn is not None and self.cfg.method == "beam" and self.cfg.beam_size > 1:
             assert repeat == 1, "one source per sentence: row i of `first` is sentence i's"
@@ -279,6 +292,19 @@ class CT2Translator(LineTranslator):
             src, beam_size=1, max_decoding_length=1, min_decoding_length=0, max_input_length=0,
             return_attention=True, return_end_token=True)
         return [r.attention[0][0] for r in one]
+
+
+def _parts(src: list[list[str]], tokens: int) -> list[list[list[str]]]:
+    """`src` cut, in order, into runs of at most `tokens` pieces (a longer source alone)."""
+    parts: list[list[list[str]]] = []
+    size = tokens
+    for s in src:
+        if size + len(s) > tokens:
+            parts.append([])
+            size = 0
+        parts[-1].append(s)
+        size += len(s)
+    return parts
 
 
 class _Output(NamedTuple):

@@ -379,6 +379,37 @@ def test_two_workers_translate_like_one(toy_export, test_src):
         assert len(a) == len(b) == 60 and sum(x == y for x, y in zip(a, b, strict=True)) >= 57
 
 
+def test_a_stop_ends_the_engine_work_at_its_next_call(toy_export, test_src, monkeypatch):
+    """The engine's translate_batch cannot be interrupted: a batch went to it whole, and
+    Ctrl-C waited for its end (13-19 s on test2016). It now gets ENGINE_TOKENS at a time,
+    giving mtkit's output, and a stop ends the search at the next call."""
+    import threading
+
+    from mtkit.export import ct2_translate as ct
+    from mtkit.translate import Stopped
+
+    want = _cli("translate", toy_export, "--beam", "3", "-i", test_src).stdout
+    monkeypatch.setattr(ct, "ENGINE_TOKENS", 20)
+    got = _cli("translate", toy_export, "--beam", "3", "-i", test_src)
+    assert got.exit_code == 0 and got.stdout == want
+    export = ct.open_export(toy_export)
+    tr = ct.CT2Translator(export, export.recipe.decode)
+    calls, stop = [], threading.Event()
+    engine = tr.engine
+
+    class Engine:  # stops the run at its first call
+        def translate_batch(self, source, **options):
+            calls.append(len(source))
+            stop.set()
+            return engine.translate_batch(source, **options)
+
+    tr.engine = Engine()
+    ids = [export.tokenizer.encode_src(line) for line in test_src.read_text().splitlines()]
+    with pytest.raises(Stopped):
+        tr._search(ids, stop, list(range(len(ids))))
+    assert len(calls) == 1 and calls[0] < len(ids)
+
+
 def test_sampling_is_seeded(toy_export, test_src):
     args = ("--sample", "--nbest", "2", "--seed", "3", "--top-k", "5", "-i", test_src)
     first, second = (_cli("translate", toy_export, *args) for _ in range(2))
