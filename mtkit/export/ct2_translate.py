@@ -57,6 +57,9 @@ def engine_problems(cfg: DecodeConfig, device: str) -> list[str]:
     if cfg.length_penalty == "gnmt":  # sampled n-best lists are ranked by it too
         out.append("--length-penalty gnmt (decode.length_penalty): CTranslate2 has no GNMT "
                    "penalty; use average (its length_penalty 1) or none")
+    if cfg.method == "sample" and not 0 <= cfg.seed < 2**32:  # two seeds would draw alike
+        out.append(f"--seed (decode.seed): CTranslate2 takes a seed from 0 to {2**32 - 1}, "
+                   f"got {cfg.seed}")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         out.append(f"--device: an exported model runs on auto, cpu, cuda or cuda:N, "
                    f"got {device!r}")
@@ -134,7 +137,7 @@ class CT2Translator(LineTranslator):
                 "renormalised without EOS (mtkit's own search by the model's), so its output "
                 "can differ from `mtkit translate` of the checkpoint; scores are the model's")
         if cfg.method == "sample":
-            ct2.set_random_seed(cfg.seed % 2**32)  # the engine takes an unsigned 32-bit one
+            ct2.set_random_seed(cfg.seed)  # an unsigned 32-bit one (engine_problems)
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
 

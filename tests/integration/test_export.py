@@ -415,6 +415,12 @@ def test_sampling_is_seeded(toy_export, test_src):
     first, second = (_cli("translate", toy_export, *args) for _ in range(2))
     assert first.exit_code == 0, first.output
     assert first.stdout == second.stdout and first.stdout.count("\n") == 120
+    # the engine's seed is 32-bit: 2**32 + 3 drew as 3 did, -1 as 2**32 - 1
+    for seed in (2**32 + 3, -1):
+        _one_error_line(_cli("translate", toy_export, "--sample", "--seed", str(seed), "-i",
+                             test_src),
+                        f"--seed (decode.seed): CTranslate2 takes a seed from 0 to "
+                        f"4294967295, got {seed}")
 
 
 def _one_error_line(res, *needles: str) -> None:
