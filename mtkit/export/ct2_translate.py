@@ -17,8 +17,9 @@ How mtkit's decoding options map onto the engine's (`Translator.translate_batch`
   where mtkit forces EOS on every hypothesis, so a beam could in principle still keep another
   hypothesis than mtkit's);
 - PAD and BOS are never produced (suppress_sequences), as in mtkit. The engine renormalises
-  over the tokens it allows and mtkit does not: a trained model gives those two tokens no mass,
-  so rankings agree;
+  over the tokens it allows and mtkit does not: a trained model gives those two tokens little
+  mass, so rankings agree and scores differ by up to ~1e-3 (an output scored again, cut at
+  its limit, has the model's);
 - sampling: temperature, top_k (0 = the whole vocabulary in both), top_p, seed; nbest samples
   come from the source repeated nbest times.
 
