@@ -55,6 +55,7 @@ class Export:
     quantization: str
     src_pieces: list[str]
     tgt_pieces: list[str]
+    adds_source_eos: bool  # the engine appends `</s>` (config.json; exports before did not)
 
 
 def is_export(path: Path) -> bool:
@@ -127,7 +128,8 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         "",
         f"Transformer {recipe.data.src_lang} -> {recipe.data.tgt_lang}, weights {quantization}. "
         f"Sentencepiece model(s): {spm_files}. Special pieces: `<pad>` 0, `<unk>` 1, `<s>` 2 "
-        "(decoder start), `</s>` 3. Every source must end with `</s>`.",
+        "(decoder start), `</s>` 3. The engine ends every source with `</s>` (config.json's",
+        "add_source_eos).",
         "",
         "## With mtkit (`pip install 'mtkit[ctranslate2]'`)",
         "",
@@ -141,7 +143,7 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         f"src = spm.SentencePieceProcessor(model_file=\"THIS_DIR/{src_spm}\")",
         f"tgt = spm.SentencePieceProcessor(model_file=\"THIS_DIR/{tgt_spm}\")",
         "lines = [line.rstrip(\"\\n\") for line in open(\"input.txt\", encoding=\"utf-8\")]",
-        "pieces = [src.encode(line, out_type=str) + [\"</s>\"] for line in lines]",
+        "pieces = [src.encode(line, out_type=str) for line in lines]",
         f"results = translator.translate_batch(pieces, beam_size={d.beam_size}, "
         f"length_penalty={lp}, suppress_sequences=[[\"<pad>\"], [\"<s>\"]])",
         "print(\"\\n\".join(tgt.decode(r.hypotheses[0]) for r in results))",
@@ -149,12 +151,12 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         "",
         "## From the shell, CTranslate2-translator style",
         "",
-        "Pieces in, pieces out: tokenize with the sentencepiece model, append `</s>` to every",
-        "line, translate, detokenize. `spm_encode` and `spm_decode` are sentencepiece's command",
-        "line tools (`apt install sentencepiece`, `brew install sentencepiece`; the Python",
-        "package does not install them):",
+        "Pieces in, pieces out: tokenize with the sentencepiece model, translate, detokenize.",
+        "`spm_encode` and `spm_decode` are sentencepiece's command line tools (`apt install",
+        "sentencepiece`, `brew install sentencepiece`; the Python package does not install",
+        "them):",
         "",
-        f"    spm_encode --model=THIS_DIR/{src_spm} < input.txt | sed 's/$/ <\\/s>/' > input.sp",
+        f"    spm_encode --model=THIS_DIR/{src_spm} < input.txt > input.sp",
         "    python -c 'import ctranslate2; t = ctranslate2.Translator(\"THIS_DIR\"); "
         "[print(\" \".join(r.hypotheses[0])) for r in t.translate_batch("
         f"[l.split() for l in open(\"input.sp\")], beam_size={d.beam_size}, "
@@ -312,8 +314,14 @@ def load_export(path: Path) -> Export:
     pieces = {"src": tok.src_pieces(range(tok.src_vocab_size)),
               "tgt": tok.tgt_pieces(range(tok.tgt_vocab_size))}
     _check_vocabularies(path, pieces)
+    try:  # exports before add_source_eos was set leave `</s>` to mtkit
+        adds_eos = json.loads((path / "config.json").read_text(encoding="utf-8")).get(
+            "add_source_eos") is True
+    except (OSError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path / 'config.json'}: unreadable ({e}); export the run "
+                              "again") from None
     return Export(path, recipe, tok, str(meta.get("quantization")), pieces["src"],
-                  pieces["tgt"])
+                  pieces["tgt"], adds_eos)
 
 
 # CTranslate2's vocabulary files (`ModelSpec.save`), and whose pieces each must list in id order

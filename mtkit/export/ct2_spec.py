@@ -149,7 +149,9 @@ def transformer_spec(model: Transformer, cfg: TransformerConfig, vocab: Vocabula
     conf.layer_norm_epsilon = LAYER_NORM_EPS
     conf.unk_token, conf.bos_token = vocab.tgt[UNK_ID], vocab.tgt[BOS_ID]
     conf.eos_token, conf.decoder_start_token = vocab.tgt[EOS_ID], vocab.tgt[BOS_ID]
-    conf.add_source_eos = False  # EOS is given: CTranslate2 would drop its attention column
+    # The engine ends every source with `</s>`, as CTranslate2's fairseq and Marian exports do
+    # (then it returns attention without that column, which mtkit's aligner drops anyway).
+    conf.add_source_eos = True
     spec.register_source_vocabulary(vocab.src)
     spec.register_target_vocabulary(vocab.tgt)
     return spec

@@ -24,7 +24,8 @@ How mtkit's decoding options map onto the engine's (`Translator.translate_batch`
   come from the source repeated nbest times.
 
 Hypotheses carry the engine's score (or the model's, scored again) and, with --align, its
-attention (T, S) over the source EOS included; the engine reports no per-token
+attention (T, S): without the source EOS's column where the engine adds the EOS (exports
+before added it in mtkit, and the column is there). The engine reports no per-token
 log-probabilities (token_logprobs is empty).
 """
 
@@ -140,6 +141,7 @@ class CT2Translator(LineTranslator):
         if cfg.method == "sample":
             ct2.set_random_seed(cfg.seed)  # an unsigned 32-bit one (engine_problems)
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
+        self.adds_eos = export.adds_source_eos
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
 
     def _limits(self, ids: list[list[int]]) -> list[int]:
@@ -169,8 +171,8 @@ class CT2Translator(LineTranslator):
         # (`_decode`).
         limits = self._limits(ids)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
-        eos = self.src_pieces[EOS_ID]
-        src = [[self.src_pieces[i] for i in s] + [eos] for s in ids]
+        eos = [] if self.adds_eos else [self.src_pieces[EOS_ID]]
+        src = [[self.src_pieces[i] for i in s] + eos for s in ids]
         outputs = self._decode(src, max(limits) + 1, repeat, stop)
         if self.cfg.method == "beam":
             # A beam that ran past a sentence's own limit (the batch's is the largest) is

@@ -103,7 +103,8 @@ def test_float32_export_greedy_and_attention_equal_mtkit(i, toy_run, test_src, t
 
 
 def _teacher_forced(run: Path) -> tuple[torch.Tensor, list[list[str]], list[list[str]]]:
-    """mtkit's log-probabilities of the toy test targets, (B, T) with EOS, and the pieces."""
+    """mtkit's log-probabilities of the toy test targets, (B, T) with EOS, and the pieces
+    (without the EOS, which the engine adds)."""
     from mtkit.run import load_model
 
     model, _, tok = load_model(run)
@@ -115,8 +116,8 @@ def _teacher_forced(run: Path) -> tuple[torch.Tensor, list[list[str]], list[list
         logits = model(b.src, b.src_lens, b.tgt_in).logits
     lp = logits.log_softmax(-1).gather(2, b.tgt_out.unsqueeze(2)).squeeze(2)
     lp = lp.masked_fill(b.tgt_out == PAD_ID, 0.0)
-    eos = tok.src_pieces([EOS_ID])
-    return lp, [tok.src_pieces(s) + eos for s in srcs], [tok.tgt_pieces(t) for t in tgts]
+    # the engine ends each source with EOS (add_source_eos)
+    return lp, [tok.src_pieces(s) for s in srcs], [tok.tgt_pieces(t) for t in tgts]
 
 
 @pytest.mark.parametrize("limits", [(), ("--max-len-a", "0.5", "--max-len-b", "1")])
@@ -275,6 +276,32 @@ def test_the_readme_python_snippet_translates_as_mtkit_does(toy_export, test_src
                          text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == _cli("translate", toy_export, "-i", test_src).stdout
+
+
+def test_the_engine_ends_sources_with_eos_as_for_other_exports(toy_export, test_src,
+                                                                tmp_path):
+    """CTranslate2's fairseq and Marian converters set add_source_eos; mtkit's exports did
+    not, so the usual steps (encode, translate_batch) translated without the `</s>` the model
+    was trained with, unwarned. An export made before still translates as it did."""
+    import ctranslate2
+    import sentencepiece as spm
+
+    config = json.loads((toy_export / "config.json").read_text())
+    assert config["add_source_eos"] is True
+    sp = spm.SentencePieceProcessor(model_file=str(toy_export / "spm.model"))
+    lines = test_src.read_text().splitlines()
+    found = ctranslate2.Translator(str(toy_export)).translate_batch(
+        [sp.encode(line, out_type=str) for line in lines], beam_size=4, length_penalty=1.0,
+        suppress_sequences=[["<pad>"], ["<s>"]])
+    want = _cli("translate", toy_export, "--beam", "4", "--length-penalty", "average", "-i",
+                test_src).stdout
+    assert "".join(sp.decode(r.hypotheses[0]) + "\n" for r in found) == want
+    older = tmp_path / "older"
+    shutil.copytree(toy_export, older)
+    (older / "config.json").write_text(json.dumps({**config, "add_source_eos": False}))
+    for args in (["--beam", "4"], ["--beam", "3", "--align", "--nbest", "2"]):
+        assert _cli("translate", older, *args, "-i", test_src).stdout == _cli(
+            "translate", toy_export, *args, "-i", test_src).stdout
 
 
 def test_an_export_where_a_run_is_wanted_is_named_an_export(toy_export, tmp_path):
