@@ -29,8 +29,8 @@ from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.fileio import read_lines
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
-from mtkit.run import LAST, check_vocab, load_checkpoint, vocab_info
-from mtkit.train.checkpoint import first_difference
+from mtkit.run import BEST, LAST, check_vocab, load_checkpoint, vocab_info
+from mtkit.train.checkpoint import first_difference, numbered_checkpoints
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import Schedule, build_optimizer
 from mtkit.train.validate import valid_batches
@@ -60,10 +60,14 @@ class Setup:
 
 
 def check_fresh(run_dir: Path) -> None:
-    """A new run may not start over one that has checkpoints."""
-    if (run_dir / LAST).is_file():
-        raise CheckpointError(f"{run_dir} already holds a training run ({LAST}); "
-                              "continue it with --resume, or train into a new --run-dir")
+    """A new run may not start over one that has checkpoints (its pruning would take the
+    other's numbered checkpoints for its own, and it would replace best.pt)."""
+    found = [p.name for p in (run_dir / LAST, run_dir / BEST) if p.is_file()] + [
+        p.name for p in numbered_checkpoints(run_dir)]
+    if found:
+        raise CheckpointError(f"{run_dir} already holds a training run ({', '.join(found[:3])}"
+                              f"{', ...' if len(found) > 3 else ''}); continue it with "
+                              "--resume, or train into a new --run-dir")
 
 
 def resume_state(recipe: Recipe, run_dir: Path) -> dict:

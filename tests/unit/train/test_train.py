@@ -545,6 +545,13 @@ def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path, capl
     _train(run, "train.max_updates=2", "train.valid_every=1000")
     with pytest.raises(CheckpointError, match="already holds a training run"):
         _train(run, "train.max_updates=2")
+    # without last.pt too: a new run pruned the old run's numbered checkpoints as its own
+    # and replaced its best.pt
+    (run / "last.pt").rename(tmp_path / "last.pt")
+    with pytest.raises(CheckpointError, match=r"already holds a training run \(best\.pt, "
+                       r"checkpoint_2\.pt\)"):
+        _train(run, "train.max_updates=2")
+    (tmp_path / "last.pt").rename(run / "last.pt")
     with pytest.raises(CheckpointError,
                        match=r"`model` section differs .*at model\.transformer\.ffn_dim\)"):
         _train(run, "train.max_updates=4", "model.transformer.ffn_dim=64", resume=True)
