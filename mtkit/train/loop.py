@@ -114,7 +114,8 @@ class Trainer:
 
     def _loop(self) -> str:
         uf = self.cfg.update_freq
-        if reason := self._limit_reached() or self._stop_requested():  # before any update
+        spent = "patience" if self.cfg.patience and self.p.bad >= self.cfg.patience else None
+        if reason := self._limit_reached() or spent or self._stop_requested():  # before any
             if self.resumed and reason != "interrupted":
                 log.info("train.%s was reached before this resume: nothing to train (raise "
                          "it with --set train.%s=... to train further)", reason, reason)

@@ -536,6 +536,11 @@ def test_patience_stops_early_and_average_last_averages(tmp_path: Path) -> None:
     assert avg["averaged_from"] == ["checkpoint_2.pt", "checkpoint_4.pt", "checkpoint_6.pt"]
     (rec,) = [r for r in _metrics(run) if r["kind"] == "average"]
     assert rec["checkpoints"] == avg["averaged_from"] and "bleu" in rec
+    # a resume trained valid_every more updates (and pruned a checkpoint) to stop again
+    again = _train(run, "train.lr=1e-9", "train.max_updates=100", "train.valid_every=2",
+                   "train.patience=2", "train.keep_last=3", "train.average_last=3", resume=True)
+    assert again.reason == "patience" and again.update == 6
+    assert (run / "checkpoint_2.pt").is_file()
 
 
 def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path, caplog) -> None:
