@@ -101,6 +101,11 @@ def resume_state(recipe: Recipe, run_dir: Path) -> dict:
         raise CheckpointError(f"--resume: train.weight_decay is {now} but {path} was trained "
                               f"with {was}; weight decay cannot be turned on or off on resume "
                               "(a value above 0 may change)")
+    was, now = saved.train.valid_metric, recipe.train.valid_metric
+    if was != now:  # a loss would be compared with the best BLEU, and patience count on
+        raise CheckpointError(f"--resume: train.valid_metric is {now} but {path} was trained "
+                              f"with {was}; its best checkpoint, patience and plateau schedule "
+                              f"count {was}: resume with it, or train into a new --run-dir")
     return state
 
 

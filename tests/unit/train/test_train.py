@@ -562,6 +562,10 @@ def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path, capl
         _train(run, "train.max_updates=4", "model.transformer.ffn_dim=64", resume=True)
     with pytest.raises(CheckpointError, match=r"train\.batch_tokens is 256 but .* with 512"):
         _train(run, "train.max_updates=4", "train.batch_tokens=256", resume=True)
+    # the loss was compared with the best BLEU (never better), patience counting on
+    with pytest.raises(CheckpointError, match=r"train\.valid_metric is loss but .* with bleu; "
+                       "its best checkpoint, patience and plateau schedule count bleu"):
+        _train(run, "train.max_updates=4", "train.valid_metric=loss", resume=True)
     shutil.rmtree(run / "data")  # prepared again, then said
     with caplog.at_level("WARNING"):
         assert _train(run, "train.max_updates=3", "train.valid_every=1000",
