@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 from pathlib import Path
@@ -125,14 +126,22 @@ def train(
                           console=Console(stderr=True),
                           device_option="train.device" if device is None else "--device")
     if result.reason == "interrupted":
-        again = shlex.join(["mtkit", "train", str(recipe),
+        code = 128 + signal.Signals[result.signal or "SIGINT"]  # as the shell
+        if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 tells, once
+            raise typer.Exit(code)
+        # torchrun sets WORLD_SIZE and LOCAL_WORLD_SIZE: a resume in fewer processes would
+        # start the next epoch afresh (Trainer._restore)
+        launch = ["mtkit"] if int(os.environ.get("WORLD_SIZE", "1")) <= 1 else [
+            "torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', '1')}", "-m",
+            "mtkit"]
+        again = shlex.join([*launch, "train", str(recipe),
                             *(a for s in overrides or [] for a in ("--set", s)),
                             *(["--run-dir", str(run_dir)] if run_dir else []),
                             *(a for name, value in flags.items() if value is not None
                               for a in (name, str(value))), "--resume"])
         typer.echo(f"mtkit: training interrupted at update {result.update:,}; checkpoint saved "
                    f"to {result.checkpoint}. Resume with:\n  {again}", err=True)
-        raise typer.Exit(128 + signal.Signals[result.signal or "SIGINT"])  # as the shell
+        raise typer.Exit(code)
 
 
 def average(

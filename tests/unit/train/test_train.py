@@ -594,6 +594,31 @@ def test_two_process_ddp_run_ends_with_identical_weights_on_both_ranks(tmp_path:
     assert log.count("toy: training") == 1 and "per rank x 2" in log
 
 
+def test_a_signal_under_torchrun_is_told_once_with_a_torchrun_resume(tmp_path: Path) -> None:
+    """Every rank said 'interrupted' (rank 1's checkpoint 'None'), and the resume command
+    dropped torchrun: resumed in one process, the epoch started afresh."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.is_file() or not torch.distributed.is_gloo_available():
+        pytest.skip("torchrun with gloo is not available")
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "mtkit", "train", str(TOY),
+         "--run-dir", str(run), "--set", "train.max_updates=100000", "--set",
+         "train.max_time=null", "--set", "train.valid_every=100000", "--set",
+         "train.log_every=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 180
+    while not ((run / "metrics.jsonl").exists() and '"train"' in (
+            run / "metrics.jsonl").read_text()) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
+    _, err = proc.communicate(timeout=180)
+    assert err.count("training interrupted at update") == 1, err[-3000:]
+    assert "saved to None" not in err
+    assert f"Resume with:\n  torchrun --nproc_per_node=2 -m mtkit train {TOY}" in err
+
+
 def test_a_validation_failing_on_rank_0_ends_every_rank(tmp_path: Path) -> None:
     """Rank 0 validates while the others wait for its result: a failure there (out of
     memory, say) left them waiting for the process group's one-hour timeout."""
