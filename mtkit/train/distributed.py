@@ -35,10 +35,6 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def barrier(self) -> None:
-        if self.enabled:
-            torch_dist.barrier()
-
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """In place, returned for chaining; op 'sum' or 'max'."""
         if self.enabled:
@@ -57,13 +53,20 @@ class Dist:
     def main_result(self, fn: Callable[[], Any], failure: str) -> Any:
         """fn() (not None) run on rank 0, its result on every rank. Should it raise, rank 0
         raises its error and the others MtkitError(failure), where they would have waited
-        for the result until the process group's timeout."""
+        for the result until the process group's timeout; so too where rank 0 has already
+        ended (gloo's 'Connection closed by peer', a traceback on every other rank)."""
         res, failed = None, None
         try:
             res = fn() if self.is_main else None
         except BaseException as e:
             failed = e
-        if (res := self.broadcast(res)) is None:
+        try:
+            res = self.broadcast(res)
+        except RuntimeError:  # torch.distributed's DistBackendError among them
+            if self.is_main:
+                raise
+            res = None
+        if res is None:
             raise failed or MtkitError(failure)
         return res
 

@@ -41,14 +41,18 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
             if dist.is_main:
                 remove_stale_temporaries(run_dir)
             state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
-            if dist.is_main:
+            changed = changed_settings(state, recipe) if state is not None else []
+
+            def prepare_data() -> bool:  # on rank 0, while the other ranks wait
                 _prepare(recipe, run_dir, resumed=state is not None, mirror=mirror,
                          console=console)
-            changed = changed_settings(state, recipe) if state is not None else []
-            if dist.is_main and changed:
-                console.print("resuming with settings changed since the last checkpoint: "
-                              + ", ".join(changed), highlight=False, soft_wrap=True)
-            dist.barrier()
+                if changed:
+                    console.print("resuming with settings changed since the last checkpoint: "
+                                  + ", ".join(changed), highlight=False, soft_wrap=True)
+                return True
+
+            dist.main_result(prepare_data, "rank 0 stopped before training (its error says "
+                             "why)")
             setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state)
             return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
                            console=console).run()

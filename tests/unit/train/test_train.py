@@ -619,6 +619,27 @@ def test_a_signal_under_torchrun_is_told_once_with_a_torchrun_resume(tmp_path: P
     assert f"Resume with:\n  torchrun --nproc_per_node=2 -m mtkit train {TOY}" in err
 
 
+def test_a_data_error_under_torchrun_is_rank_0s_line_without_tracebacks(tmp_path: Path
+                                                                          ) -> None:
+    """Rank 0 prepares the data while the others wait: its one-line error was followed by
+    rank 1's 50-line traceback (gloo: 'Connection closed by peer')."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.is_file() or not torch.distributed.is_gloo_available():
+        pytest.skip("torchrun with gloo is not available")
+    short = tmp_path / "short.tgt"
+    short.write_text("".join((TOY.parent / "toy" / "train.tgt").read_text().splitlines(
+        keepends=True)[:-1]))
+    out = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "mtkit", "train", str(TOY),
+         "--run-dir", str(tmp_path / "run"), "--set", f"data.train.tgt={short}"],
+        capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode != 0
+    ranks = [line for line in out.stderr.splitlines() if line.startswith("mtkit: error:")]
+    assert len(ranks) == 2 and "short.tgt has 999" in ranks[0] + ranks[1], out.stderr[-3000:]
+    assert "mtkit: error: rank 0 stopped before training (its error says why)" in ranks
+    assert "Connection closed" not in out.stderr and "[rank1]" not in out.stderr
+
+
 def test_a_validation_failing_on_rank_0_ends_every_rank(tmp_path: Path) -> None:
     """Rank 0 validates while the others wait for its result: a failure there (out of
     memory, say) left them waiting for the process group's one-hour timeout."""
