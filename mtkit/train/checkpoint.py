@@ -219,17 +219,23 @@ def _weights_shape(model: dict) -> dict:
 def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
     """Refuse checkpoints whose weights mean different things: another architecture with
     weights of the same shapes (relu and gelu), other sentencepiece models of the same
-    sizes; and a `data_vocab` (the tokenizer beside the output) that is not theirs."""
+    sizes, runs started from other random weights (train.seed); and a `data_vocab` (the
+    tokenizer beside the output) that is not theirs."""
     from mtkit.config import recipe_from_yaml_text, recipe_to_dict
 
     first = None
     for p in paths:
         state = load_checkpoint(p, mmap=True)
-        model = _weights_shape(recipe_to_dict(recipe_from_yaml_text(
-            state["recipe"], source=f"{p} (its recipe)").model))
+        recipe = recipe_from_yaml_text(state["recipe"], source=f"{p} (its recipe)")
+        model = _weights_shape(recipe_to_dict(recipe.model))
         if first is None:
-            first = (p, model, state["vocab"])
+            first = (p, model, state["vocab"], recipe.train.seed)
             continue
+        if recipe.train.seed != first[3]:  # two such runs averaged scored BLEU 0
+            raise CheckpointError(f"{p}: its run started from train.seed {recipe.train.seed}, "
+                                  f"{first[0]}'s from {first[3]}: the weights of runs "
+                                  "trained apart do not average into a model; average "
+                                  "checkpoints of one run")
         key = first_difference(first[1], model, "model")
         if key is not None:
             raise CheckpointError(f"{p}: {key} differs from {first[0]}'s; only checkpoints "

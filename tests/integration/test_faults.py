@@ -427,6 +427,9 @@ def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, 
         "activation: relu", "activation: gelu")})
     save_checkpoint(run / "drop.pt", {**state, "recipe": state["recipe"].replace(
         "act_dropout: 0.0", "act_dropout: 0.3")})  # dropout leaves the weights' meaning
+    assert "seed: 1\n" in state["recipe"]
+    save_checkpoint(run / "seed.pt", {**state, "recipe": state["recipe"].replace(
+        "seed: 1\n", "seed: 7\n", 1)})  # another run: two such averaged to BLEU 0
     other = {**state["vocab"], "sha256": "0" * 64}
     save_checkpoint(run / "vocab.pt", {**state, "vocab": other})
     save_checkpoint(run / "vocab2.pt", {**state, "vocab": other})
@@ -435,6 +438,8 @@ def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, 
            "model.transformer.activation differs")
     _fails(_cli("average", best, run / "vocab.pt", "-o", run / "a.pt"), "vocab.pt",
            "other sentencepiece models")
+    _fails(_cli("average", best, run / "seed.pt", "-o", run / "a.pt"), "seed.pt: its run "
+           f"started from train.seed 7, {best}'s from 1", "average checkpoints of one run")
     _fails(_cli("average", run / "vocab.pt", run / "vocab2.pt", "-o", run / "a.pt"),
            "the data/ folder beside the output holds other sentencepiece models")
     _fails(_cli("average", best, run / "again.pt", "-o", run / "a.pt"), "again.pt",
