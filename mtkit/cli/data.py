@@ -164,6 +164,19 @@ def average(
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
+    import contextlib
+
+    from mtkit.run import LOCK, run_lock
+
+    # A run being trained prunes its numbered checkpoints: it is named as busy, where its
+    # files vanished under the average ('checkpoint_114.pt: checkpoint not found'). A folder
+    # without the lock file has never been trained in: nothing is made there.
+    busy = inputs[0].is_dir() and (inputs[0] / LOCK).is_file()
+    with run_lock(inputs[0], "average") if busy else contextlib.nullcontext():
+        _average(inputs, last, output)
+
+
+def _average(inputs: list[Path], last: int | None, output: Path | None) -> None:
     from mtkit.data.spm import Tokenizer
     from mtkit.run import AVERAGED, BEST, LAST, NUMBERED, data_dir, vocab_info
     from mtkit.train.checkpoint import check_averageable, save_average, select_for_average

@@ -411,6 +411,27 @@ def test_average_writes_only_a_new_file_or_over_a_checkpoint_beside_data(toy_mod
     assert again.exit_code == 0, again.output
 
 
+def test_average_of_a_run_in_training_names_the_trainer(toy_model, tmp_path):
+    """Training prunes its numbered checkpoints: averaging its run meanwhile failed on a file
+    gone ('checkpoint not found') or half written ('not a readable checkpoint')."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    (run / ".mtkit.lock").unlink(missing_ok=True)
+    assert _cli("average", run / "best.pt", run / "last.pt", "-o", run / "a.pt").exit_code == 0
+    assert not (run / ".mtkit.lock").exists()  # a folder never trained in: nothing made
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom mtkit.run import run_lock\n"
+         f"with run_lock({str(run)!r}, 'train'):\n    print('held', flush=True)\n"
+         "    time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        _fails(_cli("average", run), f"{run}: in use by mtkit train (pid {holder.pid}")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (run / "averaged.pt").exists()
+
+
 def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, tmp_path):
     """relu and gelu weights of the same shapes, other sentencepiece models of the same sizes,
     a tokenizer beside -o that is not theirs, one file under two names (best.pt is a link to
