@@ -236,6 +236,10 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
     _check_eval_splits(data, files, invalid)
     scan = scan_train(files["train"], data, invalid)
     phases = {"read": time.perf_counter() - t0}
+    if not scan.stats.read:  # said to be empty 'after cleaning', which had dropped nothing
+        key = f"data.{_splits(data)['train'][0][0]}"
+        raise DataError(f"{files['train'][0].src}: the training split ({key}.src) is empty; "
+                        "training needs sentence pairs")
     tok = _train_tokenizer(scan.samples, recipe)
     phases["sentencepiece"] = time.perf_counter() - t0 - phases["read"]
     ddir = data_dir(run_dir)

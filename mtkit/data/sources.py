@@ -61,6 +61,7 @@ def sha256_file(path: str | Path) -> str:
 
 
 def _verify(path: Path, expected: str | None, what: str) -> None:
+    """`what`: the file or URL checked, and the recipe key that names it."""
     if expected is None:
         return
     actual = sha256_file(path)
@@ -72,32 +73,33 @@ def _verify(path: Path, expected: str | None, what: str) -> None:
 def resolve(source: FileSource, *, mirror: str | Path | None = None,
             on_download: DownloadProgress | None = None, key: str | None = None) -> Path:
     """The verified local file for `source`, downloading it into the cache if needed.
-    `key` (e.g. ``data.train.src``) names the recipe field in a missing-file error.
+    `key` (e.g. ``data.train.src``) names the recipe field in a missing-file or checksum
+    error.
 
     Raises DataError when a local file is missing, a checksum does not match, or a URL file
     is neither in the mirror, nor in the cache, nor downloadable.
     """
+    where = f" (recipe key {key})" if key else ""
     if source.path is not None:
         path = Path(source.path)
         if not path.is_file():
-            where = f" (recipe key {key})" if key else ""
             what = "is a folder; expected a data file" if path.is_dir() else \
                 "data file not found"
             raise DataError(f"{path}: {what}{where}")
-        _verify(path, source.sha256, str(path))
+        _verify(path, source.sha256, f"{path}{where}")
         return path
     assert source.url is not None and source.sha256 is not None  # checked by the config
     name = source.file_name
     mdir = mirror_dir(mirror)
     if mdir is not None and (mdir / name).is_file():
-        _verify(mdir / name, source.sha256, source.url)
+        _verify(mdir / name, source.sha256, f"{source.url}{where}")
         return mdir / name
     cached = cache_dir() / source.sha256[:16] / name
     if cached.is_file():
-        _verify(cached, source.sha256, source.url)
+        _verify(cached, source.sha256, f"{source.url}{where}")
         return cached
     try:
-        _download(source.url, cached, source.sha256, on_download)
+        _download(source.url, cached, source.sha256, on_download, where)
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         where = "" if mdir is None else f"not in the mirror {mdir}; " if mdir.is_dir() else \
@@ -109,7 +111,8 @@ def resolve(source: FileSource, *, mirror: str | Path | None = None,
     return cached
 
 
-def _download(url: str, dest: Path, sha256: str, on_download: DownloadProgress | None) -> None:
+def _download(url: str, dest: Path, sha256: str, on_download: DownloadProgress | None,
+              where: str = "") -> None:
     """Stream `url` to a temporary file beside `dest`; rename it only if the checksum matches
     (`atomic_write` drops the temporary file when the check raises)."""
     h = hashlib.sha256()
@@ -125,7 +128,7 @@ def _download(url: str, dest: Path, sha256: str, on_download: DownloadProgress |
             if on_download is not None:
                 on_download(dest.name, done, total)
         if h.hexdigest() != sha256:
-            raise DataError(f"{dest.name}: checksum mismatch for {url}: expected sha256 "
+            raise DataError(f"{dest.name}: checksum mismatch for {url}{where}: expected sha256 "
                             f"{sha256}, got {h.hexdigest()}")
     if on_download is not None:
         on_download.verified(dest.name, done)

@@ -271,6 +271,17 @@ def test_an_empty_validation_split_is_refused_at_prep(tmp_path):
     assert not (tmp_path / "run" / "data").exists()
 
 
+def test_an_empty_training_split_is_named_as_such(tmp_path):
+    """It was 'the training split is empty after cleaning', naming no file, where cleaning
+    had dropped nothing."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    _fails(_cli("prep", _toy_recipe(tmp_path), "--run-dir", tmp_path / "run", "--set",
+                f"data.train.src={empty}", "--set", f"data.train.tgt={empty}"),
+           f"{empty}: the training split (data.train.src) is empty")
+    assert not (tmp_path / "run" / "data").exists()
+
+
 def test_a_failing_validation_saves_a_checkpoint_before_the_run_stops(tmp_path, monkeypatch):
     from mtkit.errors import DataError
 

@@ -367,6 +367,10 @@ def test_mirror_file_is_checked(tmp_path: Path) -> None:
         sources.resolve(bad, mirror=mirror)
     assert str(e.value) == (f"{mirror / 'train.src'}: checksum mismatch for {src.url}: "
                             f"expected sha256 {'0' * 64}, got {_sha(f)}")
+    with pytest.raises(DataError) as e:  # prep names the recipe key (it did not)
+        sources.resolve(bad, mirror=mirror, key="data.valid.src")
+    assert str(e.value).startswith(f"{mirror / 'train.src'}: checksum mismatch for {src.url} "
+                                   "(recipe key data.valid.src): expected sha256")
 
 
 def test_mirror_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -409,6 +413,9 @@ def test_download_checksum_mismatch_keeps_nothing(tmp_path: Path, monkeypatch) -
         sources.resolve(src)
     assert str(e.value) == (f"remote.txt: checksum mismatch for {src.url}: expected sha256 "
                             f"{'f' * 64}, got {_sha(remote)}")
+    with pytest.raises(DataError, match=r"checksum mismatch for \S+ \(recipe key data\.train"
+                       r"\.src\): expected"):
+        sources.resolve(src, key="data.train.src")
     assert not (tmp_path / "cache").exists()  # nor the (empty) folders made for the download
 
 
