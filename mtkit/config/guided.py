@@ -67,10 +67,11 @@ def guided_problems(recipe: Recipe, valid: Valid) -> list[tuple[str, str]]:
     elif missing and len(missing) < len(corpora):
         out += [(key, "missing: some training corpora name an alignment, so every one must")
                 for key in missing]
-    elif not guide.enabled and not missing:
-        out.append(("train.guided_alignment.weight", "is 0 (off), but the training split names "
-                    "alignments (data.train...align): set a weight (Garg et al. 2019 use 0.05) "
-                    "or drop `align`"))
+    elif not guide.enabled and not missing:  # the keys named: a --set of one is blamed
+        named = ", ".join(f"data.train{suffix}.align" for suffix, _ in corpora)
+        out.append(("train.guided_alignment.weight", f"is 0 (off), but the training split "
+                    f"names alignments ({named}): set a weight (Garg et al. 2019 use 0.05) or "
+                    "drop `align`"))
     if not (guide.enabled and valid("model.arch") and recipe.model.arch == "rnn"):
         return out
     if valid("model.rnn.attention") and recipe.model.rnn.attention == "none":

@@ -295,6 +295,11 @@ def test_overrides(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(lacking))}: data\.test\.t\.tgt: "
                        "missing"):
         load_recipe(lacking, ["data.test.t.src=b"])
+    # a rule across sections names the key a --set gave (the file was blamed)
+    with pytest.raises(ConfigError, match=r"^--set data\.train\.align=a\.align: train\."
+                       r"guided_alignment\.weight: is 0 \(off\), but the training split names "
+                       r"alignments \(data\.train\.align\)"):
+        load_recipe(path, ["data.train.align=a.align"])
     # a test set name that is no longer a plain one (an older run's) still loads
     assert "_dev" in load_recipe(path, ["data.test._dev.src=a", "data.test._dev.tgt=b"]).data.test
     # one corpus of a list, named as problems name it
