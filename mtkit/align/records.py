@@ -18,11 +18,13 @@ from mtkit.fileio import atomic_write
 
 def matrix_record(matrix: AlignMatrix, *, index: int, links: Iterable[Link] | None = None,
                   scores: AlignScores | None = None, digits: int = 4) -> dict[str, Any]:
-    """One sentence pair as JSON-ready data: its number, level, tokens, the (T, S) weights as
-    rows of floats rounded to `digits`, and, when given, Pharaoh links and gold scores."""
+    """One sentence pair as JSON-ready data: its number, level, what the (columns, rows) are
+    (source, target; or for self-attention key, query), tokens, the (T, S) weights as rows of
+    floats rounded to `digits`, and, when given, Pharaoh links and gold scores."""
     rec: dict[str, Any] = {
         "index": index,
         "level": matrix.level,
+        "axes": list(matrix.axes),
         "src_tokens": list(matrix.src_tokens),
         "tgt_tokens": list(matrix.tgt_tokens),
         "weights": np.round(matrix.weights, digits).tolist(),

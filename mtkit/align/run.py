@@ -222,6 +222,10 @@ class _Sinks:
                 write_heatmap(matrix, o.heatmap_dir, index, fmt=o.heatmap_format)
         if not o.needs_links:
             return
+        if matrix.axes != ("source", "target"):  # self-attention: matrices, no links
+            if o.json is not None:
+                self.records.append(matrix_record(matrix, index=index))
+            return
         links = extract_links(matrix.weights, o.method, threshold=o.threshold)
         if reverse is not None:
             assert self.reverse is not None
@@ -343,7 +347,7 @@ def settings_record(checkpoint: Path | None, attention: AttentionChoice, readout
 
     rec: dict[str, Any] = {"checkpoint": None if checkpoint is None else str(checkpoint),
                            "attention": attn(attention, readout), "level": outputs.level}
-    if outputs.needs_links:
+    if outputs.needs_links and attention.kind == "cross":  # self-attention makes no links
         rec["method"] = outputs.method
         if outputs.method == "threshold":
             rec["threshold"] = (DEFAULT_THRESHOLD if outputs.threshold is None

@@ -82,6 +82,10 @@ class AlignFlags:
             (self.self_attention is not None and (self.pharaoh or self.gold is not None),
              "--self-attention relates a sentence's words to each other, not source to target: "
              "--pharaoh and --gold need cross-attention (--json keeps its matrices)"),
+            (self.self_attention is not None and (method is not None
+                                                  or self.threshold is not None),
+             "--align-method and --threshold make source-target links, which --self-attention "
+             "does not give (--json keeps its matrices)"),
             (self.symmetrize is not None and not self.reverse,
              "--symmetrize combines the links of two models: add --reverse RUN"),
         ]

@@ -388,10 +388,17 @@ def test_self_attention_gives_no_links_or_aer(toy_model, tmp_path):
         _fails(_cli("align", toy_model, "-s", src, "-t", tgt, "--self-attention", "encoder",
                     *extra), "--self-attention", "cross-attention")
     assert not (tmp_path / "links").exists()
-    done = _cli("align", toy_model, "-s", src, "-t", tgt, "--self-attention", "encoder",
+    done = _cli("align", toy_model, "-s", src, "-t", tgt, "--self-attention", "decoder",
                 "--json", tmp_path / "m.json")
     assert done.exit_code == 0, done.output
-    assert json.loads((tmp_path / "m.json").read_text())
+    doc = json.loads((tmp_path / "m.json").read_text())
+    # the matrices, named by their axes, and no links (it wrote links, method and threshold)
+    (rec,) = doc["sentences"]
+    assert rec["axes"] == ["key", "query"] and "links" not in rec
+    assert rec["src_tokens"] == rec["tgt_tokens"] and "method" not in doc["settings"]
+    _fails(_cli("align", toy_model, "-s", src, "-t", tgt, "--self-attention", "decoder",
+                "--json", tmp_path / "m2.json", "--align-method", "threshold", "--threshold",
+                "0.2"), "--align-method and --threshold make source-target links")
 
 
 def test_average_writes_only_a_new_file_or_over_a_checkpoint_beside_data(toy_model, tmp_path):
