@@ -107,7 +107,7 @@ def write_heatmap(matrix: AlignMatrix, out_dir: str | Path, index: int, *, fmt: 
 # --------------------------------------------------------------------------- terminal tables
 
 _COL = 4  # characters per value column: a space and three characters (".07", ".50", "1.0")
-_MIN_WIDTH = 24
+MIN_WIDTH = 24
 _LOW, _HIGH = (222, 235, 247), (8, 48, 107)  # the ends of matplotlib's "Blues", as in heatmaps
 
 
@@ -162,8 +162,8 @@ def matrix_view(matrix: AlignMatrix, *, width: int = 80, title: str | None = Non
     A source side too wide for one table is wrapped into blocks of columns, with a note; every
     row label is cut to a quarter of the width, and targets so cut are listed in full below, so
     every token appears somewhere. 15 words of average length fit 80 columns in one block."""
-    if width < _MIN_WIDTH:
-        raise MtkitError(f"terminal width {width} is too narrow; need at least {_MIN_WIDTH}")
+    if width < MIN_WIDTH:
+        raise MtkitError(f"terminal width {width} is too narrow; need at least {MIN_WIDTH}")
     # a corpus's control characters (an ESC sequence recolours a terminal) shown as escapes
     matrix = dataclasses.replace(matrix, src_tokens=tuple(map(_printable, matrix.src_tokens)),
                                  tgt_tokens=tuple(map(_printable, matrix.tgt_tokens)))

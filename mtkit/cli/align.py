@@ -40,6 +40,7 @@ class AlignFlags:
     method: str | None
     threshold: float | None
     show: bool
+    width: int  # of the terminal --print writes to
     links: bool  # some output of links: --pharaoh, --json or --gold
     pharaoh: bool  # --pharaoh FILE or -
     stdout_links: bool  # --pharaoh -
@@ -53,7 +54,7 @@ class AlignFlags:
         """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
         from mtkit.align import DEFAULT_READOUT, METHODS
         from mtkit.align.run import GOLD_LEVEL, reading_problems
-        from mtkit.align.viz import FORMATS
+        from mtkit.align.viz import FORMATS, MIN_WIDTH
 
         fmt, method = self.heatmap_format, self.method
         checks = [
@@ -77,6 +78,8 @@ class AlignFlags:
              "--align-method and --threshold apply to links: add --pharaoh, --json or --gold"),
             (self.threshold is not None and method != "threshold",
              "--threshold needs --align-method threshold"),
+            (self.show and self.width < MIN_WIDTH, f"--print: the terminal is {self.width} "
+             f"columns wide; its tables need {MIN_WIDTH} (widen it, or set COLUMNS)"),
             (self.show + self.stdout_links + self.stdout_json > 1,
              "--print, --pharaoh - and --json - each write to stdout: give the others a file"),
             (self.self_attention is not None and (self.pharaoh or self.gold is not None),
@@ -255,6 +258,7 @@ def align(
         from mtkit.device import inference_device
         from mtkit.run import load_model, resolve_checkpoint
 
+    console = Console(highlight=False)
     search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
               "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
               "--min-len": min_len}
@@ -264,7 +268,8 @@ def align(
                      if value is not None and value is not False),  # 0 is a value given
         greedy=greedy, beam=beam, self_attention=self_attention, heatmap_format=fmt,
         heatmap=heatmap, one_based=one_based, gold=gold, method=method, threshold=threshold,
-        show=show, links=pharaoh is not None or json_out is not None or gold is not None,
+        show=show, width=console.width,
+        links=pharaoh is not None or json_out is not None or gold is not None,
         pharaoh=pharaoh is not None, stdout_links=str(pharaoh) == "-",
         stdout_json=str(json_out) == "-", level=level, readout=readout,
         reverse=reverse is not None, symmetrize=symmetrize).problems())
@@ -302,7 +307,7 @@ def align(
                                 default_readout(recipe) if choice.kind == "cross"
                                 else DEFAULT_READOUT),
                             reverse=backward,
-                            console=Console(highlight=False), stdout=sys.stdout,
+                            console=console, stdout=sys.stdout,
                             checkpoint=resolve_checkpoint(model))
     for invalid in report.invalid_utf8:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)

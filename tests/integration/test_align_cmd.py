@@ -474,6 +474,15 @@ def test_gold_link_outside_the_sentence(trained, pairs, tmp_path):
     assert res.stdout == ""
 
 
+def test_a_terminal_too_narrow_for_print_is_refused_before_any_work(trained, pairs, tmp_path):
+    """It failed after the model had run, naming no flag, and the --pharaoh file asked for
+    was not written."""
+    res = run_cli("align", trained, "-s", pairs["src"], "-t", pairs["tgt"], "--print",
+                  "--pharaoh", tmp_path / "links", env={"COLUMNS": "20"})
+    _error(res, "--print: the terminal is 20 columns wide; its tables need 24")
+    assert not (tmp_path / "links").exists()
+
+
 def test_gold_on_a_line_whose_words_the_pieces_cannot_follow(trained, tmp_path):
     """Gold links count whitespace words; a line whose words its pieces cannot be matched to
     (sentencepiece drops the NEL between 'sa' and 'gu') is aligned over the words its pieces
