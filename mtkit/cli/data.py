@@ -126,14 +126,20 @@ def train(
                           console=Console(stderr=True),
                           device_option="train.device" if device is None else "--device")
     if result.reason == "interrupted":
+        from mtkit.train.distributed import dist_from_env
+
         code = 128 + signal.Signals[result.signal or "SIGINT"]  # as the shell
-        if os.environ.get("RANK", "0") != "0":  # under torchrun rank 0 tells, once
+        dist = dist_from_env()
+        if not dist.is_main:  # under torchrun rank 0 tells, once
             raise typer.Exit(code)
-        # torchrun sets WORLD_SIZE and LOCAL_WORLD_SIZE: a resume in fewer processes would
-        # start the next epoch afresh (Trainer._restore)
-        launch = ["mtkit"] if int(os.environ.get("WORLD_SIZE", "1")) <= 1 else [
-            "torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', '1')}", "-m",
-            "mtkit"]
+        # A resume in fewer processes would start the next epoch afresh (Trainer._restore):
+        # the launch is said again (torchrun sets LOCAL_WORLD_SIZE; several nodes need their
+        # rendezvous options too, which mtkit cannot see)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+        launch = ["mtkit"] if not dist.enabled else [
+            "torchrun", *([f"--nnodes={dist.world_size // local}"]
+                          if dist.world_size > local else []),
+            f"--nproc_per_node={local}", "-m", "mtkit"]
         again = shlex.join([*launch, "train", str(recipe),
                             *(a for s in overrides or [] for a in ("--set", s)),
                             *(["--run-dir", str(run_dir)] if run_dir else []),

@@ -114,7 +114,7 @@ class Trainer:
 
     def _loop(self) -> str:
         uf = self.cfg.update_freq
-        spent = "patience" if self.cfg.patience and self.p.bad >= self.cfg.patience else None
+        spent = "patience" if self._patience_spent() else None
         if reason := self._limit_reached() or spent or self._stop_requested():  # before any
             if self.resumed and reason != "interrupted":
                 log.info("train.%s was reached before this resume: nothing to train (raise "
@@ -291,8 +291,11 @@ class Trainer:
         try:
             return self._validate()
         except BaseException as e:
-            saved = self.p.saved_update == self.p.update
-            if saved or isinstance(e, WriteError | KeyboardInterrupt):
+            save = not (self.p.saved_update == self.p.update
+                        or isinstance(e, WriteError | KeyboardInterrupt))
+            # rank 0's choice for every rank (the others know only that it failed): saving
+            # is a collective that every rank or none must enter
+            if not self.dist.broadcast(save):
                 raise
             self.best_unsaved = False
             self._save()
@@ -326,7 +329,10 @@ class Trainer:
         if self.s.schedule.observe(metric, higher_is_better=higher):
             log.info("plateau: %s has not improved for %d validations; lr lowered to %.2e",
                      name, self.cfg.plateau_patience + 1, self.s.schedule.lr_at(p.update))
-        return self.cfg.patience > 0 and p.bad >= self.cfg.patience
+        return self._patience_spent()
+
+    def _patience_spent(self) -> bool:
+        return self.cfg.patience > 0 and self.p.bad >= self.cfg.patience
 
     def _save(self) -> None:
         rngs = self.dist.gather(ckpt.capture_rng())
