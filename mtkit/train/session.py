@@ -35,11 +35,15 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
     setup_backend(device, recipe.train)
     init_process_group(dist, device)
     try:
-        if dist.is_main:
-            check_writable_run_dir(run_dir)
-        with run_lock(run_dir, "train") if dist.is_main else contextlib.nullcontext():
-            if dist.is_main:
+        with contextlib.ExitStack() as held:
+            def claim() -> bool:  # rank 0: the run directory, locked until training ends
+                check_writable_run_dir(run_dir)
+                held.enter_context(run_lock(run_dir, "train"))
                 remove_stale_temporaries(run_dir)
+                return True
+
+            # the other ranks wait for rank 0 in each: its error ends them too
+            dist.main_result(claim, "rank 0 cannot use the run directory (its error says why)")
             state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
             changed = changed_settings(state, recipe) if state is not None else []
 
