@@ -45,11 +45,12 @@ from mtkit.export.engine import ctranslate2
 from mtkit.hypothesis import Hypothesis
 from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat, Stopped
 
-# Source pieces per engine call. translate_batch cannot be interrupted: a batch of 8,000
-# tokens (test2016, beam 5, one thread) ran 10 s, and Ctrl-C waited for it (13-19 s on a busy
-# machine). Calls of 1,000 end within ~1.5 s and decode as fast: 1,000 lines of test2016,
-# beam 5, one thread, calls of 8,000 / 2,000 / 1,000 / 500 tokens: 22.8 / 22.0 / 22.7 /
-# 24.2 s, then 21.6 / 20.0 / 21.4 / 23.3 s (load 2.3-3.5).
+# Source pieces per engine call on a CPU (counting each of a sampled source's nbest copies).
+# translate_batch cannot be interrupted: a batch of 8,000 tokens (test2016, beam 5, one
+# thread) ran 10 s, and Ctrl-C waited for it (13-19 s on a busy machine). Calls of 1,000 end
+# within ~1.5 s and decode as fast: 1,000 lines of test2016, beam 5, one thread, calls of
+# 8,000 / 2,000 / 1,000 / 500 tokens: 22.8 / 22.0 / 22.7 / 24.2 s, then 21.6 / 20.0 / 21.4 /
+# 23.3 s (load 2.3-3.5). A GPU, which wants large batches and is quick, gets whole batches.
 ENGINE_TOKENS = 1000
 
 
@@ -140,6 +141,7 @@ class CT2Translator(LineTranslator):
                 "can differ from `mtkit translate` of the checkpoint; scores are the model's")
         if cfg.method == "sample":
             ct2.set_random_seed(cfg.seed)  # an unsigned 32-bit one (engine_problems)
+        self.engine_tokens = ENGINE_TOKENS if runs_on_cpu(device) else None
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
         self.adds_eos = export.adds_source_eos
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
@@ -199,11 +201,12 @@ class CT2Translator(LineTranslator):
                 **engine: Any) -> list[list[_Output]]:
         """Each source's engine outputs (`repeat` samples each when sampling), of at most
         `steps` tokens (EOS included); `engine`: options over _options'. The sources go to
-        the engine ENGINE_TOKENS at a time, and once `stop` is set the next part raises
-        Stopped instead."""
+        the engine (on a CPU) ENGINE_TOKENS at a time, and once `stop` is set the next part
+        raises Stopped instead."""
         opts = {**self._options(steps), **engine}
         results: list[Any] = []
-        for part in _parts(src, ENGINE_TOKENS):
+        per_call = None if self.engine_tokens is None else max(self.engine_tokens // repeat, 1)
+        for part in _parts(src, per_call):
             if stop.is_set():
                 raise Stopped
             results += self.engine.translate_batch([s for s in part for _ in range(repeat)],
@@ -300,8 +303,11 @@ class CT2Translator(LineTranslator):
         return [r.attention[0][0] for r in one]
 
 
-def _parts(src: list[list[str]], tokens: int) -> list[list[list[str]]]:
-    """`src` cut, in order, into runs of at most `tokens` pieces (a longer source alone)."""
+def _parts(src: list[list[str]], tokens: int | None) -> list[list[list[str]]]:
+    """`src` cut, in order, into runs of at most `tokens` pieces (a longer source alone;
+    None: one run)."""
+    if tokens is None:
+        return [src]
     parts: list[list[list[str]]] = []
     size = tokens
     for s in src:
