@@ -38,7 +38,11 @@ from mtkit.run import EXPORT_MARKER
 Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"]
 QUANTIZATIONS: tuple[str, ...] = typing.get_args(Quantization)
 MARKER = EXPORT_MARKER
-FORMAT = "ctranslate2"
+# The marker's format. '/2': the engine ends each source with EOS (config.json's
+# add_source_eos); mtkit before that appended one itself, and would append a second, so it
+# must refuse these exports, which it does for any other format. Its own ('ctranslate2',
+# the EOS left to mtkit) are still read.
+FORMAT, FORMATS = "ctranslate2/2", ("ctranslate2/2", "ctranslate2")
 README = "README.md"
 RECIPE = "recipe.yaml"
 
@@ -292,9 +296,10 @@ def load_export(path: Path) -> Export:
         raise CheckpointError(f"{path}: not a readable mtkit export ({e})") from None
     except MtkitError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    if meta.get("format") != FORMAT:
+    if meta.get("format") not in FORMATS:
         raise CheckpointError(f"{path / MARKER}: format {meta.get('format')!r}; expected "
-                              f"{FORMAT!r}")
+                              f"{' or '.join(map(repr, FORMATS))} (an export of another mtkit "
+                              "version? export the run again)")
     if meta.get("complete") is False:
         raise CheckpointError(f"{path}: an export into this folder did not finish; export "
                               "the run again")

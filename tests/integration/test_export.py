@@ -299,6 +299,9 @@ def test_the_engine_ends_sources_with_eos_as_for_other_exports(toy_export, test_
     older = tmp_path / "older"
     shutil.copytree(toy_export, older)
     (older / "config.json").write_text(json.dumps({**config, "add_source_eos": False}))
+    marker = json.loads((toy_export / "mtkit-export.json").read_text())
+    assert marker["format"] == "ctranslate2/2"  # an mtkit before, which appends EOS, refuses
+    (older / "mtkit-export.json").write_text(json.dumps({**marker, "format": "ctranslate2"}))
     for args in (["--beam", "4"], ["--beam", "3", "--align", "--nbest", "2"]):
         assert _cli("translate", older, *args, "-i", test_src).stdout == _cli(
             "translate", toy_export, *args, "-i", test_src).stdout
