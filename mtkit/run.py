@@ -279,8 +279,8 @@ def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
             # mapped: read them whole.
             state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, MemoryError) as e:  # the file is fine, the reading failed
-        raise CheckpointError(f"{path}: cannot be read: "
-                              f"{getattr(e, 'strerror', None) or type(e).__name__}") from None
+        why = "out of memory" if isinstance(e, MemoryError) else e.strerror or str(e)
+        raise CheckpointError(f"{path}: cannot be read: {why}") from None
     except Exception:  # torch raises many types, with long messages, for foreign files
         raise CheckpointError(f"{path}: not a readable checkpoint (expected a .pt file written "
                               "by mtkit train or mtkit average)") from None

@@ -18,12 +18,11 @@ import errno
 import json
 import threading
 import time
-import typing
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from mtkit.batches import parallel_batches
 from mtkit.config import DecodeConfig, Recipe
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
     from mtkit.models.base import Translator
 
 OutputFormat = Literal["text", "jsonl"]
-FORMATS: tuple[str, ...] = typing.get_args(OutputFormat)
+FORMATS: tuple[str, ...] = get_args(OutputFormat)
 # Maps (source pieces, target pieces, attention (T, S), the source line's words or None) to
 # Pharaoh word links "i-j ...".
 AlignFn = Callable[[list[str], list[str], "torch.Tensor", "Words | None"], str]

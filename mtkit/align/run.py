@@ -354,9 +354,9 @@ def settings_record(checkpoint: Path | None, attention: AttentionChoice, readout
                                 else outputs.threshold)
     rec["targets"] = "given" if search is None else {
         "search": search.method, **({"beam_size": search.beam_size, "length_penalty":
-                                     search.length_penalty} if search.method == "beam" else {}),
-        **({"alpha": search.alpha} if search.method == "beam" and search.length_penalty == "gnmt"
-           else {}),
+                                     search.length_penalty, **({"alpha": search.alpha} if
+                                     search.length_penalty == "gnmt" else {})}
+                                    if search.method == "beam" else {}),
         "max_len_a": search.max_len_a, "max_len_b": search.max_len_b,
         "min_len": search.min_len}
     if reverse is not None:

@@ -177,8 +177,9 @@ def average(
     # A run being trained prunes its numbered checkpoints: it is named as busy, where its
     # files vanished under the average ('checkpoint_114.pt: checkpoint not found'). A folder
     # without the lock file has never been trained in: nothing is made there.
-    busy = inputs[0].is_dir() and (inputs[0] / LOCK).is_file()
-    with run_lock(inputs[0], "average") if busy else contextlib.nullcontext():
+    run = inputs[0] if inputs[0].is_dir() else inputs[0].parent
+    busy = (run / LOCK).is_file()
+    with run_lock(run, "average") if busy else contextlib.nullcontext():
         _average(inputs, last, output)
 
 

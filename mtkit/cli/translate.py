@@ -27,7 +27,8 @@ from mtkit.cli.startup import collector_paused
 from mtkit.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from mtkit.translate import TranslateStats
+    from mtkit.config import DecodeConfig
+    from mtkit.translate import AlignFn, LineTranslator, OutputFormat, TranslateStats
 
 
 @dataclass(frozen=True)
@@ -204,15 +205,17 @@ def translate(
                                       readout or default_readout(recipe))
     loaded = None if exported is not None else (model, tok, dev, recipe.data.max_len)
     worker = _worker(exported, loaded, cfg, device=device, threads=threads,
-                     interactive=interactive, fmt=fmt, align_fn=align_fn)
+                     interactive=interactive, align_fn=align_fn,
+                     fmt=fmt)  # type: ignore[arg-type]  # checked by TranslateFlags
     report_translation(_run_translation(worker, input, output))
 
 
-def _worker(exported: Any, loaded: tuple | None, cfg: Any, *, device: str, threads: int,
-            interactive: bool, fmt: str, align_fn: Any) -> Any:
-    """The translator of an export (CTranslate2) or of mtkit's own `loaded` (model,
-    tokenizer, torch device, longest source), its batches decoded at once as `--threads`
-    asks."""
+def _worker(exported: Any, loaded: tuple | None, cfg: DecodeConfig, *, device: str,
+            threads: int, interactive: bool, fmt: OutputFormat, align_fn: AlignFn | None
+            ) -> LineTranslator:
+    """The translator of an export (CTranslate2, `exported`) or of mtkit's own model
+    (`loaded`: model, tokenizer, torch device, longest source), its batches decoded at once
+    as `--threads` asks."""
     from mtkit import translate as tr
     from mtkit.batches import decode_parallelism
 

@@ -295,7 +295,7 @@ def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
     if not path.is_file():
         raise ConfigError(f"{path}: recipe file not found")
     try:
-        raw = _parse(path.read_text(encoding="utf-8"), str(path), yaml.load, Loader=RecipeLoader)
+        raw = _parse(path.read_text(encoding="utf-8"), str(path), RecipeLoader)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     if raw is None:
@@ -332,13 +332,13 @@ def dump_recipe(recipe: Recipe) -> str:
 
 def recipe_from_yaml_text(text: str, *, source: str) -> Recipe:
     """Rebuild a recipe saved by `dump_recipe` (e.g. inside a checkpoint, or an export's)."""
-    return recipe_from_dict(_parse(text, source, yaml.safe_load), source=source)
+    return recipe_from_dict(_parse(text, source, yaml.SafeLoader), source=source)
 
 
-def _parse(text: str, source: str, load: Any, **kwargs: Any) -> Any:
+def _parse(text: str, source: str, loader: type) -> Any:
     """YAML text -> its object; ConfigError naming `source` and the line when it is not YAML."""
     try:
-        return load(text, **kwargs)
+        return yaml.load(text, Loader=loader)  # SafeLoader or RecipeLoader, a safe one
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

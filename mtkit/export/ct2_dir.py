@@ -22,11 +22,10 @@ import os
 import re
 import shutil
 import tempfile
-import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from mtkit import __version__
 from mtkit.config import DecodeConfig, Recipe, dump_recipe, recipe_from_yaml_text
@@ -36,7 +35,7 @@ from mtkit.fileio import WriteError, umask, write_error
 from mtkit.run import EXPORT_MARKER
 
 Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"]
-QUANTIZATIONS: tuple[str, ...] = typing.get_args(Quantization)
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 MARKER = EXPORT_MARKER
 # The marker's format. '/2': the engine ends each source with EOS (config.json's
 # add_source_eos); mtkit before that appended one itself, and would append a second, so it

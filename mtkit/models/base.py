@@ -15,10 +15,9 @@ from it twice. A search reorders rows (beam parents, finished sentences dropped)
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -27,7 +26,7 @@ from torch import nn
 State = dict[str, torch.Tensor]
 # Which attention to read: decoder-over-source, or the encoder's or the decoder's own.
 AttentionKind = Literal["cross", "encoder", "decoder"]
-KINDS: tuple[str, ...] = typing.get_args(AttentionKind)
+KINDS: tuple[str, ...] = get_args(AttentionKind)
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,8 @@ class Encoded:
         if self.group == 1:
             rows = idx
         else:  # any other idx would make rows read another sentence's source
-            groups = idx.view(-1, self.group)
+            assert idx.numel() % self.group == 0, (idx.numel(), self.group)
+            groups = idx.reshape(-1, self.group)
             rows = groups[:, 0] // self.group
             assert (groups == rows[:, None] * self.group + torch.arange(
                 self.group, device=idx.device)).all(), "not whole groups in order"

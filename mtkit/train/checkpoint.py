@@ -231,11 +231,6 @@ def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
         if first is None:
             first = (p, model, state["vocab"], recipe.train.seed)
             continue
-        if recipe.train.seed != first[3]:  # two such runs averaged scored BLEU 0
-            raise CheckpointError(f"{p}: its run started from train.seed {recipe.train.seed}, "
-                                  f"{first[0]}'s from {first[3]}: the weights of runs "
-                                  "trained apart do not average into a model; average "
-                                  "checkpoints of one run")
         key = first_difference(first[1], model, "model")
         if key is not None:
             raise CheckpointError(f"{p}: {key} differs from {first[0]}'s; only checkpoints "
@@ -243,6 +238,11 @@ def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
         if not same_vocab(state["vocab"], first[2]):
             raise CheckpointError(f"{p}: trained with other sentencepiece models than "
                                   f"{first[0]}; only checkpoints of one model can be averaged")
+        if recipe.train.seed != first[3]:  # two such runs averaged scored BLEU 0
+            raise CheckpointError(f"{p}: its run started from train.seed {recipe.train.seed}, "
+                                  f"{first[0]}'s from {first[3]}: the weights of runs "
+                                  "trained apart do not average into a model; average "
+                                  "checkpoints of one run")
     if first is not None and data_vocab is not None and not same_vocab(data_vocab, first[2]):
         raise CheckpointError(f"the data/ folder beside the output holds other sentencepiece "
                               f"models than {first[0]} was trained with; write the average "

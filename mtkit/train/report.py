@@ -116,8 +116,8 @@ class Reporter:
             root.addHandler(h)
         if torn:
             s = "s" if len(torn) > 1 else ""
-            root.warning("%s: dropped %d unreadable line%s (line%s %s)", METRICS, len(torn), s,
-                         s, ", ".join(map(str, torn[:5])))
+            root.warning("%s: dropped %d unreadable line%s (line%s %s%s)", METRICS, len(torn),
+                         s, s, ", ".join(map(str, torn[:5])), ", ..." if len(torn) > 5 else "")
         self._tb = _tensorboard(self.run_dir)
         self._progress.start()
         return self

@@ -437,13 +437,14 @@ def test_average_of_a_run_in_training_names_the_trainer(toy_model, tmp_path):
     (run / ".mtkit.lock").unlink(missing_ok=True)
     assert _cli("average", run / "best.pt", run / "last.pt", "-o", run / "a.pt").exit_code == 0
     assert not (run / ".mtkit.lock").exists()  # a folder never trained in: nothing made
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom mtkit.run import run_lock\n"
-         f"with run_lock({str(run)!r}, 'train'):\n    print('held', flush=True)\n"
-         "    time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(run)], stdout=subprocess.PIPE,
+                              text=True)
     try:
-        assert holder.stdout.readline() == "held\n"
+        assert holder.stdout.readline().strip() == "held"
         _fails(_cli("average", run), f"{run}: in use by mtkit train (pid {holder.pid}")
+        # checkpoints named one by one, in a run being trained, too
+        _fails(_cli("average", run / "best.pt", run / "last.pt", "-o", run / "b.pt"),
+               f"{run}: in use by mtkit train")
     finally:
         holder.kill()
         holder.wait()

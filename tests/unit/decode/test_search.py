@@ -197,6 +197,11 @@ def test_length_penalty_arithmetic():
     assert length_penalty(4, "gnmt", 1.0) == 1.5 and length_penalty(4, "none", 1.0) == 1.0
     c = DecodeConfig(max_len_a=1.5, max_len_b=10)
     assert max_lengths(torch.tensor([1, 2, 5]), c).tolist() == [10, 11, 16]
+    # the batch's limits are DecodeConfig.output_limit's (export and translate use that one)
+    for a, b in ((1.5, 10), (0.3, 0), (2.7, 3), (1.1, 5)):
+        c = DecodeConfig(max_len_a=a, max_len_b=b)
+        lens = torch.arange(1, 200)  # counting EOS
+        assert max_lengths(lens, c).tolist() == [c.output_limit(n - 1) for n in lens.tolist()]
 
 
 # Stopping at EOS first (p=.4) beats "he sat cat" (p=.255) on total log-prob, but not per
