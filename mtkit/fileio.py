@@ -3,7 +3,8 @@ under one policy for lines and encodings.
 
 Text policy (every input mtkit reads: corpora, sources, references, hypotheses, alignments):
 only ``\n`` ends a line (a Unicode line separator inside a sentence never shifts the
-alignment of parallel files); a file's last line needs no ``\n``; invalid UTF-8 bytes are
+alignment of parallel files); a file's last line needs no ``\n``; a byte-order mark that
+starts a file is dropped (it is no text: it joined the first word); invalid UTF-8 bytes are
 replaced with U+FFFD, and the command warns once per file with the number of such lines and
 the first of them (`InvalidUtf8.warning`), rather than stopping a long job over a few bytes.
 
@@ -45,14 +46,12 @@ WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO,
 
 def write_error(path: str | Path, e: OSError) -> WriteError:
     """The one-line error for a failed write of `path`, with the OS's reason."""
-    reason = e.strerror or str(e)
-    return WriteError(f"{path}: cannot write ({reason})")
+    return WriteError(f"{path}: cannot write ({e.strerror or str(e)})")
 
 
 def umask() -> int:
     """The process's file-creation mask (reading it means setting it, so it is set back)."""
-    mask = os.umask(0)
-    os.umask(mask)
+    os.umask(mask := os.umask(0))
     return mask
 
 
@@ -63,8 +62,7 @@ _TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
 
 def temporary_of(name: str) -> str | None:
     """The file name an atomic_write temporary called `name` was for, or None."""
-    m = _TEMPORARY.fullmatch(name)
-    return m.group(1) if m else None
+    return m.group(1) if (m := _TEMPORARY.fullmatch(name)) else None
 
 
 @contextlib.contextmanager
@@ -138,8 +136,7 @@ _DESCRIPTOR = re.compile(r"/dev/(?:(stdout)|(stderr)|fd/(\d+))|/proc/self/fd/(\d
 
 def _open_descriptor(path: Path) -> int | None:
     """The file descriptor `path` names (/dev/stdout, /dev/fd/N, ...), or None."""
-    m = _DESCRIPTOR.fullmatch(os.path.abspath(path))
-    if m is None:
+    if (m := _DESCRIPTOR.fullmatch(os.path.abspath(path))) is None:
         return None
     return 1 if m[1] else 2 if m[2] else int(m[3] or m[4])
 
@@ -217,15 +214,15 @@ def watching_reader(out: IO, on_gone: Callable[[], None]) -> Iterator[None]:
 
 
 GZIP_MAGIC = b"\x1f\x8b"  # a gzip stream's first two bytes, whatever the file is called
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which Windows editors put first
 
 
 def missing_input(path: str | Path, what: str) -> str | None:
     """Why `path` cannot be read as the `what` file, or None. A pipe (`<(zcat f)`) or a device
     is read like a file."""
-    p = Path(path)
-    if p.is_dir():
+    if Path(path).is_dir():
         return f"{path}: is a folder; expected the {what} file"
-    return None if p.exists() else f"{path}: {what} file not found"
+    return None if Path(path).exists() else f"{path}: {what} file not found"
 
 
 def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
@@ -246,9 +243,8 @@ def save_figure(fig: Any, path: str | Path, fmt: str, *, dpi: int | None = None)
     import matplotlib  # here: most commands draw nothing, and matplotlib is slow to import
 
     with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42,
-                                "svg.hashsalt": "mtkit"}):
-        with atomic_write(path, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=dpi, metadata=_NO_DATES[fmt])
+                                "svg.hashsalt": "mtkit"}), atomic_write(path, "wb") as f:
+        fig.savefig(f, format=fmt, dpi=dpi, metadata=_NO_DATES[fmt])
 
 
 # --------------------------------------------------------------------------- reading text
@@ -281,6 +277,10 @@ def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
     gzip stream (cut short, corrupt) is a `DataError` naming `report.name`."""
     try:
         for number, line in enumerate(raw, 1):
+            if number == 1 and line.startswith(BOM):
+                if line == BOM:  # a file that holds only its mark holds no line
+                    continue
+                line = line[len(BOM):]
             line = line[:-1] if line.endswith(b"\n") else line
             try:
                 yield line.decode("utf-8")
@@ -385,11 +385,12 @@ def read_line_blocks(path: str | Path, report: InvalidUtf8) -> Iterator[list[str
                 pending.append(block)
                 continue
             head = b"".join([*pending, block[:cut]]) if pending else block[:cut]
+            head = head if done else head.removeprefix(BOM)
             pending = [block[cut + 1:]]
             lines = _decode_block(head, done + 1, report)
             done += len(lines)
             yield lines
-        tail = b"".join(pending)
+        tail = b"".join(pending) if done else b"".join(pending).removeprefix(BOM)
         if tail:  # a last line without its \n
             yield _decode_block(tail, done + 1, report)
 

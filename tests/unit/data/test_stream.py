@@ -48,6 +48,23 @@ def test_blocks_follow_the_reading_rules_at_any_block_size(text: bytes, gz: bool
             assert invalid.first == first_bad
 
 
+@pytest.mark.parametrize("text", [b"\xef\xbb\xbfa b\nc\n", b"\xef\xbb\xbfab", b"\xef\xbb\xbf",
+                                  b"a\n\xef\xbb\xbfb\n"])
+def test_a_byte_order_mark_that_starts_a_file_is_dropped_by_every_reader(text: bytes,
+                                                                         tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """A Windows editor's BOM joined the first word ('\ufeffa'), and a gold file's first
+    link ('\ufeff0-0') was refused; one inside the text is text."""
+    path = tmp_path / "f"
+    path.write_bytes(text)
+    body = text.removeprefix(b"\xef\xbb\xbf").decode()
+    want = body.split("\n")[:-1] if body.endswith("\n") else body.split("\n") if body else []
+    for block in (2, 1 << 22):
+        monkeypatch.setattr(fileio, "_BLOCK", block)
+        assert fileio.read_lines(path) == want
+    assert list(fileio.decode_lines(io.BytesIO(text), InvalidUtf8("f"))) == want
+
+
 def test_pairs_come_in_aligned_chunks(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(fileio, "_BLOCK", 5)
     (tmp_path / "s").write_text("".join(f"s{i}\n" for i in range(23)))
