@@ -19,6 +19,7 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from contextlib import ExitStack
@@ -173,6 +174,7 @@ class AlignReport:
     scores: AlignScores | None = None
     invalid_utf8: list[InvalidUtf8] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)  # FILE:LINE of lines shown in other words
+    missing_glyphs: set[str] = field(default_factory=set)  # heatmap labels' boxes
 
     def note_unmapped(self, pairs: list[Pair], words: list[PairWords], *, src: Path,
                       tgt: Path | None) -> None:
@@ -205,6 +207,7 @@ class _Sinks:
         self.reverse = reverse
         self.records: list[dict] = []
         self.links: list[set[Link]] = []
+        self.missing_glyphs: set[str] = set()
         self.heatmaps = None if outputs.heatmap_dir is None else HeatmapFolder(
             outputs.heatmap_dir)
 
@@ -217,9 +220,13 @@ class _Sinks:
                          f"{matrix.level} level)")
         if self.heatmaps is not None:
             self.heatmaps.claim(heatmap_name(index, o.heatmap_format))
-            with warnings.catch_warnings():  # an empty sentence draws an empty frame
-                warnings.simplefilter("ignore", UserWarning)
+            # matplotlib warns once per image: of an empty sentence's empty frame (nothing to
+            # say), of characters its font lacks, drawn as boxes (said once, by the command)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", UserWarning)
                 write_heatmap(matrix, o.heatmap_dir, index, fmt=o.heatmap_format)
+            self.missing_glyphs.update(chr(int(m[1])) for w in caught if (m := re.match(
+                r"Glyph (\d+) .* missing from font", str(w.message))))
         if not o.needs_links:
             return
         if matrix.axes != ("source", "target"):  # self-attention: matrices, no links
@@ -325,6 +332,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
                                             readout, w), rev)
     if sinks.heatmaps is not None:
         sinks.heatmaps.finish()
+        report.missing_glyphs = sinks.missing_glyphs
     if golds is not None:
         report.scores, _ = score_corpus(sinks.links, golds)
     if outputs.json is not None:

@@ -317,6 +317,11 @@ def align(
                    + (f" and {more} more line{'s' * (more > 1)}" if more else "")
                    + ": the tokenizer does not keep the line's whitespace words apart, so its "
                    "links and labels count the words its pieces decode to", err=True)
+    if report.missing_glyphs:
+        shown = "".join(sorted(report.missing_glyphs)[:10])
+        typer.echo(f"mtkit: warning: heatmaps: the font has no glyph for {shown!r}"
+                   f"{' and more' if len(report.missing_glyphs) > 10 else ''}, drawn as boxes; "
+                   "name a font that has them in a matplotlibrc (font.family)", err=True)
     if report.scores is not None:  # on stderr when stdout carries the links
         typer.echo(ar.format_scores(report.scores), err="-" in (str(pharaoh), str(json_out)))
     typer.echo(f"mtkit: {report.summary()}", err=True)
