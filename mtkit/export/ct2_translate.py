@@ -46,12 +46,14 @@ from mtkit.hypothesis import Hypothesis
 from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat, Stopped
 
 # Source pieces per engine call on a CPU (counting each of a sampled source's nbest copies).
-# translate_batch cannot be interrupted: a batch of 8,000 tokens (test2016, beam 5, one
-# thread) ran 10 s, and Ctrl-C waited for it (13-19 s on a busy machine). Calls of 1,000 end
-# within ~1.5 s and decode as fast: 1,000 lines of test2016, beam 5, one thread, calls of
-# 8,000 / 2,000 / 1,000 / 500 tokens: 22.8 / 22.0 / 22.7 / 24.2 s, then 21.6 / 20.0 / 21.4 /
-# 23.3 s (load 2.3-3.5). A GPU, which wants large batches and is quick, gets whole batches.
-ENGINE_TOKENS = 1000
+# translate_batch cannot be interrupted: a batch of 8,000 tokens ran ~10 s, and Ctrl-C waited
+# for it (13-19 s on a busy machine). test2016, `mtkit translate EXPORT --threads 2`, whole
+# commands, two alternated rounds (load 0.1-1.7), beam 5 / greedy wall seconds: calls of
+# 1,000 tokens 12.4, 10.9 / 4.0, 4.5; 2,000: 10.2, 10.3 / 3.5, 4.2; 4,000: 10.3, 10.7 / 4.1,
+# 3.3; whole batches: 10.3, 10.6 / 3.7, 4.0. 1,000 cost ~10% (small calls); 2,000 is as fast
+# as whole batches, and an interrupt waits for one call (~2 s). A GPU, which wants large
+# batches and is quick, gets whole batches.
+ENGINE_TOKENS = 2000
 
 
 def engine_problems(cfg: DecodeConfig, device: str) -> list[str]:
