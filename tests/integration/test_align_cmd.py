@@ -476,14 +476,16 @@ def test_gold_link_outside_the_sentence(trained, pairs, tmp_path):
 
 def test_heatmap_characters_the_font_lacks_are_said_once(trained, tmp_path):
     """CJK and emoji labels were drawn as boxes without a word (matplotlib's warning was
-    silenced with the empty-frame one)."""
+    silenced with the empty-frame one). Private-use characters, which no font draws, stand
+    for them here: a machine's fonts may have CJK or emoji."""
     (tmp_path / "s").write_text("mu gu\nsa mu\n")
-    (tmp_path / "t").write_text("gu \u5bff\u53f8\nmu \U0001f363\n")
+    (tmp_path / "t").write_text("gu \U0010fffd\U0010fffc\nmu \U0010fffd\n")
     res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--heatmap", tmp_path / "h")
     assert res.exit_code == 0, res.output
     said = [line for line in res.stderr.splitlines() if "no glyph" in line]
-    assert said == ["mtkit: warning: heatmaps: the font has no glyph for '\u53f8\u5bff\U0001f363', "
-                    "drawn as boxes; name a font that has them in a matplotlibrc (font.family)"]
+    assert said == ["mtkit: warning: heatmaps: the font has no glyph for "
+                    f"{chr(0x10fffc) + chr(0x10fffd)!r}, drawn as boxes; name a font that has "
+                    "them in a matplotlibrc (font.family)"]
 
 
 def test_a_terminal_too_narrow_for_print_is_refused_before_any_work(trained, pairs, tmp_path):
