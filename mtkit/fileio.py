@@ -278,7 +278,7 @@ def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
     try:
         for number, line in enumerate(raw, 1):
             if number == 1 and line.startswith(BOM):
-                if line == BOM:  # a file that holds only its mark holds no line
+                if line == BOM:  # no \n: a file that holds only its mark holds no line
                     continue
                 line = line[len(BOM):]
             line = line[:-1] if line.endswith(b"\n") else line

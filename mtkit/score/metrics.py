@@ -18,7 +18,7 @@ from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
 
 from mtkit.errors import DataError, MtkitError
-from mtkit.fileio import GZIP_MAGIC, InvalidUtf8, decode_lines
+from mtkit.fileio import BOM, GZIP_MAGIC, InvalidUtf8, decode_lines
 from mtkit.score import sacrebleu_api
 from mtkit.score.report import (
     LengthBucket,
@@ -141,7 +141,7 @@ def read_text(path: Path) -> Text:
     (`mtkit.fileio`), raising DataError for a missing or empty file. Trailing whitespace (a
     Windows `\\r` too) is stripped from each line, as sacrebleu's command line does."""
     name = "<stdin>" if path == STDIN else str(path)
-    data = _read_bytes(path, name)
+    data = _read_bytes(path, name).removeprefix(BOM)  # split here: decode_lines sees no \n
     if not data:
         raise DataError(f"{name}: file is empty; expected one sentence per line")
     raw = data.split(b"\n")

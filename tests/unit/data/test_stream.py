@@ -49,7 +49,7 @@ def test_blocks_follow_the_reading_rules_at_any_block_size(text: bytes, gz: bool
 
 
 @pytest.mark.parametrize("text", [b"\xef\xbb\xbfa b\nc\n", b"\xef\xbb\xbfab", b"\xef\xbb\xbf",
-                                  b"a\n\xef\xbb\xbfb\n"])
+                                  b"a\n\xef\xbb\xbfb\n", b"\xef\xbb\xbf\nb\n"])
 def test_a_byte_order_mark_that_starts_a_file_is_dropped_by_every_reader(text: bytes,
                                                                          tmp_path: Path,
                                                                          monkeypatch) -> None:
@@ -63,6 +63,13 @@ def test_a_byte_order_mark_that_starts_a_file_is_dropped_by_every_reader(text: b
         monkeypatch.setattr(fileio, "_BLOCK", block)
         assert fileio.read_lines(path) == want
     assert list(fileio.decode_lines(io.BytesIO(text), InvalidUtf8("f"))) == want
+    from mtkit.score.metrics import read_text  # splits the lines itself
+
+    if want:
+        assert list(read_text(path).lines) == want
+    else:
+        with pytest.raises(DataError, match="file is empty"):
+            read_text(path)
 
 
 def test_pairs_come_in_aligned_chunks(tmp_path: Path, monkeypatch) -> None:
