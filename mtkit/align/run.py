@@ -220,13 +220,18 @@ class _Sinks:
                          f"{matrix.level} level)")
         if self.heatmaps is not None:
             self.heatmaps.claim(heatmap_name(index, o.heatmap_format))
-            # matplotlib warns once per image: of an empty sentence's empty frame (nothing to
-            # say), of characters its font lacks, drawn as boxes (said once, by the command)
+            # matplotlib's UserWarnings, once per image: of an empty sentence's empty frame
+            # (nothing to say), of characters its font lacks, drawn as boxes in PNG and PDF
+            # (said once, by the command; SVG keeps text, drawn by the viewer's fonts)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", UserWarning)
                 write_heatmap(matrix, o.heatmap_dir, index, fmt=o.heatmap_format)
-            self.missing_glyphs.update(chr(int(m[1])) for w in caught if (m := re.match(
-                r"Glyph (\d+) .* missing from font", str(w.message))))
+            for w in caught:
+                if not issubclass(w.category, UserWarning):
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+                elif o.heatmap_format != "svg" and (m := re.match(
+                        r"Glyph (\d+) \(.*\) missing from", str(w.message))):
+                    self.missing_glyphs.add(chr(int(m[1])))
         if not o.needs_links:
             return
         if matrix.axes != ("source", "target"):  # self-attention: matrices, no links
