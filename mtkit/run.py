@@ -161,6 +161,30 @@ def run_lock(run_dir: str | Path, command: str) -> Iterator[None]:
         os.close(fd)  # closing drops the flock
 
 
+@contextlib.contextmanager
+def run_read_lock(run_dir: str | Path) -> Iterator[None]:
+    """Share the run directory's lock, for a command that reads what training writes and
+    prunes (average); RunDirError naming the holder while prep or train holds it. Nothing is
+    made or written (read access does): a run without the lock file was never trained in."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        yield
+        return
+    except OSError as e:
+        raise RunDirError(f"{Path(run_dir) / LOCK}: cannot read the run lock ({e.strerror})"
+                          ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"{run_dir}: in use by {_holder(fd)}; wait for it to end") \
+                from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def _locked(run_dir: Path, path: Path) -> tuple[list[Path], int]:
     """Create `run_dir` if needed and take the lock file's lock: (what was made here, the
     lock file first, then the folders made for it, deepest first; the open lock file). A

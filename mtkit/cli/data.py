@@ -170,17 +170,12 @@ def average(
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
-    import contextlib
-
-    from mtkit.run import LOCK, run_lock
+    from mtkit.run import run_read_lock
 
     # A run being trained prunes its numbered checkpoints: it is named as busy, where its
-    # files vanished under the average ('checkpoint_114.pt: checkpoint not found'). A folder
-    # without the lock file has never been trained in: nothing is made there; nor can one
-    # be trained in where it may not be written (the average's own write says so).
-    run = inputs[0] if inputs[0].is_dir() else inputs[0].parent
-    busy = (run / LOCK).is_file() and os.access(run / LOCK, os.W_OK)
-    with run_lock(run, "average") if busy else contextlib.nullcontext():
+    # files vanished under the average ('checkpoint_114.pt: checkpoint not found'). The lock
+    # is shared: averages of one run do not wait for each other.
+    with run_read_lock(inputs[0] if inputs[0].is_dir() else inputs[0].parent):
         _average(inputs, last, output)
 
 
