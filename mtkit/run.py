@@ -303,7 +303,8 @@ def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
             # mapped: read them whole.
             state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, MemoryError) as e:  # the file is fine, the reading failed
-        why = "out of memory" if isinstance(e, MemoryError) else e.strerror or str(e)
+        why = "out of memory" if isinstance(e, MemoryError) else (
+            e.strerror or str(e) or type(e).__name__)
         raise CheckpointError(f"{path}: cannot be read: {why}") from None
     except Exception:  # torch raises many types, with long messages, for foreign files
         raise CheckpointError(f"{path}: not a readable checkpoint (expected a .pt file written "

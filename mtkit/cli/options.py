@@ -200,10 +200,9 @@ class DecodeFlags:
 
     def ignored(self, cfg: DecodeConfig, *, unseen_score: str | None = None) -> list[str]:
         """Flags that the resolved decoding `cfg` would ignore. (--nbest with greedy search is
-        refused by DecodeConfig's own validation.) `unseen_score`, where the command's output
-        shows no score (None where it shows one), ends the message 'the length penalty
-        changes only the score, which ...': then a penalty outside beam search, which only
-        rescores the output, is ignored too."""
+        refused by DecodeConfig's own validation.) `unseen_score`: why the output shows no
+        score, and what to do (None where it shows one); with it, a length penalty outside
+        beam search, which only rescores the output, is reported as ignored too."""
         given = [self.FLAGS[name] for name in self.SAMPLING if getattr(self, name) is not None]
         off_gnmt = self.alpha is not None and cfg.length_penalty != "gnmt"
         penalty = [flag for flag, v in (("--length-penalty", self.length_penalty),

@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -206,7 +206,7 @@ def translate(
     loaded = None if exported is not None else (model, tok, dev, recipe.data.max_len)
     worker = _worker(exported, loaded, cfg, device=device, threads=threads,
                      interactive=interactive, align_fn=align_fn,
-                     fmt=fmt)  # type: ignore[arg-type]  # checked by TranslateFlags
+                     fmt=cast("OutputFormat", fmt))  # checked by TranslateFlags
     report_translation(_run_translation(worker, input, output))
 
 

@@ -45,14 +45,13 @@ from mtkit.export.engine import ctranslate2
 from mtkit.hypothesis import Hypothesis
 from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat, Stopped
 
-# Source pieces per engine call on a CPU (counting each of a sampled source's nbest copies).
-# translate_batch cannot be interrupted: a batch of 8,000 tokens ran ~10 s, and Ctrl-C waited
-# for it (13-19 s on a busy machine). test2016, `mtkit translate EXPORT --threads 2`, whole
-# commands, two alternated rounds (load 0.1-1.7), beam 5 / greedy wall seconds: calls of
-# 1,000 tokens 12.4, 10.9 / 4.0, 4.5; 2,000: 10.2, 10.3 / 3.5, 4.2; 4,000: 10.3, 10.7 / 4.1,
-# 3.3; whole batches: 10.3, 10.6 / 3.7, 4.0. 1,000 cost ~10% (small calls); 2,000 is as fast
-# as whole batches, and an interrupt waits for one call (~2 s). A GPU, which wants large
-# batches and is quick, gets whole batches.
+# Source pieces per search call to the engine on a CPU (counting a sampled source's nbest
+# copies). translate_batch cannot be interrupted, and a whole 8,000-token batch kept Ctrl-C
+# waiting 13-19 s on a busy machine; calls of 1,000 cost ~10% in a whole command, 2,000 are as
+# fast as whole batches (bench/RESULTS.md, "Engine calls an interrupt can wait for"). An
+# interrupt then waits for one such call (--align's first-step pass and the rescoring of cut
+# outputs still take whole batches, at one step or one pass each). A GPU gets whole batches:
+# not measured there.
 ENGINE_TOKENS = 2000
 
 

@@ -63,9 +63,9 @@ class Dist:
         try:
             res = self.broadcast(res)
         except RuntimeError:  # torch.distributed's DistBackendError among them
-            if self.is_main:
+            if self.is_main and failed is None:
                 raise
-            res = None
+            res = None  # rank 0 tells its own error, not the broadcast's
         if res is None:
             raise failed or MtkitError(failure)
         return res

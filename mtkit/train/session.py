@@ -42,7 +42,7 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
                 remove_stale_temporaries(run_dir)
                 return True
 
-            # the other ranks wait for rank 0 in each: its error ends them too
+            # the other ranks wait in each broadcast of main_result: rank 0's error ends them
             dist.main_result(claim, "rank 0 cannot use the run directory (its error says why)")
             state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
             changed = changed_settings(state, recipe) if state is not None else []

@@ -8,6 +8,7 @@ where the search must agree (beam with the matching length penalty) and int8 mus
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import shutil
@@ -302,6 +303,11 @@ def test_the_engine_ends_sources_with_eos_as_for_other_exports(toy_export, test_
     marker = json.loads((toy_export / "mtkit-export.json").read_text())
     assert marker["format"] == "ctranslate2/2"  # an mtkit before, which appends EOS, refuses
     (older / "mtkit-export.json").write_text(json.dumps({**marker, "format": "ctranslate2"}))
+    newer = tmp_path / "newer"  # a format this mtkit does not know: refused, not misread
+    shutil.copytree(toy_export, newer)
+    (newer / "mtkit-export.json").write_text(json.dumps({**marker, "format": "ctranslate2/3"}))
+    _one_error_line(_cli("translate", newer, "-i", test_src), "format 'ctranslate2/3'; "
+                    "expected 'ctranslate2/2' or 'ctranslate2'")
     for args in (["--beam", "4"], ["--beam", "3", "--align", "--nbest", "2"]):
         assert _cli("translate", older, *args, "-i", test_src).stdout == _cli(
             "translate", toy_export, *args, "-i", test_src).stdout
@@ -438,6 +444,28 @@ def test_a_stop_ends_the_engine_work_at_its_next_call(toy_export, test_src, monk
     with pytest.raises(Stopped):
         tr._search(ids, stop, list(range(len(ids))))
     assert len(calls) == 1 and calls[0] < len(ids)
+
+    calls = []  # per call: (sources, their pieces), the nbest copies counted
+
+    class Counting:
+        def __getattr__(self, name):  # score_batch
+            return getattr(engine, name)
+
+        def translate_batch(self, source, **options):
+            calls.append((len(source), sum(map(len, source))))
+            return engine.translate_batch(source, **options)
+
+    sampled = dataclasses.replace(export.recipe.decode, method="sample", nbest=4)
+    for on_cpu in (True, False):  # a GPU gets whole batches
+        monkeypatch.setattr(ct, "runs_on_cpu", lambda device, cpu=on_cpu: cpu)
+        tr = ct.CT2Translator(export, sampled)
+        tr.engine, calls[:] = Counting(), []
+        tr._search(ids, threading.Event(), list(range(len(ids))))
+        assert sum(n for n, _ in calls) == 4 * len(ids)
+        if on_cpu:  # at most 20 pieces a call with the copies, or one source's copies alone
+            assert len(calls) > 1 and all(p <= 20 or n == 4 for n, p in calls), calls
+        else:
+            assert len(calls) == 1
 
 
 def test_sampling_is_seeded(toy_export, test_src):

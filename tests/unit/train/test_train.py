@@ -644,6 +644,24 @@ def test_a_data_error_under_torchrun_is_rank_0s_line_without_tracebacks(tmp_path
     assert len(ranks) == 2 and "short.tgt has 999" in ranks[0] + ranks[1], out.stderr[-3000:]
     assert "mtkit: error: rank 0 stopped before training (its error says why)" in ranks
     assert "Connection closed" not in out.stderr and "[rank1]" not in out.stderr
+    # a run directory rank 0 cannot take (another process holds it): the same
+    run = tmp_path / "held"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom mtkit.run import run_lock\n"
+         "with run_lock(sys.argv[1], 'prep'):\n    print('held', flush=True)\n"
+         "    time.sleep(120)\n", str(run)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        out = subprocess.run(
+            [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "mtkit", "train",
+             str(TOY), "--run-dir", str(run)], capture_output=True, text=True, timeout=240,
+            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    finally:
+        holder.kill()
+        holder.wait()
+    ranks = [line for line in out.stderr.splitlines() if line.startswith("mtkit: error:")]
+    assert len(ranks) == 2 and f"in use by mtkit prep (pid {holder.pid}" in "".join(ranks)
+    assert "mtkit: error: rank 0 cannot use the run directory (its error says why)" in ranks
 
 
 @pytest.mark.parametrize("error", ["MemoryError", "KeyboardInterrupt"])
