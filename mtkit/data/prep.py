@@ -51,8 +51,8 @@ from mtkit.run import (
     RECIPE_HEADER,
     check_writable_run_dir,
     data_dir,
-    run_lock,
 )
+from mtkit.run_lock import run_lock
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ from rich.console import Console
 from mtkit.config import Recipe
 from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
-from mtkit.run import check_writable_run_dir, remove_stale_temporaries, run_lock
+from mtkit.run import check_writable_run_dir, remove_stale_temporaries
+from mtkit.run_lock import run_lock
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
@@ -26,7 +27,7 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
           device_option: str = "train.device") -> TrainResult:
     """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
     data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
-    lock from start to end (`mtkit.run`). A device that is not there is an error naming
+    lock from start to end (`mtkit.run_lock`). A device that is not there is an error naming
     `device_option`: the recipe key, or the command-line flag that set it."""
     run_dir, console = Path(run_dir), console or Console(stderr=True)
     dist = dist_from_env()

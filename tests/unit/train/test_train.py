@@ -647,7 +647,7 @@ def test_a_data_error_under_torchrun_is_rank_0s_line_without_tracebacks(tmp_path
     # a run directory rank 0 cannot take (another process holds it): the same
     run = tmp_path / "held"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom mtkit.run import run_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom mtkit.run_lock import run_lock\n"
          "with run_lock(sys.argv[1], 'prep'):\n    print('held', flush=True)\n"
          "    time.sleep(120)\n", str(run)], stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
