@@ -78,8 +78,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         raise WriteError(f"{path}: is a folder; expected a file name")
     fd = _open_descriptor(path)
     if fd is not None:
-        # through a copy of the open descriptor: where its file stands, nothing replaced or
-        # truncated
+        # through a copy of the open descriptor, appending: nothing replaced or truncated
         yield from _write_directly(path, lambda: os.fdopen(
             os.dup(fd), mode.replace("w", "a"), encoding=None if "b" in mode else encoding))
         return

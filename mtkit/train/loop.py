@@ -194,11 +194,8 @@ class Trainer:
         patience_out = self._validate_or_save() if valid_now else False
         if save_now:
             self._save()
-        if limit:
-            return limit
-        if patience_out:
-            return "patience"
-        return self._stop_requested() if synced else None
+        return limit or ("patience" if patience_out else
+                         self._stop_requested() if synced else None)
 
     # ------------------------------------------------------------------ sync points
 
@@ -220,18 +217,15 @@ class Trainer:
         self._bar()
 
     def _nonfinite(self, update: int) -> None:
-        self.p.nonfinite_run += 1
-        run = self.p.nonfinite_run
+        run = self.p.nonfinite_run = self.p.nonfinite_run + 1
         log.warning("update %d: non-finite loss or gradient norm; update skipped (%d in a row)",
                     update, run)
         if run >= self.cfg.max_nonfinite:
             fix = "lower train.lr, raise train.warmup or train with precision bf16/fp32"
-            if self.last_good_checkpoint is None:  # --resume would find nothing to resume
-                then = (f"no checkpoint was written, so {fix} and train again (the same command "
-                        "starts afresh)")
-            else:
-                then = (f"last good checkpoint: {self.last_good_checkpoint}; {fix}, then resume "
-                        "with --resume")
+            then = (f"no checkpoint was written, so {fix} and train again (the same command "
+                    "starts afresh)" if self.last_good_checkpoint is None  # nothing to resume
+                    else f"last good checkpoint: {self.last_good_checkpoint}; {fix}, then "
+                    "resume with --resume")
             raise MtkitError(f"update {update}: {run} non-finite losses in a row "
                              f"(train.max_nonfinite); training stopped; {then}")
 
@@ -340,16 +334,12 @@ class Trainer:
         if self.dist.is_main:
             progress = {**dataclasses.asdict(p), "seconds": self._elapsed(),
                         "saved_update": p.update, "world_size": self.dist.world_size}
-            state = {
-                "recipe": self.s.recipe_text,
-                "vocab": self.s.vocab_info,
-                "model": self.s.model.state_dict(),
-                "optimizer": self.s.optimizer.state_dict(),
-                "schedule": self.s.schedule.state_dict(),
-                "scaler": self.s.amp.scaler.state_dict() if self.s.amp.scaler else None,
-                "progress": progress,
-                "rng": rngs,
-            }
+            state = {"recipe": self.s.recipe_text, "vocab": self.s.vocab_info,
+                     "model": self.s.model.state_dict(),
+                     "optimizer": self.s.optimizer.state_dict(),
+                     "schedule": self.s.schedule.state_dict(),
+                     "scaler": self.s.amp.scaler.state_dict() if self.s.amp.scaler else None,
+                     "progress": progress, "rng": rngs}
             self.last_checkpoint = ckpt.write_run_checkpoint(
                 self.run_dir, state, update=p.update, keep_last=self.cfg.keep_last,
                 is_best=self.best_unsaved and p.valid_update == p.update)
