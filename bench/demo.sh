@@ -5,8 +5,9 @@
 #   and as a heatmap PNG -> the commands to go on with.
 # On a GPU it trains recipes/en-de.yaml in full (about 3 minutes on an H200); without one it
 # trains recipes/en-de-cpu.yaml, sized for a 10-minute budget on 2 cores (DEMO_TIME=30m for
-# longer). Settable: RECIPE, RUN (default runs/<recipe name>), DEMO_TIME, MTKIT_DATA_MIRROR
-# (default ../shared/data/multi30k when it exists, else download).
+# longer). Settable: RECIPE, RUN (default runs/<recipe name>), DEMO_TIME, SPLIT (the test set
+# translated and scored, default test2016), MTKIT_DATA_MIRROR (default ../shared/data/multi30k
+# when it exists, else download).
 # A run directory that already holds a model is not trained again: delete it to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,16 +46,17 @@ fi
 say "train took $((SECONDS - t)) s"
 
 t=$SECONDS
-say "3/4 translate test2016 with the best checkpoint (beam 5) and score it"
-$MTKIT score --run "$RUN" --split test2016 --metrics bleu,chrf
-hyp=$(ls -t "$RUN"/translations/test2016.*.txt | head -n 1)
+SPLIT="${SPLIT:-test2016}"
+say "3/4 translate $SPLIT with the best checkpoint (beam 5) and score it"
+$MTKIT score --run "$RUN" --split "$SPLIT" --metrics bleu,chrf
+hyp=$(ls -t "$RUN"/translations/"$SPLIT".*.txt | head -n 1)
 say "translation and scoring took $((SECONDS - t)) s"
 
 echo
-echo "Five translations of test2016 (source / reference / mtkit), from $hyp:"
+echo "Five translations of $SPLIT (source / reference / mtkit), from $hyp:"
 for i in 1 2 3 4 5; do
-  echo "  en:   $(sed -n "${i}p" "$RUN/data/test2016.src.txt")"
-  echo "  ref:  $(sed -n "${i}p" "$RUN/data/test2016.tgt.txt")"
+  echo "  en:   $(sed -n "${i}p" "$RUN/data/$SPLIT.src.txt")"
+  echo "  ref:  $(sed -n "${i}p" "$RUN/data/$SPLIT.tgt.txt")"
   echo "  mtkit: $(sed -n "${i}p" "$hyp")"
   echo
 done
@@ -62,10 +64,12 @@ done
 say "4/4 attention of the model for the first sentence and its translation"
 pair="$RUN/demo"
 mkdir -p "$pair"
-head -n 1 "$RUN/data/test2016.src.txt" > "$pair/sentence.en"
+head -n 1 "$RUN/data/$SPLIT.src.txt" > "$pair/sentence.en"
 head -n 1 "$hyp" > "$pair/sentence.de"
-$MTKIT align "$RUN" -s "$pair/sentence.en" -t "$pair/sentence.de" --print --heatmap "$pair"
-echo "heatmap: $pair/align-0000.png"
+# The heatmap's own folder: align writes only into an empty folder or one of its heatmaps.
+$MTKIT align "$RUN" -s "$pair/sentence.en" -t "$pair/sentence.de" --print \
+  --heatmap "$pair/heatmap"
+echo "heatmap: $pair/heatmap/align-0000.png"
 
 cat <<EOF
 
@@ -73,6 +77,6 @@ Done in $((SECONDS - start)) s. Go on with the trained run:
   $MTKIT translate $RUN -i my.en -o my.de --beam 5        # translate a file (or stdin)
   $MTKIT translate $RUN --format jsonl --nbest 3 --align < my.en
   $MTKIT align $RUN -s my.en -t my.de --print --heatmap maps/   # attention as alignment
-  $MTKIT score -r $RUN/data/test2016.tgt.txt $hyp --paired-bs other.de   # compare systems
+  $MTKIT score -r $RUN/data/$SPLIT.tgt.txt $hyp --paired-bs other.de   # compare systems
   $MTKIT train $RECIPE --run-dir $RUN --resume --set train.max_time=20m   # train on
 EOF
