@@ -188,7 +188,8 @@ class AlignReport:
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
-        return (f"aligned {self.pairs} sentence pairs in {self.seconds:.2f}s "
+        pairs = "sentence pair" if self.pairs == 1 else "sentence pairs"
+        return (f"aligned {self.pairs} {pairs} in {self.seconds:.2f}s "
                 f"({self.pairs / s:.1f}/s)")
 
 

@@ -28,6 +28,7 @@ from mtkit.align import (
     words,
     write_json,
 )
+from mtkit.align.run import AlignReport
 from mtkit.errors import DataError, MtkitError
 
 SRC = ["▁Das", "▁Fahr", "rad", "▁fährt"]
@@ -276,3 +277,9 @@ def test_json_settings_record_the_length_penalty_that_chose_the_targets():
     assert targets(method="beam", length_penalty="average")["length_penalty"] == "average"
     assert "alpha" not in targets(method="beam", length_penalty="average")
     assert "length_penalty" not in targets(method="greedy", nbest=1)
+
+
+@pytest.mark.parametrize(("pairs", "words"), [(1, "aligned 1 sentence pair in"),
+                                              (3, "aligned 3 sentence pairs in")])
+def test_report_summary_counts_pairs_in_english(pairs, words):
+    assert AlignReport(pairs=pairs, seconds=0.5).summary().startswith(words)
