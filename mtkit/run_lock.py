@@ -102,7 +102,7 @@ def _locked(run_dir: Path, path: Path) -> tuple[list[Path], int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(fd)
+            holder = _holder(fd) if _writer_holds(fd) else "mtkit average (reading checkpoints)"
             os.close(fd)
             raise RunDirError(f"{run_dir}: in use by {holder}; wait for it to end, or use "
                               "another --run-dir") from None
@@ -113,6 +113,17 @@ def _locked(run_dir: Path, path: Path) -> tuple[list[Path], int]:
         if current:
             return made, fd
         os.close(fd)
+
+
+def _writer_holds(fd: int) -> bool:
+    """Whether the lock refused to us is a writer's: readers (`run_read_lock`) share it and
+    write no record, so the record names the last writer, which may be gone."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
 
 
 def _holder(fd: int) -> str:

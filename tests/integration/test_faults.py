@@ -451,6 +451,34 @@ def test_average_of_a_run_in_training_names_the_trainer(toy_model, tmp_path):
     assert not (run / "averaged.pt").exists()
 
 
+_READ = """
+import sys, time
+from mtkit.run_lock import run_read_lock
+with run_read_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_writer_refused_while_average_reads_names_the_average(toy_model, tmp_path):
+    """The lock file's record names its last writer, long gone when only a reader (average)
+    holds the lock: a train started meanwhile named that dead trainer's pid."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    (run / ".mtkit.lock").write_text('{"command": "train", "pid": 99999999, "host": "h", '
+                                     '"started": "2026-01-01 00:00:00"}')
+    reader = subprocess.Popen([sys.executable, "-c", _READ, str(run)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert reader.stdout.readline().strip() == "held"
+        err = _fails(_cli("train", RECIPES / "toy.yaml", "--run-dir", run, "--resume"),
+                     f"{run}: in use by mtkit average")
+        assert "99999999" not in err
+    finally:
+        reader.kill()
+        reader.wait()
+
+
 def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, tmp_path):
     """relu and gelu weights of the same shapes, other sentencepiece models of the same sizes,
     a tokenizer beside -o that is not theirs, one file under two names (best.pt is a link to
