@@ -95,6 +95,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        _WRITING.add(tmp)
     except FileExistsError:  # a file where a parent folder should be
         remove_empty(made)
         raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
@@ -120,6 +121,19 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
             raise write_error(path, e) from None
         raise
+    finally:
+        _WRITING.discard(tmp)
+
+
+_WRITING: set[str] = set()  # atomic_write's temporaries being written now
+
+
+def remove_temporaries() -> None:
+    """Remove the temporaries of the writes under way, for a process about to be killed
+    outright (a second SIGTERM): their `atomic_write` never gets to."""
+    for tmp in list(_WRITING):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def remove_empty(folders: list[Path]) -> None:  # deepest first, while they are empty
@@ -227,23 +241,6 @@ def missing_input(path: str | Path, what: str) -> str | None:
 def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
     """Open a UTF-8 text file for reading, transparently decompressing `.gz`."""
     return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors=errors, newline="\n")
-
-
-# --------------------------------------------------------------------------- figures
-
-# Metadata keys matplotlib fills with the save date, per format: cleared, so that the same
-# figure gives the same bytes.
-_NO_DATES = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
-
-
-def save_figure(fig: Any, path: str | Path, fmt: str, *, dpi: int | None = None) -> None:
-    """Write a matplotlib `Figure` to `path` atomically as PNG, SVG or PDF, reproducibly: SVG
-    keeps text as <text> with fixed ids, PDF embeds TrueType, and no save date is stored."""
-    import matplotlib  # here: most commands draw nothing, and matplotlib is slow to import
-
-    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42,
-                                "svg.hashsalt": "mtkit"}), atomic_write(path, "wb") as f:
-        fig.savefig(f, format=fmt, dpi=dpi, metadata=_NO_DATES[fmt])
 
 
 # --------------------------------------------------------------------------- reading text

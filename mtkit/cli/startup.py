@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterator
 
 from mtkit.errors import Terminated
+from mtkit.fileio import remove_temporaries
 
 _OWNED = {"process": False}
 
@@ -63,11 +64,13 @@ def handle_termination() -> None:
     on Ctrl-C: the files it was writing are dropped (killed outright, it left their
     temporaries behind). Python runs a handler between bytecodes, so a long call into a
     library (sentencepiece training) ends first; a second signal, while the first one's
-    clean-up runs (waiting for an engine's running batches), has the default effect at once.
+    clean-up runs (waiting for an engine's running batches), has the default effect at once,
+    after removing the temporaries of the outputs being written (nothing else would).
     A signal ignored when mtkit started (`nohup`) stays ignored; training installs its own
     handlers (a graceful stop with a checkpoint)."""
     def terminate(signum: int, frame: object) -> None:
         if TERMINATED:  # the second: the default action, now
+            remove_temporaries()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
         TERMINATED.append(signum)

@@ -4,6 +4,9 @@ made is frozen only when mtkit owns the process."""
 from __future__ import annotations
 
 import gc
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -59,3 +62,29 @@ def test_what_loading_made_is_frozen_when_mtkit_owns_the_process(collector):
     made_later = [[i] for i in range(1000)]
     startup.before_exit()
     assert gc.get_freeze_count() >= frozen + len(made_later)
+
+
+_TWICE = """
+import os, signal, sys, time
+from mtkit.cli.startup import handle_termination
+from mtkit.errors import Terminated
+from mtkit.fileio import atomic_write
+handle_termination()
+with atomic_write(sys.argv[1]) as f:
+    f.write("half")
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    except Terminated:  # the first signal's clean-up (waiting for an engine) gets a second
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+"""
+
+
+def test_a_second_sigterm_kills_at_once_and_leaves_no_temporary(tmp_path):
+    """The second signal has the default effect at once: the temporary of the output being
+    written was left beside it (`.out.txt.k3j2x_ab.tmp`)."""
+    out = subprocess.run([sys.executable, "-c", _TWICE, str(tmp_path / "out.txt")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGTERM, out.stderr
+    assert list(tmp_path.iterdir()) == []
