@@ -84,7 +84,8 @@ def resolve(source: FileSource, *, mirror: str | Path | None = None,
         path = Path(source.path)
         if not path.is_file():
             what = "is a folder; expected a data file" if path.is_dir() else \
-                "data file not found"
+                "data file not found" if not path.exists() else \
+                "is not a regular file (a pipe or device); prep reads a corpus twice: give a file"
             raise DataError(f"{path}: {what}{where}")
         _verify(path, source.sha256, f"{path}{where}")
         return path

@@ -146,7 +146,8 @@ class Tokenizer:
                 except RuntimeError:
                     bad = next(n for n, p in zip(names, protos, strict=True) if not _parses(p))
                 raise DamagedModelError(f"{data_dir / bad}: not a sentencepiece model "
-                                        "(damaged?)")
+                                        "(damaged?); run `mtkit prep --force` to prepare "
+                                        "the data again")
         raise DataError(f"{data_dir}: no sentencepiece model ({JOINT_MODEL}, or {SRC_MODEL} and "
                         f"{TGT_MODEL}); run `mtkit prep` first")
 

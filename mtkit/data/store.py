@@ -106,6 +106,16 @@ class SideWriter:
         return [self._ids.path, self._offsets.path]
 
 
+def _load_npy(path: Path) -> np.ndarray:
+    """An array file of prep's, mapped; a damaged one is named with the remedy (numpy's own
+    message would suggest loading it with pickle allowed)."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError:
+        raise DataError(f"{path}: not a valid .npy file (damaged?); run `mtkit prep --force` "
+                        "to prepare the data again") from None
+
+
 _LENGTH_CHUNK = 1 << 22  # offsets differenced at a time
 
 
@@ -113,7 +123,7 @@ def _lengths(path: Path) -> np.ndarray:
     """(N,) int32 sentence lengths from an offsets file. Read through a mapping of its own
     that is closed afterwards, so that the file's pages do not stay in this process's resident
     memory (80 MB a side at 10M pairs); training then maps in only the offsets it reads."""
-    offsets = np.load(path, mmap_mode="r", allow_pickle=False)
+    offsets = _load_npy(path)
     out = np.empty(max(len(offsets) - 1, 0), dtype=np.int32)
     for i in range(0, len(out), _LENGTH_CHUNK):
         out[i:i + _LENGTH_CHUNK] = np.diff(offsets[i:i + _LENGTH_CHUNK + 1])
@@ -151,10 +161,7 @@ class ParallelData:
                 if not path.is_file():
                     raise DataError(f"{path}: missing; is {split!r} a split of this recipe, "
                                     "and has `mtkit prep` run?")
-                try:
-                    arrays.append(np.load(path, mmap_mode="r", allow_pickle=False))
-                except ValueError as e:
-                    raise DataError(f"{path}: not a valid .npy file ({e})") from None
+                arrays.append(_load_npy(path))
         src_ids, src_off, tgt_ids, tgt_off = arrays
         if (len(src_off) != len(tgt_off) or src_off[-1] != len(src_ids)
                 or tgt_off[-1] != len(tgt_ids)):
@@ -197,10 +204,7 @@ def _load_links(data_dir: Path, split: str, offsets: int) -> tuple[np.ndarray, n
             raise DataError(f"{path}: missing; guided alignment (train.guided_alignment) needs "
                             "the training split prepared with its word alignments "
                             "(data.train.align): run `mtkit prep`")
-        try:
-            arrays.append(np.load(path, mmap_mode="r", allow_pickle=False))
-        except ValueError as e:
-            raise DataError(f"{path}: not a valid .npy file ({e})") from None
+        arrays.append(_load_npy(path))
     flat, off = arrays
     if len(off) != offsets or off[-1] != len(flat):
         raise DataError(f"{data_dir}: the alignments of split {split!r} do not fit its "

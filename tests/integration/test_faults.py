@@ -581,8 +581,21 @@ def test_a_damaged_sentencepiece_model_is_named(toy_model, tmp_path, capfd):
         for args in (["translate", run, "-i", src], ["align", run, "-s", src, "--print"],
                      ["score", "--run", run, "--split", "test"],
                      ["export", run, "-o", tmp_path / "ex"]):
-            _fails(_cli(*args), str(model), "not a sentencepiece model")
+            _fails(_cli(*args), str(model), "not a sentencepiece model",
+                   "run `mtkit prep --force`")
             assert "Model is not initialized" not in capfd.readouterr().err  # its own log
+
+
+def test_a_damaged_array_of_prep_names_the_remedy_not_pickle(toy_model, tmp_path):
+    """Zeros over an offsets file (same size, so prep finds the data up to date): numpy's
+    message said to load it with allow_pickle, i.e. to run code from a damaged file."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    offsets = run / "data" / "train.src.offsets.npy"
+    offsets.write_bytes(bytes(offsets.stat().st_size))
+    err = _fails(_cli("train", RECIPES / "toy.yaml", "--run-dir", run, "--resume"),
+                 str(offsets), "not a valid .npy file", "run `mtkit prep --force`")
+    assert "pickle" not in err
 
 
 @pytest.mark.parametrize("compress", [False, True])

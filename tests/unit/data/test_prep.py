@@ -447,6 +447,16 @@ def test_missing_local_file(tmp_path: Path) -> None:
         prepare(_recipe(tmp_path, "nope.src", "nope.tgt"), tmp_path / "run")
 
 
+def test_a_pipe_as_corpus_is_refused_as_a_pipe_not_as_missing(tmp_path: Path) -> None:
+    """prep reads a corpus twice, so a named pipe cannot be one; it was 'data file not
+    found', about a file that is there."""
+    _, tgt = _toy_copy(tmp_path)
+    os.mkfifo(tmp_path / "fifo.src")
+    with pytest.raises(DataError, match=r"fifo\.src: is not a regular file \(a pipe or device\)"
+                       r"; prep reads a corpus twice: give a file \(recipe key data\.train\.src\)"):
+        prepare(_recipe(tmp_path, "fifo.src", str(tgt)), tmp_path / "run")
+
+
 def test_local_file_with_checksum(tmp_path: Path) -> None:
     f = _write(tmp_path / "a", ["x"])
     assert sources.resolve(FileSource(path=str(f), sha256=_sha(f))) == f
