@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -35,6 +36,7 @@ from rich.console import Console
 from mtkit.config import DataConfig, Recipe, SplitConfig, dump_recipe, recipe_to_dict, split_corpora
 from mtkit.data import sources, store
 from mtkit.data.alignments import AlignStats
+from mtkit.data.clean import CleanStats
 from mtkit.data.encode import TrainRules, encode_split
 from mtkit.data.report import PrepReport, print_report, report_fields, report_from_manifest
 from mtkit.data.reservoir import Reservoir
@@ -254,6 +256,8 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
             splits[name], written = encode_split(name, corpora, tok, tmp, max_len=data.max_len,
                                                  train=rules)
             paths += written
+        if not splits["train"].pairs:
+            raise DataError(_all_dropped(files["train"][0].src, data, scan.stats))
         report = PrepReport(
             data_dir=ddir, skipped=False, seconds=0.0, clean=scan.stats, splits=splits,
             invalid_utf8=[f for f in invalid.values() if f.lines],
@@ -263,6 +267,16 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
         phases["encode"] = report.seconds - phases["read"] - phases["sentencepiece"]
         _write_manifest(tmp, report, recipe, fingerprint)
     return report
+
+
+def _all_dropped(first: Path, data: DataConfig, stats: CleanStats) -> str:
+    """The error for a training split that the token-length rules emptied (the text rules
+    emptying it stop prep before sentencepiece: `_train_tokenizer`)."""
+    c, d = data.clean, stats.dropped
+    return (f"{first}: the token-length rules dropped every training pair left (too short "
+            f"{d['too_short']}, data.clean.min_len={c.min_len}; too long {d['too_long']}, "
+            f"data.clean.max_len={c.max_len}; ratio {d['ratio']}, data.clean.max_ratio="
+            f"{c.max_ratio}); relax them")
 
 
 def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
@@ -332,8 +346,11 @@ def _write_manifest(tmp: Path, report: PrepReport, recipe: Recipe,
 def _staging(final: Path):
     """A temporary folder beside `final`, renamed to `final` when the block succeeds."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    for pattern in (f".{final.name}.tmp-*", f".{final.name}.old-*"):
-        for stale in final.parent.glob(pattern):  # left by an interrupted prep
+    # Left by an interrupted prep: names of the two forms made below only (mkdtemp's eight
+    # characters, a pid), so that a folder of the user's such as '.data.old-keep' stays.
+    ours = re.compile(rf"\.{re.escape(final.name)}\.(tmp-[a-z0-9_]{{8}}|old-[0-9]+)")
+    for stale in final.parent.iterdir():
+        if ours.fullmatch(stale.name) and stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     os.chmod(tmp, 0o777 & ~umask())

@@ -457,6 +457,33 @@ def test_a_pipe_as_corpus_is_refused_as_a_pipe_not_as_missing(tmp_path: Path) ->
         prepare(_recipe(tmp_path, "fifo.src", str(tgt)), tmp_path / "run")
 
 
+def test_the_token_rules_dropping_every_pair_fail_prep(tmp_path: Path) -> None:
+    """prep exited 0 with a training split of no pair; training then failed with 'yields no
+    batch', naming no rule."""
+    src, tgt = _toy_copy(tmp_path)
+    run = tmp_path / "run"
+    with pytest.raises(DataError, match=r"train\.src: the token-length rules dropped every "
+                       r"training pair left \(too short 0, data\.clean\.min_len=1; too long "
+                       r"\d+, data\.clean\.max_len=1; ratio 0"):
+        prepare(_recipe(tmp_path, str(src), str(tgt), "data.clean.max_len=1"), run)
+    assert not (run / "data").exists()
+
+
+def test_staging_leftovers_are_removed_and_look_alikes_of_the_user_kept(tmp_path: Path) -> None:
+    """Every '.data.tmp-*' and '.data.old-*' beside data/ was removed: a user's copy named
+    '.data.old-keep' was lost."""
+    src, tgt = _toy_copy(tmp_path)
+    run = tmp_path / "run"
+    recipe = _recipe(tmp_path, str(src), str(tgt))
+    prepare(recipe, run)
+    for name in (".data.tmp-k3j2x_ab", ".data.old-4242", ".data.old-keep", ".data.tmp-mine"):
+        (run / name).mkdir()
+        (run / name / "f").write_text("x")
+    prepare(recipe, run, force=True)
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".data")) == [
+        ".data.old-keep", ".data.tmp-mine"]
+
+
 def test_local_file_with_checksum(tmp_path: Path) -> None:
     f = _write(tmp_path / "a", ["x"])
     assert sources.resolve(FileSource(path=str(f), sha256=_sha(f))) == f
