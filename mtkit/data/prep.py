@@ -12,9 +12,11 @@ first, mapped onto pieces and stored beside the ids in the second (`alignments`)
 
 Idempotence: ``data/manifest.json`` records a hash of the recipe's `data` section and a
 fingerprint of every input file; when both match (and every output file is present with its
-recorded size) prep does nothing. Atomicity: everything is written into a temporary folder
-beside ``data/``, the manifest last, and the folder is renamed into place only when complete,
-so an interrupted prep never leaves a ``data/`` that a later run trusts.
+recorded size) prep does nothing; when only the validation or test splits changed in a run
+that holds checkpoints, it prepares again with the sentencepiece model they need.
+Atomicity: everything is written into a temporary folder beside ``data/``, the manifest last,
+and the folder is renamed into place only when complete, so an interrupted prep never leaves
+a ``data/`` that a later run trusts.
 """
 
 from __future__ import annotations
@@ -166,10 +168,13 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
             assert man is not None
             report = report_from_manifest(man, data_dir(run_dir))
         else:
-            _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
+            keep = not force and _only_evaluation_changed(recipe, run_dir)
+            if not keep:
+                _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
             _refuse_replacing_foreign_files(run_dir)
             report = _build(recipe, run_dir, mirror=mirror, console=console,
-                            on_download=on_download)
+                            on_download=on_download,
+                            tokenizer=Tokenizer.load(data_dir(run_dir)) if keep else None)
         with atomic_write(run_dir / RECIPE) as f:
             f.write(f"{RECIPE_HEADER}\n{dump_recipe(recipe)}")
     if batching:
@@ -179,6 +184,25 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     else:
         log.info("prep: %s (%s)", report.data_dir, "up to date" if report.skipped else "done")
     return report
+
+
+def _only_evaluation_changed(recipe: Recipe, run_dir: Path) -> bool:
+    """Whether the run holds checkpoints and only its validation or test splits changed
+    (a test set added after training, say): the vocabulary they need is then kept, not
+    trained again, and the training split comes out as before."""
+    man = _read_manifest(run_dir)
+    if man is None or not any(run_dir.glob("*.pt")) or "data" not in man:
+        return False
+
+    def training(data: dict) -> str:
+        part = {k: v for k, v in data.items() if k not in ("valid", "test")}
+        return json.dumps(_without_unset_align(part), sort_keys=True)
+
+    def train_inputs(inputs: dict) -> dict:
+        return {k: v for k, v in inputs.items() if k.startswith(("train.", "train["))}
+
+    return training(man["data"]) == training(recipe_to_dict(recipe.data)) and _inputs_unchanged(
+        train_inputs(man.get("inputs", {})), train_inputs(_fingerprint(recipe.data)))
 
 
 def _refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool) -> None:
@@ -228,7 +252,9 @@ def _add_batching(report: PrepReport, recipe: Recipe) -> None:
 
 
 def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
-           console: Console | None, on_download: DownloadProgress | None) -> PrepReport:
+           console: Console | None, on_download: DownloadProgress | None,
+           tokenizer: Tokenizer | None = None) -> PrepReport:
+    """Prepare data/ afresh; with `tokenizer`, that one is kept rather than trained."""
     t0 = time.perf_counter()
     data = recipe.data
     # Taken before reading, so that a file changed meanwhile is redone next time.
@@ -242,7 +268,7 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
         key = f"data.{_splits(data)['train'][0][0]}"
         raise DataError(f"{files['train'][0].src}: the training split ({key}.src) is empty; "
                         "training needs sentence pairs")
-    tok = _train_tokenizer(scan.samples, recipe)
+    tok = tokenizer or _train_tokenizer(scan.samples, recipe)
     phases["sentencepiece"] = time.perf_counter() - t0 - phases["read"]
     ddir = data_dir(run_dir)
     with _staging(ddir) as tmp:

@@ -418,6 +418,30 @@ def test_a_checkpoint_refuses_a_vocabulary_it_was_not_trained_on(toy_model, src_
     assert "is not the one this checkpoint was trained with" in out.output
 
 
+def test_a_test_set_added_after_training_keeps_the_vocabulary(toy_model, tmp_path,
+                                                              toy_recipe_path):
+    """Adding a test set to a trained run was refused ('the recipe's data section changed';
+    with --force, 'those checkpoints then stop loading', which was not so): the validation and
+    test splits are prepared again with the checkpoints' sentencepiece model."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    spm = {p.name: p.read_bytes() for p in (run / "data").glob("spm*.model")}
+    train = (run / "data" / "train.src.ids.npy").read_bytes()
+    toy = toy_recipe_path.parent / "toy"
+    added = ["--set", f"data.test.extra.src={toy / 'valid.src'}",
+             "--set", f"data.test.extra.tgt={toy / 'valid.tgt'}"]
+    done = _cli("prep", toy_recipe_path, "--run-dir", run, *added)
+    assert done.exit_code == 0, done.output
+    assert {p.name: p.read_bytes() for p in (run / "data").glob("spm*.model")} == spm
+    assert (run / "data" / "train.src.ids.npy").read_bytes() == train
+    scored = _cli("score", "--run", run, "--split", "extra", "--greedy")
+    assert scored.exit_code == 0, scored.output
+    # The training split's own settings still need --force.
+    refused = _cli("prep", toy_recipe_path, "--run-dir", run, *added,
+                   "--set", "data.clean.max_len=10")
+    assert refused.exit_code == 2 and "holds trained checkpoints" in refused.output
+
+
 _THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 _HUGE_PAGES = """
 import sys, torch
