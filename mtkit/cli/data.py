@@ -32,8 +32,11 @@ class _DownloadBars:
     def __init__(self, console: Any) -> None:
         from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
 
+        # Off the terminal nothing is redrawn: a bar would be printed once, whole, at the
+        # end, after the report (`close` says what was fetched instead).
         self._bar = Progress(*Progress.get_default_columns(), DownloadColumn(),
-                             TransferSpeedColumn(), console=console)
+                             TransferSpeedColumn(), console=console,
+                             disable=not console.is_terminal)
         self._console = console
         self._tasks: dict[str, Any] = {}
         self._verified: dict[str, int] = {}
@@ -78,7 +81,7 @@ def prep(
 
     _check_mirror(mirror)
     rec = load_recipe(recipe, overrides or [])
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # a log's lines stay whole (no 80 columns)
     bars = _DownloadBars(console)
     try:
         prepare(rec, run_dir_for(rec.name, run_dir), mirror=mirror, console=console,
@@ -123,7 +126,7 @@ def train(
              for name, value in flags.items() if value is not None}
     rec = load_recipe(recipe, list(overrides or []) + list(named), flags=named)
     result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
-                          console=Console(stderr=True),
+                          console=Console(stderr=True, soft_wrap=True),
                           device_option="train.device" if device is None else "--device")
     if result.reason == "interrupted":
         from mtkit.train.distributed import dist_from_env

@@ -29,7 +29,7 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
     data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
     lock from start to end (`mtkit.run_lock`). A device that is not there is an error naming
     `device_option`: the recipe key, or the command-line flag that set it."""
-    run_dir, console = Path(run_dir), console or Console(stderr=True)
+    run_dir, console = Path(run_dir), console or Console(stderr=True, soft_wrap=True)
     dist = dist_from_env()
     device = resolve_device(recipe.train.device, option=device_option,
                             local_rank=dist.local_rank if dist.enabled else None)

@@ -536,6 +536,10 @@ def test_cli_prep_downloads_url_sources_into_the_cache(tmp_path: Path, monkeypat
     result = CliRunner().invoke(app, ["prep", str(recipe), "--run-dir", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert f"downloaded train.src.gz ({src.stat().st_size} bytes)" in result.stderr
+    # Off a terminal (a log): no bar printed whole at the end, and no line cut at 80 columns.
+    assert "download train.src.gz" not in result.stderr
+    wrote = next(line for line in result.stderr.splitlines() if line.startswith("prep: wrote"))
+    assert wrote.endswith(" s)") and "encode" in wrote, result.stderr
     cached = sorted(p.name for p in (tmp_path / "cache").rglob("*") if p.is_file())
     assert cached == ["train.src.gz", "train.tgt.gz"]
 
