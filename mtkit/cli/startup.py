@@ -62,8 +62,9 @@ TERMINATED: list[int] = []  # the signal that asked the process to end, once one
 def handle_termination() -> None:
     """SIGTERM and SIGHUP raise `Terminated` in the main thread, so that a command stops as
     on Ctrl-C: the files it was writing are dropped (killed outright, it left their
-    temporaries behind). Python runs a handler between bytecodes, so a long call into a
-    library (sentencepiece training) ends first; a second signal, while the first one's
+    temporaries behind). Python runs a handler between bytecodes of the main thread, so a
+    long call into a library ends first (sentencepiece's training runs in a thread of its own
+    for that reason: `mtkit.data.spm`); a second signal, while the first one's
     clean-up runs (waiting for an engine's running batches), has the default effect at once,
     after removing the temporaries of the outputs being written (nothing else would).
     A signal ignored when mtkit started (`nohup`) stays ignored; training installs its own
