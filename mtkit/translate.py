@@ -88,7 +88,8 @@ class TranslateStats:
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
-        return (f"translated {self.sentences} sentences, {self.tokens} tokens in "
+        sentences = "sentence" if self.sentences == 1 else "sentences"
+        return (f"translated {self.sentences} {sentences}, {self.tokens} tokens in "
                 f"{self.seconds:.2f}s: {self.sentences / s:.1f} sentences/s, "
                 f"{self.tokens / s:.1f} tokens/s")
 

@@ -50,6 +50,12 @@ class AlignFlags:
     reverse: bool  # --reverse RUN given
     symmetrize: str | None
 
+    def _stdout_flags(self) -> str:
+        """The flags given that write to stdout, as 'A and B' or 'A, B and C'."""
+        given = [f for f, on in (("--print", self.show), ("--pharaoh -", self.stdout_links),
+                                 ("--json -", self.stdout_json)) if on]
+        return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 2 else given)
+
     def problems(self) -> list[str]:
         """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
         from mtkit.align import DEFAULT_READOUT, METHODS
@@ -81,7 +87,7 @@ class AlignFlags:
             (self.show and self.width < MIN_WIDTH, f"--print: the terminal is {self.width} "
              f"columns wide; its tables need {MIN_WIDTH} (widen it, or set COLUMNS)"),
             (self.show + self.stdout_links + self.stdout_json > 1,
-             "--print, --pharaoh - and --json - each write to stdout: give the others a file"),
+             f"{self._stdout_flags()} each write to stdout: give all but one a file"),
             (self.self_attention is not None and (self.pharaoh or self.gold is not None),
              "--self-attention relates a sentence's words to each other, not source to target: "
              "--pharaoh and --gold need cross-attention (--json keeps its matrices)"),

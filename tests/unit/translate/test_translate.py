@@ -23,7 +23,7 @@ from mtkit.decode import forced, length_penalty
 from mtkit.device import inference_device
 from mtkit.errors import ConfigError
 from mtkit.split_translation import decode_tag, translate_split
-from mtkit.translate import StreamTranslator, load_translator, pharaoh_aligner
+from mtkit.translate import StreamTranslator, TranslateStats, load_translator, pharaoh_aligner
 from tests.conftest import train_toy
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
@@ -457,3 +457,9 @@ def test_device_errors_name_the_option(spec, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
         inference_device(spec)
     assert inference_device("cpu") == CPU
+
+
+@pytest.mark.parametrize(("n", "words"), [(1, "translated 1 sentence, "),
+                                          (2, "translated 2 sentences, ")])
+def test_summary_counts_sentences_in_english(n, words):
+    assert TranslateStats(sentences=n, tokens=3, seconds=1.0).summary().startswith(words)
