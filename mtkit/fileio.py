@@ -340,10 +340,17 @@ class _GzipReader(gzip.GzipFile):
             self._raw.close()
 
 
+def stdin_raw() -> IO[bytes]:
+    """Standard input's bytes; a DataError when it is closed (`<&-`: sys.stdin is None)."""
+    if sys.stdin is None:
+        raise DataError("standard input is closed; give an input file or redirect it")
+    return sys.stdin.buffer
+
+
 def stdin_binary() -> IO[bytes]:
     """Standard input as a binary stream, decompressed when it is gzip (`zcat` not needed:
     files are read either way). Peeking waits for the first bytes, as reading would."""
-    raw = sys.stdin.buffer
+    raw = stdin_raw()
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
     return gzip.GzipFile(fileobj=raw, mode="rb") if head == GZIP_MAGIC else raw
 

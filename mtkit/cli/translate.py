@@ -157,7 +157,7 @@ def translate(
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
     from mtkit import translate as tr
-    from mtkit.fileio import is_terminal, missing_input
+    from mtkit.fileio import is_terminal, missing_input, stdin_raw
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
@@ -166,8 +166,11 @@ def translate(
     if input is not None and (problem := missing_input(input, "input")):
         raise DataError(f"-i {problem}")
     exported = _exported(models)
-    refuse(output_problems({"-o": output}, {"the input file": input,
-                                            **model_files(models, exported)}))
+    if input is None:
+        stdin_raw()  # closed: said now, before loading
+    # The file on standard input (`< f`), too: `-o f` replaced it before it was read.
+    source = {"the input file": input} if input else {"standard input,": Path("/dev/stdin")}
+    refuse(output_problems({"-o": output}, {**source, **model_files(models, exported)}))
     if exported is not None:  # CTranslate2 decodes: torch is never imported
         model, recipe = None, exported.recipe
     else:

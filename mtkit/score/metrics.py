@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import sys
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
 
 from mtkit.errors import DataError, MtkitError
-from mtkit.fileio import BOM, GZIP_MAGIC, InvalidUtf8, decode_lines
+from mtkit.fileio import BOM, GZIP_MAGIC, InvalidUtf8, decode_lines, stdin_raw
 from mtkit.score import sacrebleu_api
 from mtkit.score.report import (
     LengthBucket,
@@ -154,7 +153,7 @@ def read_text(path: Path) -> Text:
 
 def _read_bytes(path: Path, name: str) -> bytes:
     try:
-        raw = sys.stdin.buffer.read() if path == STDIN else path.read_bytes()
+        raw = stdin_raw().read() if path == STDIN else path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{name}: no such file") from None
     except IsADirectoryError:

@@ -500,3 +500,24 @@ def test_the_console_script_freezes_what_loading_made(toy_model, src_file):
     assert out.returncode == 0, out.stderr
     frozen, enabled = out.stderr.split("frozen ")[1].split()[:2]
     assert int(frozen) > 50_000 and enabled == "True"  # torch's modules and the model
+
+
+def test_the_file_on_stdin_is_not_replaced_and_a_closed_stdin_is_one_line(toy_model, src_file,
+                                                                         tmp_path):
+    """`translate RUN -o f < f` replaced f, the source, unread (exit 0); with standard input
+    closed (`<&-`), translate and score were AttributeError tracebacks."""
+    source = tmp_path / "s.txt"
+    shutil.copy(src_file, source)
+    with open(source, "rb") as stdin:
+        out = subprocess.run([sys.executable, "-m", "mtkit", "translate", str(toy_model),
+                              "--greedy", "-o", str(source)], stdin=stdin,
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == (f"mtkit: error: -o {source}: is standard input, /dev/stdin; writing "
+                          "there would replace it; give another file\n")
+    assert source.read_bytes() == src_file.read_bytes()
+    for args in (["translate", str(toy_model), "--greedy"], ["score", "-r", str(source), "-"]):
+        out = subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True,
+                             text=True, timeout=120, preexec_fn=lambda: os.close(0))
+        assert (out.returncode, out.stderr) == (2, "mtkit: error: standard input is closed; "
+                                                   "give an input file or redirect it\n"), args
