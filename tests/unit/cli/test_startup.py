@@ -76,15 +76,28 @@ with atomic_write(sys.argv[1]) as f:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
     except Terminated:  # the first signal's clean-up (waiting for an engine) gets a second
+        time.sleep(float(sys.argv[2]))  # 0: at once, as `timeout` echoes its signal
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(30)
+        time.sleep(0.5)
+        print("cleaned up", flush=True)
+        raise
 """
 
 
 def test_a_second_sigterm_kills_at_once_and_leaves_no_temporary(tmp_path):
     """The second signal has the default effect at once: the temporary of the output being
     written was left beside it (`.out.txt.k3j2x_ab.tmp`)."""
-    out = subprocess.run([sys.executable, "-c", _TWICE, str(tmp_path / "out.txt")],
+    out = subprocess.run([sys.executable, "-c", _TWICE, str(tmp_path / "out.txt"), "1.5"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == -signal.SIGTERM, out.stderr
+    assert "cleaned up" not in out.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_signal_at_once_again_is_the_first_ones_echo(tmp_path):
+    """GNU `timeout` signals mtkit, then mtkit's process group: the echo killed mtkit
+    outright, silently, mid clean-up (its output's temporary left behind)."""
+    out = subprocess.run([sys.executable, "-c", _TWICE, str(tmp_path / "out.txt"), "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert "cleaned up" in out.stdout and "Terminated" in out.stderr, out
     assert list(tmp_path.iterdir()) == []
