@@ -22,11 +22,9 @@ import gzip
 import io
 import os
 import re
-import select
 import stat
 import sys
 import tempfile
-import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -91,6 +89,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             path, mode, encoding=None if "b" in mode else encoding))
         return
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if found is not None and not os.access(target, os.W_OK):
+        # A rename needs only the folder's permission: it replaced a file that the shell's
+        # `>` refuses (another user's, or one made read-only), and took it over.
+        raise WriteError(f"{path}: cannot write (Permission denied)")
     made = [p for p in target.parents if not p.exists()]  # deepest first
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -188,42 +190,6 @@ def _write_directly(path: Path, open_it: Callable[[], IO]) -> Iterator[IO]:
         if e.errno in WRITE_ERRNOS and e.filename in (None, str(path)):
             raise write_error(path, e) from None
         raise
-
-
-@contextlib.contextmanager
-def watching_reader(out: IO, on_gone: Callable[[], None]) -> Iterator[None]:
-    """While the block runs, call `on_gone` (from a thread of its own) once `out` is a pipe
-    whose reader has closed it. A command that writes after long computations learns it then,
-    not at its next write: `mtkit translate big.en | head -1` decoded a whole further chunk
-    (~8 s of 2,000 lines) before writing found the pipe closed. Other outputs: no watch."""
-    try:
-        fd = out.fileno()
-        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode) and hasattr(select, "poll")
-    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is a ValueError
-        is_pipe = False
-    if not is_pipe:
-        yield
-        return
-    wake_r, wake_w = os.pipe()  # written at the end, so the watch ends without a timeout
-
-    def watch() -> None:
-        poller = select.poll()
-        poller.register(fd, 0)  # no events asked: a closed reader (POLLERR) is always told
-        poller.register(wake_r, select.POLLIN)
-        if any(f == fd and events & (select.POLLERR | select.POLLHUP)
-               for f, events in poller.poll()):
-            on_gone()
-
-    watcher = threading.Thread(target=watch, name="mtkit-reader-watch", daemon=True)
-    try:
-        watcher.start()
-        yield
-    finally:
-        os.write(wake_w, b"x")
-        if watcher.is_alive():
-            watcher.join()
-        os.close(wake_r)
-        os.close(wake_w)
 
 
 GZIP_MAGIC = b"\x1f\x8b"  # a gzip stream's first two bytes, whatever the file is called

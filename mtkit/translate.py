@@ -29,8 +29,8 @@ from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError, ConfigError
-from mtkit.fileio import watching_reader
 from mtkit.hypothesis import Hypothesis
+from mtkit.pipe_watch import watching_reader
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`

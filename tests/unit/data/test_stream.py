@@ -259,3 +259,22 @@ def test_names_of_standard_output() -> None:
     assert all(fileio.names_stdout(p) for p in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"))
     assert not any(fileio.names_stdout(p) for p in ("/dev/stderr", "/dev/fd/2", "out.txt",
                                                      "/dev/null"))
+
+
+def test_atomic_write_refuses_a_file_the_user_may_not_write(tmp_path: Path, monkeypatch) -> None:
+    """The rename needs only the folder's permission: a read-only file, or another user's in
+    a shared folder, was replaced (and taken over) where the shell's `>` refuses. As root,
+    for whom every file is writable, the permission check is what is replaced here."""
+    import os
+
+    theirs = tmp_path / "theirs.txt"
+    theirs.write_text("kept\n")
+    theirs.chmod(0o444)
+    if os.geteuid() == 0:
+        access = os.access
+        monkeypatch.setattr(fileio.os, "access", lambda p, mode, **kw: (
+            mode != os.W_OK or Path(p) != theirs) and access(p, mode, **kw))
+    with pytest.raises(fileio.WriteError, match=r"theirs\.txt: cannot write \(Permission "
+                       r"denied\)"), fileio.atomic_write(theirs) as f:
+        f.write("replaced\n")
+    assert theirs.read_text() == "kept\n" and list(tmp_path.iterdir()) == [theirs]
