@@ -225,6 +225,9 @@ def resolve_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
             raise CheckpointError(f"{p}: a CTranslate2 model that mtkit export did not write "
                                   f"(no {EXPORT_MARKER}); mtkit decodes its own exports, "
                                   "which carry the tokenizer and the decoding settings")
+        if p.name == DATA_DIR and (p / MANIFEST).is_file():
+            raise CheckpointError(f"{p}: a run's prepared data, not the run directory; give "
+                                  f"{p.parent}")
         raise CheckpointError(f"{p}: no {BEST} or {LAST} in this run directory; train a "
                               f"model first (mtkit train RECIPE --run-dir {p})")
     if not p.exists():

@@ -75,7 +75,9 @@ def model_files(models: list[Path], exported: Any = None) -> dict[str, Path]:
         ckpt = resolve_checkpoint(m)
         run = ckpt.parent
         files["the checkpoint" if m.is_file() else f"the checkpoint of {m}"] = ckpt
-        for p in [run / RECIPE, *sorted(data_dir(run).glob("*"))]:
+        # the run's other checkpoints too (-o best.pt, translating with checkpoint_250.pt)
+        others = [p for p in sorted(run.glob("*.pt")) if p not in files.values()]
+        for p in [run / RECIPE, *others, *sorted(data_dir(run).glob("*"))]:
             files.setdefault(f"the run's {p.relative_to(run)}", p)
     return files
 
@@ -83,8 +85,13 @@ def model_files(models: list[Path], exported: Any = None) -> dict[str, Path]:
 def output_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None]
                     ) -> list[str]:
     """What is wrong with the output files a user names (flag -> file; None or - for none):
-    a folder that is not there (`folder_problems`), an input replaced (`overwrite_problems`)."""
-    return folder_problems(outputs) + overwrite_problems(outputs, inputs)
+    a folder that is not there (`folder_problems`), an input replaced (`overwrite_problems`),
+    a name ending in .gz: inputs so named are read decompressed, but outputs are plain text
+    (`-o out.de.gz` was text that gzip -d refused)."""
+    gz = [f"{f} {p}: mtkit writes plain text, not gzip; name the file without .gz, or pipe "
+          f"the output through gzip" for f, p in outputs.items()
+          if p is not None and p.suffix == ".gz" and not p.is_dir()]
+    return folder_problems(outputs) + overwrite_problems(outputs, inputs) + gz
 
 
 def overwrite_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None]
@@ -92,9 +99,13 @@ def overwrite_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, 
     """Outputs (flag -> file; None or - for none, or stdout) that would replace an input
     (description -> file), or that name the same file as another output."""
     outs = [(f, p) for f, p in outputs.items() if p is not None and str(p) != "-"]
-    problems = [f"{f} {out}: is {what} {inp}; writing there would replace it; give another file"
-                for f, out in outs for what, inp in inputs.items()
-                if inp is not None and same_file(out, inp)]
+    problems = []
+    for f, out in outs:  # the first input it is (a file may be linked under two names)
+        what, inp = next(((w, i) for w, i in inputs.items()
+                          if i is not None and same_file(out, i)), (None, None))
+        if what is not None:
+            problems.append(f"{f} {out}: is {what} {inp}; writing there would replace it; "
+                            "give another file")
     problems += [f"{f} and {g} name the same file {p}; give each its own"
                  for i, (f, p) in enumerate(outs) for g, q in outs[i + 1:]
                  if os.path.realpath(p) == os.path.realpath(q)]

@@ -521,3 +521,25 @@ def test_the_file_on_stdin_is_not_replaced_and_a_closed_stdin_is_one_line(toy_mo
                              text=True, timeout=120, preexec_fn=lambda: os.close(0))
         assert (out.returncode, out.stderr) == (2, "mtkit: error: standard input is closed; "
                                                    "give an input file or redirect it\n"), args
+
+
+def test_outputs_may_not_replace_the_runs_other_checkpoints_nor_pose_as_gzip(toy_model,
+                                                                             src_file, tmp_path):
+    """`translate RUN/checkpoint_N.pt -o RUN/best.pt` replaced the run's best checkpoint with
+    text; `-o out.de.gz` wrote plain text under a gzip name (gzip -d refused it); `score
+    --run RUN/data` advised training into the data folder."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    other = next(p for p in sorted(run.glob("checkpoint_*.pt")))
+    best = (run / "best.pt").read_bytes()
+    out = _cli("translate", other, "-i", src_file, "-o", run / "best.pt")
+    assert out.exit_code == 2 and out.stderr.count("error") == 1, out.output
+    assert f"-o {run / 'best.pt'}: is the run's best.pt" in out.stderr
+    assert (run / "best.pt").read_bytes() == best
+    out = _cli("translate", run, "-i", src_file, "-o", tmp_path / "out.de.gz")
+    assert out.exit_code == 2 and "mtkit writes plain text, not gzip" in out.stderr
+    assert not (tmp_path / "out.de.gz").exists()
+    out = _cli("score", "--run", run / "data", "--split", "test")
+    assert out.exit_code == 2
+    assert f"{run / 'data'}: a run's prepared data, not the run directory; give {run}" in \
+        out.stderr
