@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -224,12 +225,16 @@ def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
     from mtkit.config import recipe_from_yaml_text, recipe_to_dict
 
     first = None
+    saved: dict[str, Path] = {}  # training progress -> the checkpoint saved at it
     for p in paths:
         state = load_checkpoint(p, mmap=True)
         recipe = recipe_from_yaml_text(state["recipe"], source=f"{p} (its recipe)")
         model = _weights_shape(recipe_to_dict(recipe.model))
+        # where training stood (None: an average's): one run's checkpoint saved once
+        at = None if "progress" not in state else json.dumps(state["progress"], sort_keys=True)
         if first is None:
             first = (p, model, state["vocab"], recipe.train.seed)
+            saved.update({at: p} if at else {})
             continue
         key = first_difference(first[1], model, "model")
         if key is not None:
@@ -243,6 +248,13 @@ def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
                                   f"{first[0]}'s from {first[3]}: the weights of runs "
                                   "trained apart do not average into a model; average "
                                   "checkpoints of one run")
+        # A copy of a run (cp -r, scp) has best.pt and its checkpoint_N.pt as two files,
+        # which `select_for_average` cannot tell apart by inode; their progress is one.
+        if at in saved:
+            raise CheckpointError(f"{p}: the same checkpoint as {saved[at]} (saved at update "
+                                  f"{state['progress']['update']} of one run); each checkpoint "
+                                  "counts once in an average")
+        saved.update({at: p} if at else {})
     if first is not None and data_vocab is not None and not same_vocab(data_vocab, first[2]):
         raise CheckpointError(f"the data/ folder beside the output holds other sentencepiece "
                               f"models than {first[0]} was trained with; write the average "

@@ -401,12 +401,22 @@ def test_self_attention_gives_no_links_or_aer(toy_model, tmp_path):
                 "0.2"), "--align-method and --threshold make source-target links")
 
 
+def _earlier_checkpoint(run: Path) -> Path:
+    """A stand-in for an earlier checkpoint of the toy run (it keeps one, best = last):
+    best.pt's weights saved as update 399, since average refuses one checkpoint twice."""
+    from mtkit.run import load_checkpoint, save_checkpoint
+
+    state = load_checkpoint(run / "best.pt")
+    return save_checkpoint(run / "checkpoint_399.pt", {
+        **state, "progress": {**state["progress"], "update": 399}})
+
+
 def test_average_writes_only_a_new_file_or_over_a_checkpoint_beside_data(toy_model, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)
     text = run / "notes.txt"
     text.write_text("mine\n")
-    pair = [run / "best.pt", run / "last.pt"]
+    pair = [run / "best.pt", _earlier_checkpoint(run)]
     _fails(_cli("average", *pair, "-o", text), "--output", "not a checkpoint")
     assert text.read_text() == "mine\n"
     with zipfile.ZipFile(run / "notes.zip", "w") as z:  # a zip, not a checkpoint
@@ -435,7 +445,8 @@ def test_average_of_a_run_in_training_names_the_trainer(toy_model, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)
     (run / ".mtkit.lock").unlink(missing_ok=True)
-    assert _cli("average", run / "best.pt", run / "last.pt", "-o", run / "a.pt").exit_code == 0
+    assert _cli("average", run / "best.pt", _earlier_checkpoint(run), "-o", run / "a.pt"
+                ).exit_code == 0
     assert not (run / ".mtkit.lock").exists()  # a folder never trained in: nothing made
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(run)], stdout=subprocess.PIPE,
                               text=True)
@@ -479,6 +490,18 @@ def test_a_writer_refused_while_average_reads_names_the_average(toy_model, tmp_p
         reader.wait()
 
 
+def test_average_refuses_one_checkpoint_twice_in_a_copied_run(toy_model, tmp_path):
+    """In a run copied by `cp -r` (or scp), best.pt and the checkpoint_N.pt it linked to are
+    two files: averaged as two checkpoints, that one counted twice, said 'averaged 3'."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)  # copies: no links kept
+    twin = run / "checkpoint_400.pt"
+    assert not (run / "best.pt").samefile(twin)
+    _fails(_cli("average", run / "best.pt", twin, "-o", run / "a.pt"),
+           f"{twin}: the same checkpoint as {run / 'best.pt'} (saved at update 400 of one run)")
+    assert not (run / "a.pt").exists()
+
+
 def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, tmp_path):
     """relu and gelu weights of the same shapes, other sentencepiece models of the same sizes,
     a tokenizer beside -o that is not theirs, one file under two names (best.pt is a link to
@@ -493,14 +516,17 @@ def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, 
     assert "activation: relu" in state["recipe"]
     save_checkpoint(run / "gelu.pt", {**state, "recipe": state["recipe"].replace(
         "activation: relu", "activation: gelu")})
+    def saved_at(update: int) -> dict:  # another checkpoint of the run (not best's twin)
+        return {"progress": {**state["progress"], "update": update}}
+
     save_checkpoint(run / "drop.pt", {**state, "recipe": state["recipe"].replace(
-        "act_dropout: 0.0", "act_dropout: 0.3")})  # dropout leaves the weights' meaning
+        "act_dropout: 0.0", "act_dropout: 0.3"), **saved_at(398)})  # dropout: same meaning
     assert "seed: 1\n" in state["recipe"]
     save_checkpoint(run / "seed.pt", {**state, "recipe": state["recipe"].replace(
         "seed: 1\n", "seed: 7\n", 1)})  # another run: two such averaged to BLEU 0
     other = {**state["vocab"], "sha256": "0" * 64}
     save_checkpoint(run / "vocab.pt", {**state, "vocab": other})
-    save_checkpoint(run / "vocab2.pt", {**state, "vocab": other})
+    save_checkpoint(run / "vocab2.pt", {**state, "vocab": other, **saved_at(397)})
     os.link(best, run / "again.pt")
     _fails(_cli("average", best, run / "gelu.pt", "-o", run / "a.pt"), "gelu.pt",
            "model.transformer.activation differs")
@@ -519,7 +545,7 @@ def test_average_refuses_checkpoints_whose_weights_mean_other_things(toy_model, 
     _fails(_cli("average", run / "gelu.pt", run / "drop.pt", "-o", run / "checkpoint_9.pt"),
            "checkpoint_9.pt", "the name of the run's numbered checkpoints")
     old = {k: v for k, v in state["vocab"].items() if k != "sha256"}  # before sha256 was kept
-    save_checkpoint(run / "old.pt", {**state, "vocab": old})
+    save_checkpoint(run / "old.pt", {**state, "vocab": old, **saved_at(396)})
     assert not (run / "a.pt").exists()
     assert _cli("average", best, run / "drop.pt", run / "old.pt", "-o",
                 run / "a.pt").exit_code == 0
