@@ -126,13 +126,15 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
     d, tf = recipe.decode, recipe.model.transformer
     lp = 1.0 if d.length_penalty == "average" else 0.0
     heads = "mean over heads" if tf.align_head is None else f"head {tf.align_head}"
+    guided = recipe.train.guided_alignment
+    shift = guided.enabled and guided.readout == "shift"
     lines = [
         f"# {recipe.name}: a CTranslate2 model exported by mtkit {__version__}",
         "",
         f"Transformer {recipe.data.src_lang} -> {recipe.data.tgt_lang}, weights {quantization}. "
         f"Sentencepiece model(s): {spm_files}. Special pieces: `<pad>` 0, `<unk>` 1, `<s>` 2 "
         "(decoder start), `</s>` 3. The engine ends every source with `</s>` (config.json's",
-        "add_source_eos).",
+        "add_source_eos). Below, THIS_DIR stands for this folder's path.",
         "",
         "## With mtkit (`pip install 'mtkit[ctranslate2]'`)",
         "",
@@ -173,6 +175,10 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         "equivalent. Suppress `<pad>` and `<s>` as mtkit does. `return_attention=True` gives the",
         f"cross-attention of decoder layer {tf.align_layer} ({heads}) that "
         "`mtkit translate --align` uses.",
+        *(["The model was trained with guided alignment read out by `shift`, and",
+           "`mtkit translate --align` reads it so: the attention row of target piece j+1",
+           "aligns piece j, and the row of `</s>` (`return_end_token=True`) the last piece."]
+          if shift else []),
         "",
         f"mtkit ends each output at floor({d.max_len_a} * n) + {d.max_len_b} pieces (n: the "
         "source's pieces,",

@@ -721,3 +721,19 @@ def test_outputs_end_by_the_models_positions_with_a_warning(toy_run, test_src, t
     assert "lowered to 63 tokens" in res.stderr  # the recipe's max_positions 64
     native = _cli("translate", sinusoids, "--greedy", "--max-len-b", "100", "-i", test_src)
     assert native.exit_code == 0 and "lowered" not in native.stderr  # sinusoids for any length
+
+
+def test_the_readme_says_how_a_shift_trained_model_aligns(toy_model):
+    """A model trained with guided alignment read out by `shift` gives mtkit's links from the
+    next step's row; the README said only which layer's attention, and a deployer reading
+    row j for piece j got other links than mtkit's."""
+    from mtkit.export.ct2_dir import _readme
+
+    tok = Tokenizer.load(toy_model / "data")
+    toy = RECIPES / "toy.yaml"
+    plain = load_recipe(toy)
+    shift = load_recipe(toy, ["data.train.align=toy/train.align",
+                              "train.guided_alignment.weight=0.05",
+                              "train.guided_alignment.readout=shift"])
+    assert "read out by `shift`" not in _readme(plain, tok, "float32", None)
+    assert "row of target piece j+1\naligns piece j" in _readme(shift, tok, "float32", None)
