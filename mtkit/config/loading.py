@@ -16,7 +16,7 @@ import yaml
 
 from mtkit.config.overrides import apply_override, ignored_overrides
 from mtkit.config.recipe_yaml import RecipeLoader
-from mtkit.config.sections import FileSource, Recipe
+from mtkit.config.sections import FileSource, ModelConfig, Recipe
 from mtkit.errors import ConfigError
 
 # --------------------------------------------------------------------------- loading
@@ -222,7 +222,10 @@ def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = 
     ``{"train.device=tpu": "--device tpu"}``)."""
     problems = _Problems()
     recipe = _build(Recipe, raw, "", problems, base)
-    for key, msg in ignored_overrides(recipe, overrides) if not problems.items else ():
+    # from the raw mapping: said beside the other problems, not only once they are mended
+    model = raw.get("model") if isinstance(raw, dict) else None
+    arch = model.get("arch", ModelConfig.arch) if isinstance(model, dict) else ModelConfig.arch
+    for key, msg in ignored_overrides(arch, overrides):
         problems.add(key, msg)
     if problems.items:
         lines = [f"{_origin(key, msg, source, overrides, flags, created)}: {key}: {msg}"

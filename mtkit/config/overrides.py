@@ -62,11 +62,13 @@ def apply_override(raw: dict, assignment: str) -> list[str]:
     return created
 
 
-def ignored_overrides(recipe: Any, overrides: tuple[str, ...]) -> list[tuple[str, str]]:
+def ignored_overrides(arch: str, overrides: tuple[str, ...]) -> list[tuple[str, str]]:
     """(key, problem) for each override that sets a value nothing reads: the section of the
-    architecture the recipe does not train (`--set model.rnn.hidden_dim=512` on a Transformer
-    recipe had no effect). A recipe file may hold both sections, to switch with model.arch."""
-    arch = recipe.model.arch
+    architecture the recipe does not train, `arch` (`--set model.rnn.hidden_dim=512` on a
+    Transformer recipe had no effect). A recipe file may hold both sections, to switch with
+    model.arch."""
+    if arch not in ("rnn", "transformer"):  # itself a problem, said as such
+        return []
     idle = "model.rnn" if arch == "transformer" else "model.transformer"
     keys = [o.split("=", 1)[0].strip() for o in overrides]
     return [(k, f"model.arch is {arch}, which does not read {idle}; set model.arch too, or "

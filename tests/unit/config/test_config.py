@@ -280,6 +280,11 @@ def test_overrides(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--set model\.rnn\.hidden_dim=512: model\.rnn\."
                        r"hidden_dim: model\.arch is transformer, which does not read model\.rnn"):
         load_recipe(path, ["model.rnn.hidden_dim=512"])
+    # ... beside the other problems, not only once they are mended
+    with pytest.raises(ConfigError, match=r"^2 problems in recipe:\n--set train\.lr=x: .*\n"
+                       r"--set model\.rnn\.hidden_dim=512: model\.rnn\.hidden_dim: model\.arch "
+                       r"is transformer"):
+        load_recipe(path, ["train.lr=x", "model.rnn.hidden_dim=512"])
     rnn = load_recipe(path, ["model.arch=rnn", "model.rnn.hidden_dim=32"]).model
     assert rnn.rnn.hidden_dim == 32
     with pytest.raises(ConfigError, match=r"^--set model\.rnn=\{hidden_dim: 5\}: model\.rnn: "
