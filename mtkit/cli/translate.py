@@ -118,7 +118,8 @@ def translate(
         "--top-p", metavar="P", help="Nucleus sampling mass (default: the recipe's "
         "decode.top_p).")] = None,
     seed: Annotated[int | None, typer.Option(
-        "--seed", metavar="N", help="Sampling seed (default: the recipe's decode.seed).")]
+        "--seed", metavar="N", help="Sampling seed: the same samples for the same input and "
+        "--batch-tokens (default: the recipe's decode.seed).")]
     = None,
     batch_tokens: Annotated[int | None, typer.Option(
         "--batch-tokens", metavar="N", help="Padded source tokens per batch (default: the "
