@@ -253,7 +253,7 @@ class TrainConfig:
     seed: int = _rng(1, ge=0, le=2**63 - 1)  # what numpy's and torch's generators take
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"  # autocast on CUDA; CPU always fp32
-    compile: bool = False  # torch.compile the model
+    compile: bool = False  # torch.compile the model; compiling counts in max_time
     threads: int = _rng(0, ge=0)  # CPU threads; 0 = torch's default
     batch_tokens: int = _rng(4096, ge=16)  # padded tokens per side per batch
     update_freq: int = _rng(1, ge=1)  # gradient accumulation: batches per update
