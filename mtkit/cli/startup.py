@@ -20,11 +20,11 @@ import gc
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 
 from mtkit.errors import Terminated
 from mtkit.fileio import remove_temporaries
+from mtkit.signal_echo import SignalEcho
 
 _OWNED = {"process": False}
 
@@ -58,11 +58,7 @@ def before_exit() -> None:
 
 
 TERMINATED: list[int] = []  # the signal that asked the process to end, once one has
-# The same signal again within this many seconds is the same request: GNU `timeout` sends
-# its signal to mtkit and then to mtkit's process group, mtkit again (killed outright then,
-# silently, with its output's temporary left, in 1 of 10 runs of a trial).
-REPEAT_WINDOW = 1.0
-_FIRST_AT: list[float] = []
+_ECHO = SignalEcho()
 
 
 def handle_termination() -> None:
@@ -72,20 +68,19 @@ def handle_termination() -> None:
     long call into a library ends first (sentencepiece's training runs in a thread of its own
     for that reason: `mtkit.data.spm`); a second signal, while the first one's
     clean-up runs (waiting for an engine's running batches), has the default effect at once,
-    after removing the temporaries of the outputs being written (nothing else would); the
-    same signal within REPEAT_WINDOW of the first is taken as its echo and ignored.
+    after removing `atomic_write`'s temporaries of the outputs being written (a staging
+    folder of prep's is removed by the next prep); the same signal within a second of the
+    first is its echo (`mtkit.signal_echo`) and ignored.
     A signal ignored when mtkit started (`nohup`) stays ignored; training installs its own
     handlers (a graceful stop with a checkpoint)."""
     def terminate(signum: int, frame: object) -> None:
-        if TERMINATED and signum == TERMINATED[0] and (
-                time.monotonic() - _FIRST_AT[0] < REPEAT_WINDOW):
-            return  # the first one's echo: its clean-up goes on
+        if _ECHO.is_echo(signum):
+            return  # the first one's echo (`mtkit.signal_echo`): its clean-up goes on
         if TERMINATED:  # the second: the default action, now
             remove_temporaries()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
         TERMINATED.append(signum)
-        _FIRST_AT.append(time.monotonic())
         raise Terminated(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):

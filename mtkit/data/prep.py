@@ -22,7 +22,6 @@ a ``data/`` that a later run trusts.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -31,15 +30,25 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-from mtkit.config import DataConfig, Recipe, SplitConfig, dump_recipe, recipe_to_dict, split_corpora
+from mtkit.config import DataConfig, Recipe, dump_recipe, recipe_to_dict
 from mtkit.data import sources, store
 from mtkit.data.alignments import AlignStats
 from mtkit.data.clean import CleanStats
 from mtkit.data.encode import TrainRules, encode_split
+from mtkit.data.manifest import (
+    FORMAT,
+    data_hash,
+    fingerprint,
+    is_prepared,
+    only_evaluation_changed,
+    read_manifest,
+    refuse_orphaning_checkpoints,
+    refuse_replacing_foreign_files,
+    split_inputs,
+)
 from mtkit.data.report import PrepReport, print_report, report_fields, report_from_manifest
 from mtkit.data.reservoir import Reservoir
 from mtkit.data.sampler import TokenBatchSampler
@@ -61,93 +70,6 @@ from mtkit.run_lock import run_lock
 log = logging.getLogger(__name__)
 
 __all__ = ["DATA_DIR", "MANIFEST", "PrepReport", "data_dir", "is_prepared", "prepare"]
-_FORMAT = 1  # bump when the layout of the data directory changes
-
-
-def data_hash(data: DataConfig) -> str:
-    """A hash of the data section: any change in it means the data must be prepared again."""
-    text = json.dumps(_without_unset_align(recipe_to_dict(data)), sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _without_unset_align(value: Any) -> Any:
-    """The data section less every corpus's ``align: null``: a corpus without alignments
-    hashes as it did before corpora could have one, so existing data stays up to date."""
-    if isinstance(value, dict):
-        return {k: _without_unset_align(v) for k, v in value.items()
-                if not (k == "align" and v is None and "src" in value)}
-    if isinstance(value, list):
-        return [_without_unset_align(v) for v in value]
-    return value
-
-
-def _splits(data: DataConfig) -> dict[str, list[tuple[str, SplitConfig]]]:
-    """Every split's corpora, each with its name in recipe keys below ``data.``: ``train``,
-    ``train[1]``, ``test.NAME``..."""
-    assert data.train is not None and data.valid is not None  # checked by the config
-    named = {"train": data.train, "valid": data.valid,
-             **{f"test.{n}": t for n, t in data.test.items()}}
-    return {name.removeprefix("test."): [(name + suffix, corpus)
-                                         for suffix, corpus in split_corpora(split)]
-            for name, split in named.items()}
-
-
-def _fingerprint(data: DataConfig, *, with_sha: bool = False) -> dict[str, dict]:
-    """Size and mtime (and, for the manifest, sha256) of every local input. URL inputs are
-    pinned by the sha256 in the data section already."""
-    out = {}
-    for name, corpora in _splits(data).items():
-        for key, corpus in corpora:
-            # Keyed as before lists of corpora existed: NAME.src for a one-corpus split.
-            prefix = name + key[key.index("["):] if "[" in key else name
-            for side, src in (("src", corpus.src), ("tgt", corpus.tgt), ("align", corpus.align)):
-                if src is not None and src.path is not None:
-                    p = Path(src.path)
-                    st = p.stat() if p.is_file() else None
-                    entry = {"path": str(p), "size": st and st.st_size,
-                             "mtime_ns": st and st.st_mtime_ns}
-                    if with_sha and st is not None:
-                        entry["sha256"] = sources.sha256_file(p)
-                    out[f"{prefix}.{side}"] = entry
-    return out
-
-
-def _inputs_unchanged(recorded: dict[str, dict], now: dict[str, dict]) -> bool:
-    if recorded.keys() != now.keys():
-        return False
-    for key, rec in recorded.items():
-        cur = now[key]
-        if cur["size"] is None or cur["size"] != rec["size"] or cur["path"] != rec["path"]:
-            return False
-        # Same size, new mtime (e.g. touched or copied): compare contents before redoing.
-        if cur["mtime_ns"] != rec["mtime_ns"] and (
-                sources.sha256_file(cur["path"]) != rec.get("sha256")):
-            return False
-    return True
-
-
-def _read_manifest(run_dir: Path) -> dict | None:
-    path = data_dir(run_dir) / MANIFEST
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def is_prepared(recipe: Recipe, run_dir: str | Path) -> bool:
-    """True when ``run_dir/data`` was prepared from this data section and unchanged inputs."""
-    run_dir = Path(run_dir)
-    man = _read_manifest(run_dir)
-    if man is None or man.get("format") != _FORMAT or man.get("data_hash") != data_hash(
-            recipe.data):
-        return False
-    ddir = data_dir(run_dir)
-    for name, size in man.get("files", {}).items():
-        p = ddir / name
-        if not p.is_file() or p.stat().st_size != size:
-            return False
-    return _inputs_unchanged(man.get("inputs", {}), _fingerprint(recipe.data))
-
 
 def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = None,
             console: Console | None = None, on_download: DownloadProgress | None = None,
@@ -164,14 +86,14 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     check_writable_run_dir(run_dir)
     with run_lock(run_dir, "prep"):
         if not force and is_prepared(recipe, run_dir):
-            man = _read_manifest(run_dir)
+            man = read_manifest(run_dir)
             assert man is not None
             report = report_from_manifest(man, data_dir(run_dir))
         else:
-            keep = not force and _only_evaluation_changed(recipe, run_dir)
+            keep = not force and only_evaluation_changed(recipe, run_dir)
             if not keep:
-                _refuse_orphaning_checkpoints(recipe, run_dir, force=force)
-            _refuse_replacing_foreign_files(run_dir)
+                refuse_orphaning_checkpoints(recipe, run_dir, force=force)
+            refuse_replacing_foreign_files(run_dir)
             report = _build(recipe, run_dir, mirror=mirror, console=console,
                             on_download=on_download,
                             tokenizer=Tokenizer.load(data_dir(run_dir)) if keep else None)
@@ -184,58 +106,6 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     else:
         log.info("prep: %s (%s)", report.data_dir, "up to date" if report.skipped else "done")
     return report
-
-
-def _only_evaluation_changed(recipe: Recipe, run_dir: Path) -> bool:
-    """Whether the run holds checkpoints and only its validation or test splits changed
-    (a test set added after training, say): the vocabulary they need is then kept, not
-    trained again, and the training split comes out as before."""
-    man = _read_manifest(run_dir)
-    if man is None or not any(run_dir.glob("*.pt")) or "data" not in man:
-        return False
-
-    def training(data: dict) -> str:
-        part = {k: v for k, v in data.items() if k not in ("valid", "test")}
-        return json.dumps(_without_unset_align(part), sort_keys=True)
-
-    def train_inputs(inputs: dict) -> dict:
-        return {k: v for k, v in inputs.items() if k.startswith(("train.", "train["))}
-
-    return training(man["data"]) == training(recipe_to_dict(recipe.data)) and _inputs_unchanged(
-        train_inputs(man.get("inputs", {})), train_inputs(_fingerprint(recipe.data)))
-
-
-def _refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool) -> None:
-    """Checkpoints need the vocabulary they were trained with: preparing a run that holds
-    some from a changed data section or changed inputs would leave them unusable, so that
-    takes --force. (Rebuilding damaged or missing files from the same inputs gives the same
-    vocabulary, which the checkpoints' sha256 confirms on load.)"""
-    ckpts = sorted(p.name for p in run_dir.glob("*.pt"))
-    man = _read_manifest(run_dir)
-    if force or not ckpts or man is None:
-        return
-    if man.get("data_hash") == data_hash(recipe.data) and _inputs_unchanged(
-            man.get("inputs", {}), _fingerprint(recipe.data)):
-        return
-    raise DataError(f"{run_dir}: holds trained checkpoints ({', '.join(ckpts[:3])}"
-                    f"{', ...' if len(ckpts) > 3 else ''}) that need the data/ prepared now, "
-                    "but the recipe's data section or its inputs changed; use a new --run-dir, "
-                    "or `mtkit prep --force` to replace it (those checkpoints then stop "
-                    "loading)")
-
-
-def _refuse_replacing_foreign_files(run_dir: Path) -> None:
-    """data/ is replaced as a whole: refuse (with --force too) when it holds anything its
-    manifest does not list, such as notes of the user's, which went with it."""
-    ddir, man = data_dir(run_dir), _read_manifest(run_dir)
-    if not ddir.is_dir() or man is None:  # no list (a damaged data/ of the run): rebuilt
-        return
-    listed = set(man.get("files", {})) | {MANIFEST}
-    foreign = sorted(p.name for p in ddir.iterdir() if p.name not in listed)
-    if foreign:
-        raise DataError(f"{ddir}: holds files mtkit prep did not write ({', '.join(foreign[:3])}"
-                        f"{', ...' if len(foreign) > 3 else ''}); preparing again replaces "
-                        "data/ as a whole: move them out of it first")
 
 
 def _add_batching(report: PrepReport, recipe: Recipe) -> None:
@@ -258,14 +128,14 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
     t0 = time.perf_counter()
     data = recipe.data
     # Taken before reading, so that a file changed meanwhile is redone next time.
-    fingerprint = _fingerprint(data, with_sha=True)
-    files = _resolve_splits(data, mirror=mirror, on_download=on_download)
+    inputs = fingerprint(data, with_sha=True)
+    files = _resolvesplits(data, mirror=mirror, on_download=on_download)
     invalid: dict[str, InvalidUtf8] = {}
-    _check_eval_splits(data, files, invalid)
+    _check_evalsplits(data, files, invalid)
     scan = scan_train(files["train"], data, invalid)
     phases = {"read": time.perf_counter() - t0}
     if not scan.stats.read:  # said to be empty 'after cleaning', which had dropped nothing
-        key = f"data.{_splits(data)['train'][0][0]}"
+        key = f"data.{split_inputs(data)['train'][0][0]}"
         raise DataError(f"{files['train'][0].src}: the training split ({key}.src) is empty; "
                         "training needs sentence pairs")
     tok = tokenizer or _train_tokenizer(scan.samples, recipe)
@@ -291,7 +161,7 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
             files=_publish(paths), phases=phases, alignments=links)
         report.seconds = time.perf_counter() - t0
         phases["encode"] = report.seconds - phases["read"] - phases["sentencepiece"]
-        _write_manifest(tmp, report, recipe, fingerprint)
+        _write_manifest(tmp, report, recipe, inputs)
     return report
 
 
@@ -305,7 +175,7 @@ def _all_dropped(first: Path, data: DataConfig, stats: CleanStats) -> str:
             f"{c.max_ratio}); relax them")
 
 
-def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
+def _resolvesplits(data: DataConfig, *, mirror: str | Path | None,
                     on_download: DownloadProgress | None) -> dict[str, list[Corpus]]:
     """Every split's corpora as verified local (source, target, alignment) files."""
     def get(src, key: str) -> Path:
@@ -313,7 +183,7 @@ def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
 
     # every missing local file said at once, and before any download
     missing = []
-    for corpora in _splits(data).values():
+    for corpora in split_inputs(data).values():
         for key, c in corpora:
             for field, src in (("src", c.src), ("tgt", c.tgt), ("align", c.align)):
                 if src is not None and src.path is not None and not Path(src.path).is_file():
@@ -327,16 +197,16 @@ def _resolve_splits(data: DataConfig, *, mirror: str | Path | None,
                           None if c.align is None else get(c.align, f"{key}.align"),
                           key=f"data.{key}")
                    for key, c in corpora]
-            for name, corpora in _splits(data).items()}
+            for name, corpora in split_inputs(data).items()}
 
 
-def _check_eval_splits(data: DataConfig, files: dict[str, list[Corpus]],
+def _check_evalsplits(data: DataConfig, files: dict[str, list[Corpus]],
                        invalid: dict[str, InvalidUtf8]) -> None:
     """Read the validation and test splits once (they are small, and read before the long
     training pass so that a broken one fails fast); each needs at least one pair."""
     for name, corpora in files.items():
         if name != "train" and count_lines(corpora, invalid) == 0:
-            key = f"data.{_splits(data)[name][0][0]}"
+            key = f"data.{split_inputs(data)[name][0][0]}"
             raise DataError(f"{corpora[0].src}: the {name} split ({key}.src) is empty; "
                             "validation and test need at least one sentence pair")
 
@@ -361,8 +231,8 @@ def _publish(paths: list[Path]) -> dict[str, int]:
 
 
 def _write_manifest(tmp: Path, report: PrepReport, recipe: Recipe,
-                    fingerprint: dict[str, dict]) -> None:
-    body = {"format": _FORMAT, "data_hash": data_hash(recipe.data), "inputs": fingerprint,
+                    inputs: dict[str, dict]) -> None:
+    body = {"format": FORMAT, "data_hash": data_hash(recipe.data), "inputs": inputs,
             "data": recipe_to_dict(recipe.data), **report_fields(report)}
     with atomic_write(tmp / MANIFEST) as f:
         json.dump(body, f, indent=1, ensure_ascii=False)

@@ -1,6 +1,7 @@
 """Ctrl-C (SIGINT), SIGTERM and SIGHUP during training: the first asks the loop to stop at the
-next update boundary with a checkpoint; a second one interrupts at once. A signal ignored when
-training starts (SIGHUP under `nohup`) stays ignored."""
+next update boundary with a checkpoint; a second one interrupts at once (not the first's echo:
+`mtkit.signal_echo`). A signal ignored when training starts (SIGHUP under `nohup`) stays
+ignored."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from mtkit.errors import Terminated
+from mtkit.signal_echo import SignalEcho
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +26,11 @@ class GracefulStop:
     def __init__(self) -> None:
         self.requested: str | None = None
         self._previous: dict[int, Any] = {}
+        self._echo = SignalEcho()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._echo.is_echo(signum):
+            return  # `timeout`'s second copy of its signal: the graceful stop goes on
         if self.requested is not None:  # exit 128 + the signal, as the shell expects
             raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
         self.requested = signal.Signals(signum).name

@@ -442,6 +442,22 @@ def test_a_test_set_added_after_training_keeps_the_vocabulary(toy_model, tmp_pat
     assert refused.exit_code == 2 and "holds trained checkpoints" in refused.output
 
 
+def test_prep_rebuilds_a_missing_tokenizer_of_a_trained_run(toy_model, src_file, tmp_path,
+                                                            toy_recipe_path):
+    """With nothing changed, a lost sentencepiece model of a trained run is trained again
+    from the same inputs (the same model): keeping the one there, as when only the test sets
+    change, failed with 'no sentencepiece model; run mtkit prep first', said by prep."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    (model,) = (run / "data").glob("spm*.model")
+    kept = model.read_bytes()
+    model.unlink()
+    done = _cli("prep", toy_recipe_path, "--run-dir", run)
+    assert done.exit_code == 0, done.output
+    assert model.read_bytes() == kept
+    assert _cli("translate", run, "-i", src_file).exit_code == 0
+
+
 _THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 _HUGE_PAGES = """
 import sys, torch

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mtkit.config import load_recipe, recipe_from_dict
-from mtkit.data import prep as prep_mod
+from mtkit.data.manifest import without_unset_align
 from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
@@ -181,7 +181,7 @@ def test_data_without_alignments_load_as_before_and_refuse_guided_training(
         "train": {"src": str(TOY / "train.src"), "tgt": str(TOY / "train.tgt")},
         "valid": {"src": str(TOY / "valid.src"), "tgt": str(TOY / "valid.tgt")},
         "spm": {"vocab_size": 51}}})
-    assert prep_mod._without_unset_align(
+    assert without_unset_align(
         {"train": [{"src": 1, "tgt": 2, "align": None}]}) == {"train": [{"src": 1, "tgt": 2}]}
     run = tmp_path / "run"
     prepare(recipe, run)

@@ -361,11 +361,13 @@ def test_sighup_stops_with_a_checkpoint(tmp_path: Path) -> None:
     assert (run / "last.pt").is_file()
 
 
-def test_a_second_signal_stops_at_once_as_its_own_kind() -> None:
+def test_a_second_signal_stops_at_once_as_its_own_kind(monkeypatch) -> None:
     """A second SIGTERM raised KeyboardInterrupt: the command exited 130, as on Ctrl-C."""
+    from mtkit import signal_echo
     from mtkit.errors import Terminated
     from mtkit.train.signals import GracefulStop
 
+    monkeypatch.setattr(signal_echo, "REPEAT_WINDOW", 0.0)  # however soon: not an echo here
     for sig, kind in ((signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)):
         with GracefulStop() as stop:
             os.kill(os.getpid(), sig)
@@ -374,6 +376,23 @@ def test_a_second_signal_stops_at_once_as_its_own_kind() -> None:
                 os.kill(os.getpid(), sig)
                 time.sleep(1)  # the handler runs in between
         assert (e.type is Terminated) == (sig == signal.SIGTERM)
+
+
+def test_timeouts_echo_of_its_signal_does_not_stop_training_at_once() -> None:
+    """GNU timeout signals mtkit and then its process group: the second SIGTERM, microseconds
+    after the first, interrupted training at once, without the checkpoint of a graceful stop.
+    A second Ctrl-C is always meant."""
+    from mtkit.train.signals import GracefulStop
+
+    with GracefulStop() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)  # the handlers run in between
+        assert stop.requested == "SIGTERM"
+    with GracefulStop() as stop, pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
 
 
 def test_nonfinite_loss_skips_the_update_with_a_warning(tmp_path: Path,
