@@ -89,7 +89,8 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             path, mode, encoding=None if "b" in mode else encoding))
         return
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    if found is not None and not os.access(target, os.W_OK):
+    if found is not None and not os.access(target, os.W_OK,
+                                           effective_ids=os.access in os.supports_effective_ids):
         # A rename needs only the folder's permission: it replaced a file that the shell's
         # `>` refuses (another user's, or one made read-only), and took it over.
         raise WriteError(f"{path}: cannot write (Permission denied)")

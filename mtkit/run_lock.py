@@ -102,10 +102,12 @@ def _locked(run_dir: Path, path: Path) -> tuple[list[Path], int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(fd) if _writer_holds(fd) else "mtkit average (reading checkpoints)"
-            os.close(fd)
-            raise RunDirError(f"{run_dir}: in use by {holder}; wait for it to end, or use "
-                              "another --run-dir") from None
+            holder = _holder(fd) if _writer_holds(fd) else None
+            # Readers hold it, or the holder went between the two tries (then it is ours now).
+            if holder is not None or not _take(fd):
+                os.close(fd)
+                raise RunDirError(f"{run_dir}: in use by {holder or READER}; wait for it to "
+                                  "end, or use another --run-dir") from None
         try:
             current = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -113,6 +115,18 @@ def _locked(run_dir: Path, path: Path) -> tuple[list[Path], int]:
         if current:
             return made, fd
         os.close(fd)
+
+
+READER = "mtkit average (reading checkpoints)"  # the one command that shares the lock
+
+
+def _take(fd: int) -> bool:
+    """Take the lock exclusively if no one holds it; whether it was taken."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _writer_holds(fd: int) -> bool:

@@ -86,11 +86,11 @@ def output_problems(outputs: Mapping[str, Path | None], inputs: Mapping[str, Pat
                     ) -> list[str]:
     """What is wrong with the output files a user names (flag -> file; None or - for none):
     a folder that is not there (`folder_problems`), an input replaced (`overwrite_problems`),
-    a name ending in .gz: inputs so named are read decompressed, but outputs are plain text
+    a name ending in .gz: gzip inputs are read decompressed, but outputs are plain text
     (`-o out.de.gz` was text that gzip -d refused)."""
     gz = [f"{f} {p}: mtkit writes plain text, not gzip; name the file without .gz, or pipe "
           f"the output through gzip" for f, p in outputs.items()
-          if p is not None and p.suffix == ".gz" and not p.is_dir()]
+          if p is not None and p.suffix.lower() == ".gz" and not p.is_dir()]
     return folder_problems(outputs) + overwrite_problems(outputs, inputs) + gz
 
 
@@ -123,6 +123,8 @@ def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
         if p is None or str(p) == "-":
             continue
         q = Path(os.path.realpath(p)) if p.is_symlink() else p  # where a link writes
+        if q.is_file() and not os.access(q, os.W_OK):  # said before a model loads
+            problems.append(f"{f} {p}: cannot write (Permission denied)")
         if q.parent.is_dir():
             continue
         # the nearest ancestor there: a file in the way cannot be made a folder by the user

@@ -97,8 +97,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
             report = _build(recipe, run_dir, mirror=mirror, console=console,
                             on_download=on_download,
                             tokenizer=Tokenizer.load(data_dir(run_dir)) if keep else None)
-        with atomic_write(run_dir / RECIPE) as f:
-            f.write(f"{RECIPE_HEADER}\n{dump_recipe(recipe)}")
+        _write_if_changed(run_dir / RECIPE, f"{RECIPE_HEADER}\n{dump_recipe(recipe)}")
     if batching:
         _add_batching(report, recipe)
     if console is not None:
@@ -106,6 +105,18 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     else:
         log.info("prep: %s (%s)", report.data_dir, "up to date" if report.skipped else "done")
     return report
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Write `path` unless it holds `text` already: a run's recipe.yaml made read-only (a
+    run under DVC or git-annex) is refused by `atomic_write`, on every prep and resume."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    with atomic_write(path) as f:
+        f.write(text)
 
 
 def _add_batching(report: PrepReport, recipe: Recipe) -> None:

@@ -742,3 +742,18 @@ def test_training_start_skips_the_report_batching(tmp_path: Path, monkeypatch) -
     monkeypatch.setattr(prep_mod, "TokenBatchSampler", no_sampler)
     assert prepare(recipe, run, batching=False).train_batches == 0
     session._prepare(recipe, run, resumed=False, mirror=None, console=Console(file=io.StringIO()))
+
+
+def test_prep_leaves_an_unchanged_recipe_yaml_alone(tmp_path: Path, monkeypatch) -> None:
+    """prep rewrote the run's recipe.yaml on every run, up to date or not: made read-only (a
+    run under DVC or git-annex), it failed 'cannot write (Permission denied)' each time."""
+    src, tgt = _toy_copy(tmp_path)
+    run = tmp_path / "run"
+    recipe = _recipe(tmp_path, str(src), str(tgt))
+    prepare(recipe, run)
+    saved = run / "recipe.yaml"
+    saved.chmod(0o444)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: (  # as for a user other than root
+        mode != os.W_OK or Path(p) != saved) and access(p, mode, **kw))
+    assert prepare(recipe, run).skipped
