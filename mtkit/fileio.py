@@ -89,23 +89,11 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             path, mode, encoding=None if "b" in mode else encoding))
         return
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    if found is not None and not os.access(target, os.W_OK,
-                                           effective_ids=os.access in os.supports_effective_ids):
+    if found is not None and not writable(target):
         # A rename needs only the folder's permission: it replaced a file that the shell's
         # `>` refuses (another user's, or one made read-only), and took it over.
         raise WriteError(f"{path}: cannot write (Permission denied)")
-    made = [p for p in target.parents if not p.exists()]  # deepest first
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        _WRITING.add(tmp)
-    except FileExistsError:  # a file where a parent folder should be
-        remove_empty(made)
-        raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
-                         ) from None
-    except OSError as e:
-        remove_empty(made)
-        raise write_error(path, e) from None
+    fd, tmp, made = _temporary(path, target)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
@@ -129,6 +117,29 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
 
 
 _WRITING: set[str] = set()  # atomic_write's temporaries being written now
+
+
+def writable(path: str | Path) -> bool:
+    """Whether this process may write the existing file `path` (as the shell's `>` would)."""
+    return os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
+def _temporary(path: Path, target: Path) -> tuple[int, str, list[Path]]:
+    """A new temporary file beside `target`, recorded as being written: its descriptor, its
+    name, and the folders made for it (deepest first); `path` names it in an error."""
+    made = [p for p in target.parents if not p.exists()]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except FileExistsError:  # a file where a parent folder should be
+        remove_empty(made)
+        raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
+                         ) from None
+    except OSError as e:
+        remove_empty(made)
+        raise write_error(path, e) from None
+    _WRITING.add(tmp)
+    return fd, tmp, made
 
 
 def remove_temporaries() -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 import typer
 
 from mtkit.errors import ConfigError
+from mtkit.fileio import writable
 
 if TYPE_CHECKING:
     from mtkit.config import DecodeConfig
@@ -123,7 +124,7 @@ def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
         if p is None or str(p) == "-":
             continue
         q = Path(os.path.realpath(p)) if p.is_symlink() else p  # where a link writes
-        if q.is_file() and not os.access(q, os.W_OK):  # said before a model loads
+        if q.is_file() and not writable(q):  # said before a model loads
             problems.append(f"{f} {p}: cannot write (Permission denied)")
         if q.parent.is_dir():
             continue

@@ -119,15 +119,40 @@ def check_destination(out: Path) -> set[str]:
     return listed
 
 
+def _matching_mtkit(recipe: Recipe) -> list[str]:
+    """The README's section on decoding as mtkit does: length penalty, attention, limits."""
+    d, tf = recipe.decode, recipe.model.transformer
+    heads = "mean over heads" if tf.align_head is None else f"head {tf.align_head}"
+    guided = recipe.train.guided_alignment
+    shift = guided.enabled and guided.readout == "shift"
+    return [
+        "## Decoding that matches mtkit",
+        "",
+        "CTranslate2's `length_penalty` p divides a hypothesis's log-probability by |Y|^p, |Y|",
+        "counting the end token: mtkit's `average` is p = 1, `none` is p = 0; GNMT has no",
+        "equivalent. Suppress `<pad>` and `<s>` as mtkit does. `return_attention=True` gives the",
+        f"cross-attention of decoder layer {tf.align_layer} ({heads}) that "
+        "`mtkit translate --align` uses.",
+        *(["The model was trained with guided alignment read out by `shift`, and",
+           "`mtkit translate --align` reads it so: the attention row of target piece j+1",
+           "aligns piece j, and the row of `</s>` (`return_end_token=True`) the last piece."]
+          if shift else []),
+        "",
+        f"mtkit ends each output at floor({d.max_len_a} * n) + {d.max_len_b} pieces (n: the "
+        "source's pieces,",
+        "`</s>` not counted) with `</s>`; the engine's `max_decoding_length` (default 256) is",
+        "one limit per call, which the snippets above leave as it is: an output that runs on",
+        "(a repetition) can be longer than mtkit's. `mtkit translate THIS_DIR` applies each",
+        "sentence's limit.",
+    ]
+
+
 def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None) -> str:
     names = model_files(tok.joint)
     spm_files = ", ".join(f"`{n}`" for n in names)
     src_spm, tgt_spm = names[0], names[-1]
-    d, tf = recipe.decode, recipe.model.transformer
+    d = recipe.decode
     lp = 1.0 if d.length_penalty == "average" else 0.0
-    heads = "mean over heads" if tf.align_head is None else f"head {tf.align_head}"
-    guided = recipe.train.guided_alignment
-    shift = guided.enabled and guided.readout == "shift"
     lines = [
         f"# {recipe.name}: a CTranslate2 model exported by mtkit {__version__}",
         "",
@@ -168,24 +193,7 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         f"length_penalty={lp}, suppress_sequences=[[\"<pad>\"], [\"<s>\"]])]' > output.sp",
         f"    spm_decode --model=THIS_DIR/{tgt_spm} < output.sp > output.txt",
         "",
-        "## Decoding that matches mtkit",
-        "",
-        "CTranslate2's `length_penalty` p divides a hypothesis's log-probability by |Y|^p, |Y|",
-        "counting the end token: mtkit's `average` is p = 1, `none` is p = 0; GNMT has no",
-        "equivalent. Suppress `<pad>` and `<s>` as mtkit does. `return_attention=True` gives the",
-        f"cross-attention of decoder layer {tf.align_layer} ({heads}) that "
-        "`mtkit translate --align` uses.",
-        *(["The model was trained with guided alignment read out by `shift`, and",
-           "`mtkit translate --align` reads it so: the attention row of target piece j+1",
-           "aligns piece j, and the row of `</s>` (`return_end_token=True`) the last piece."]
-          if shift else []),
-        "",
-        f"mtkit ends each output at floor({d.max_len_a} * n) + {d.max_len_b} pieces (n: the "
-        "source's pieces,",
-        "`</s>` not counted) with `</s>`; the engine's `max_decoding_length` (default 256) is",
-        "one limit per call, which the snippets above leave as it is: an output that runs on",
-        "(a repetition) can be longer than mtkit's. `mtkit translate THIS_DIR` applies each",
-        "sentence's limit.",
+        *_matching_mtkit(recipe),
     ]
     if note:
         lines += ["", f"Note: {note}."]
