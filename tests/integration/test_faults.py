@@ -401,13 +401,14 @@ def test_self_attention_gives_no_links_or_aer(toy_model, tmp_path):
                 "0.2"), "--align-method and --threshold make source-target links")
 
 
-def _earlier_checkpoint(run: Path) -> Path:
+def _earlier_checkpoint(run: Path, out: Path | None = None) -> Path:
     """A stand-in for an earlier checkpoint of the toy run (it keeps one, best = last):
-    best.pt's weights saved as update 399, since average refuses one checkpoint twice."""
+    best.pt's weights saved as update 399 (into `out`, else the run's checkpoint_399.pt),
+    since average refuses one checkpoint twice."""
     from mtkit.run import load_checkpoint, save_checkpoint
 
     state = load_checkpoint(run / "best.pt")
-    return save_checkpoint(run / "checkpoint_399.pt", {
+    return save_checkpoint(out or run / "checkpoint_399.pt", {
         **state, "progress": {**state["progress"], "update": 399}})
 
 
@@ -569,8 +570,8 @@ def test_outputs_that_name_folders_or_paths_under_files(toy_model, tmp_path):
            "exists and is not a folder")
     _fails(_cli("align", toy_model, "-s", src, "--heatmap", a_file / "maps"), "file.txt",
            "is a file, not a folder")
-    shutil.copy(toy_model / "best.pt", tmp_path / "other.pt")  # last.pt is the same file
-    _fails(_cli("average", toy_model / "best.pt", tmp_path / "other.pt", "-o", tmp_path),
+    other = _earlier_checkpoint(toy_model, tmp_path / "other.pt")  # last.pt is best.pt
+    _fails(_cli("average", toy_model / "best.pt", other, "-o", tmp_path),
            str(tmp_path), "is a folder")
     assert a_file.read_text() == "mine\n"
 
@@ -729,6 +730,7 @@ def test_read_only_run_folder(toy_model, tmp_path):
     with _tmpfs(tmp_path / "ro", "16m") as disk:
         run = disk / "run"
         shutil.copytree(toy_model, run)
+        earlier = _earlier_checkpoint(run)
         _read_only(disk)
         before = _tree(run)
         recipe = _toy_recipe(tmp_path)
@@ -738,7 +740,7 @@ def test_read_only_run_folder(toy_model, tmp_path):
                "Read-only file system")
         _fails(_cli("score", "--run", run, "--split", "test"), str(run / "translations"),
                "Read-only file system")
-        _fails(_cli("average", run / "best.pt", run / "last.pt"), str(run / "averaged.pt"),
+        _fails(_cli("average", run / "best.pt", earlier), str(run / "averaged.pt"),
                "Read-only file system")
         _fails(_cli("translate", run, "-i", src, "-o", run / "out.txt"), str(run / "out.txt"),
                "Read-only file system")
