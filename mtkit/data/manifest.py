@@ -5,6 +5,7 @@ a run's checkpoints need, files prep did not write)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -14,6 +15,7 @@ from mtkit.config import DataConfig, Recipe, SplitConfig, recipe_to_dict, split_
 from mtkit.data import sources
 from mtkit.data.spm import model_files
 from mtkit.errors import DataError
+from mtkit.fileio import WriteError, atomic_write
 from mtkit.run import MANIFEST, data_dir
 
 FORMAT = 1  # bump when the layout of the data directory changes
@@ -79,6 +81,25 @@ def inputs_unchanged(recorded: dict[str, dict], now: dict[str, dict]) -> bool:
                 sources.sha256_file(cur["path"]) != rec.get("sha256")):
             return False
     return True
+
+
+def record_mtimes(run_dir: Path, recipe: Recipe) -> None:
+    """After `is_prepared` found inputs of a new mtime unchanged (by their sha256), record
+    the mtimes: a touched or copied corpus was hashed again at every later prep and training
+    start (seconds to minutes for a corpus of millions of pairs)."""
+    man = read_manifest(run_dir)
+    if man is None:
+        return
+    now = fingerprint(recipe.data)
+    moved = [(rec, cur) for key, rec in man.get("inputs", {}).items()
+             if (cur := now.get(key)) is not None
+             and cur["size"] == rec["size"] and cur["mtime_ns"] != rec["mtime_ns"]]
+    if not moved:
+        return
+    for rec, cur in moved:
+        rec["mtime_ns"] = cur["mtime_ns"]
+    with contextlib.suppress(WriteError), atomic_write(data_dir(run_dir) / MANIFEST) as f:
+        json.dump(man, f, indent=1, ensure_ascii=False)  # a saving only: read-only data/ too
 
 
 def read_manifest(run_dir: Path) -> dict | None:

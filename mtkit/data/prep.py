@@ -45,6 +45,7 @@ from mtkit.data.manifest import (
     is_prepared,
     only_evaluation_changed,
     read_manifest,
+    record_mtimes,
     refuse_orphaning_checkpoints,
     refuse_replacing_foreign_files,
     split_inputs,
@@ -86,6 +87,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
     check_writable_run_dir(run_dir)
     with run_lock(run_dir, "prep"):
         if not force and is_prepared(recipe, run_dir):
+            record_mtimes(run_dir, recipe)
             man = read_manifest(run_dir)
             assert man is not None
             report = report_from_manifest(man, data_dir(run_dir))

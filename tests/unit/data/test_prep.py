@@ -194,6 +194,23 @@ def test_redo_on_changed_input_or_data_section_not_on_touch(tmp_path: Path) -> N
     assert prepare(changed, run, force=True).skipped is False
 
 
+def test_a_touched_input_is_hashed_once_not_at_every_prep(tmp_path: Path, monkeypatch) -> None:
+    """The new mtime of an input found unchanged by its sha256 was not recorded: it was
+    hashed again at every later prep and training start (minutes for big corpora)."""
+    src, _ = _toy_copy(tmp_path)
+    recipe = _recipe(tmp_path, "train.src", "train.tgt")
+    run = tmp_path / "run"
+    prepare(recipe, run)
+    os.utime(src, ns=(time.time_ns(), time.time_ns() + 10**9))  # touched, same bytes
+    hashed: list[str] = []
+    real = sources.sha256_file
+    monkeypatch.setattr(sources, "sha256_file", lambda p: hashed.append(Path(p).name) or real(p))
+    assert prepare(recipe, run).skipped and "train.src" in hashed
+    hashed.clear()
+    assert prepare(recipe, run).skipped and is_prepared(recipe, run)
+    assert hashed == []
+
+
 def test_a_changed_output_file_is_redone(tmp_path: Path) -> None:
     _toy_copy(tmp_path)
     recipe = _recipe(tmp_path, "train.src", "train.tgt")
