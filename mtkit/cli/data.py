@@ -193,23 +193,23 @@ def _average(inputs: list[Path], last: int | None, output: Path | None) -> None:
         "without --output)"
     if any(out.resolve() == p.resolve() or out.is_file() and out.samefile(p) for p in paths):
         raise MtkitError(f"{where} is one of the checkpoints being averaged")
-    if not out.is_dir():  # (a folder is refused where the file is written)
-        if out.exists() and not _is_checkpoint(out):
-            raise MtkitError(f"{where}: exists and is not a checkpoint; an average replaces "
-                             "only a checkpoint: give a new file name")
-        if not data_dir(out.parent).is_dir():
-            raise MtkitError(f"{where}: {out.parent} has no data/ folder; translate, score "
-                             "and align read a checkpoint's tokenizer from the data/ folder "
-                             "beside it: write the average into the run directory (-o FILE)")
-        if out.name in (LAST, BEST):
-            raise MtkitError(f"{where}: the run's {out.name} is its training's ({LAST}: what "
-                             f"training resumes from; {BEST}: its best checkpoint), which an "
-                             "average is not; give another name")
-        if NUMBERED.fullmatch(out.name):
-            raise MtkitError(f"{where}: the name of the run's numbered checkpoints, which "
-                             "`average --last` and training take as theirs; give another name")
-    check_averageable(paths, None if out.is_dir() else vocab_info(
-        Tokenizer.load(data_dir(out.parent))))
+    if out.is_dir():  # said before the checkpoints are read
+        raise MtkitError(f"{where}: is a folder; expected a file name")
+    if out.exists() and not _is_checkpoint(out):
+        raise MtkitError(f"{where}: exists and is not a checkpoint; an average replaces "
+                         "only a checkpoint: give a new file name")
+    if not data_dir(out.parent).is_dir():
+        raise MtkitError(f"{where}: {out.parent} has no data/ folder; translate, score "
+                         "and align read a checkpoint's tokenizer from the data/ folder "
+                         "beside it: write the average into the run directory (-o FILE)")
+    if out.name in (LAST, BEST):
+        raise MtkitError(f"{where}: the run's {out.name} is its training's ({LAST}: what "
+                         f"training resumes from; {BEST}: its best checkpoint), which an "
+                         "average is not; give another name")
+    if NUMBERED.fullmatch(out.name):
+        raise MtkitError(f"{where}: the name of the run's numbered checkpoints, which "
+                         "`average --last` and training take as theirs; give another name")
+    check_averageable(paths, vocab_info(Tokenizer.load(data_dir(out.parent))))
     save_average(paths, out)
     typer.echo(f"mtkit: averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
                f"into {out}", err=True)
