@@ -19,6 +19,7 @@ Shapes: B batch, S source length, T target length (each with EOS), h heads.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import warnings
@@ -132,6 +133,10 @@ class AlignOutputs:
         if self.heatmap_dir is not None:
             owned_files(self.heatmap_dir)  # a folder of mtkit's own heatmaps, or new or empty
             for flag, path in (("--pharaoh", self.pharaoh), ("--json", self.json)):
+                if path is not None and str(path) != "-" and (
+                        os.path.abspath(path) == os.path.abspath(self.heatmap_dir)):
+                    raise ConfigError(f"{flag} {path}: is the --heatmap folder; give {flag} a "
+                                      "file of its own")  # found after all the work, before
                 if path is not None and holds(self.heatmap_dir, path):
                     raise ConfigError(f"{flag} {path}: inside the --heatmap folder, which "
                                       "holds only heatmaps (a rerun replaces them); write it "
@@ -263,7 +268,8 @@ def _read_golds(outputs: AlignOutputs, tok: Tokenizer, pairs: list[Pair], src: P
         return None, None
     golds = read_gold(outputs.gold, one_based=outputs.one_based)
     if len(golds) != len(pairs):
-        raise DataError(f"{outputs.gold}: {len(golds)} lines of gold links for {len(pairs)} "
+        raise DataError(f"{outputs.gold}: {len(golds)} line{'s' * (len(golds) != 1)} of gold "
+                        f"links for {len(pairs)} "
                         "sentence pairs; expected one line per pair")
     words = pair_words(tok, pairs)
     for gold, pair, pw in zip(golds, pairs, words, strict=True):

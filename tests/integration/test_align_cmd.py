@@ -207,6 +207,13 @@ def test_a_heatmap_rerun_leaves_only_its_own_images(trained, pairs, tmp_path):
                "--json", tmp_path / "n" / "links.json")
     assert res.exit_code == 2 and "--json" in res.stderr and "inside the --heatmap folder" in (
         res.stderr), res.output
+    # the folder itself (new): found only after every heatmap was drawn, naming no flag
+    for flag in ("--json", "--pharaoh"):
+        res = _cli(trained, "-s", tmp_path / "s", "-t", tmp_path / "t", "--heatmap",
+                   tmp_path / "hm", flag, tmp_path / "hm")
+        assert res.stderr == (f"mtkit: error: {flag} {tmp_path / 'hm'}: is the --heatmap "
+                              f"folder; give {flag} a file of its own\n"), res.output
+        assert not (tmp_path / "hm").exists()
     (maps / "notes.txt").unlink()
     image = maps / "align-0000.png"  # an input among the images would be drawn over
     before = image.read_bytes()
