@@ -95,6 +95,13 @@ for _command in _COMMANDS:
 def main() -> None:
     """The console script: like `app()`, but a usage error (unknown option, bad or missing
     argument) is one line on stderr, exit code 2, as every other user error."""
+    try:
+        _main()
+    finally:  # the command is over: a signal now ends the process, not an exit handler
+        startup.default_signals()
+
+
+def _main() -> None:
     # typer >= 0.20 raises its vendored click's exceptions (a private module: the usage-error
     # and bare-`mtkit` tests of tests/integration/test_cli.py fail if it moves); older typer,
     # click's own

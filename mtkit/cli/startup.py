@@ -88,6 +88,16 @@ def handle_termination() -> None:
             signal.signal(sig, terminate)
 
 
+def default_signals() -> None:
+    """Give SIGINT, SIGTERM and SIGHUP their default action (those ignored stay ignored),
+    once the command is over: raised during the interpreter's exit, in an exit handler of
+    torch's, they were a traceback ('Exception ignored in atexit callback') after a trained
+    run's 'Resume with' line, on a second Ctrl-C or a second SIGTERM."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
 def hold_closed_stdout() -> None:
     """With standard output closed (`>&-`), open /dev/null as descriptor 1: the next file
     mtkit opens would get it otherwise, and what a library prints would land in that file.
