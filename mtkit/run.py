@@ -45,10 +45,11 @@ RECIPE_HEADER = "# Written by mtkit: the resolved recipe of this run (replaced b
 # Hidden names mtkit itself leaves in a run directory: its lock, prep's staging folders and
 # the temporary files of interrupted atomic writes.
 _OWN_LEFTOVERS = re.compile(r"\.mtkit\.lock|\.data\.(tmp|old)-.*|\..*\.tmp")
-# Temporary files of checkpoint writes (`atomic_write`'s ``.NAME.XXXXXXXX.tmp`` and the hard
-# link's ``.NAME.link.tmp``) that a process killed mid-write leaves behind.
+# Temporary files of checkpoint writes (`atomic_write`'s ``.NAME.XXXXXXXX.tmp``, mkstemp's
+# eight characters, and the hard link's ``.NAME.link.tmp``) that a process killed mid-write
+# leaves behind; only those (a user's '.best.pt.old.tmp' was removed too).
 _STALE_CHECKPOINT_TMP = re.compile(
-    r"\.(checkpoint_\d+|last|best|averaged)\.pt\.(link|[A-Za-z0-9_]+)\.tmp")
+    r"\.(checkpoint_\d+|last|best|averaged)\.pt\.(link|[a-z0-9_]{8})\.tmp")
 
 
 class RunDirError(MtkitError):

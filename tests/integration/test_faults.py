@@ -793,12 +793,14 @@ def test_a_trainer_removes_checkpoint_temporaries_left_by_kill_9(toy_run, tmp_pa
     stale = [run / ".checkpoint_200.pt.k2j4h_x9.tmp", run / ".last.pt.link.tmp"]
     for p in stale:
         p.write_bytes(b"half a checkpoint")
-    (run / ".my-notes.tmp").write_text("not mtkit's\n")
+    mine = [run / ".my-notes.tmp", run / ".best.pt.my-copy.tmp", run / ".averaged.pt.old.tmp"]
+    for p in mine:  # a user's, named like a checkpoint's temporary but not mkstemp's
+        p.write_text("not mtkit's\n")
     ok = _cli("train", _toy_recipe(tmp_path), "--run-dir", run, *FAST,
               "--set", "train.max_updates=2")
     assert ok.exit_code == 0, ok.output
     assert not any(p.exists() for p in stale)
-    assert (run / ".my-notes.tmp").read_text() == "not mtkit's\n"
+    assert all(p.read_text() == "not mtkit's\n" for p in mine)
 
 
 def test_invalid_utf8_gets_the_same_warning_from_every_command(toy_model, tmp_path):
