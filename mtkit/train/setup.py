@@ -82,8 +82,10 @@ def resume_state(recipe: Recipe, run_dir: Path) -> dict:
                               "state training continues from; train into a new --run-dir")
     saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
     for section in ("data", "model"):
-        key = first_difference(recipe_to_dict(getattr(saved, section)),
-                                recipe_to_dict(getattr(recipe, section)), section)
+        before, now = (recipe_to_dict(getattr(r, section)) for r in (saved, recipe))
+        if section == "data":  # test sets (added after training, as prep allows) train nothing
+            before, now = ({k: v for k, v in d.items() if k != "test"} for d in (before, now))
+        key = first_difference(before, now, section)
         if key is not None:
             raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
                                   f"the one {path} was trained with (at {key}); resume "

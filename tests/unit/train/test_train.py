@@ -586,10 +586,18 @@ def test_resume_and_fresh_start_refuse_what_would_lose_work(tmp_path: Path, capl
     with pytest.raises(CheckpointError, match=r"train\.valid_metric is loss but .* with bleu; "
                        "its best checkpoint, patience and plateau schedule count bleu"):
         _train(run, "train.max_updates=4", "train.valid_metric=loss", resume=True)
+    with pytest.raises(CheckpointError, match=r"`data` section differs .*at data\.valid"):
+        _train(run, "train.max_updates=4", f"data.valid.src={TOY.parent / 'toy/test.src'}",
+               resume=True)
+    # a test set added after training (prep allows it) was refused as a changed data section
+    extra = [f"data.test.extra.src={TOY.parent / 'toy/valid.src'}",
+             f"data.test.extra.tgt={TOY.parent / 'toy/valid.tgt'}"]
+    assert _train(run, "train.max_updates=3", "train.valid_every=1000", *extra,
+                  resume=True).update == 3
     shutil.rmtree(run / "data")  # prepared again, then said
     with caplog.at_level("WARNING"):
-        assert _train(run, "train.max_updates=3", "train.valid_every=1000",
-                      resume=True).update == 3
+        assert _train(run, "train.max_updates=4", "train.valid_every=1000", *extra,
+                      resume=True).update == 4
     assert "data was missing or damaged: prepared again from the recipe's inputs" in caplog.text
 
 
