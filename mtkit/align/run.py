@@ -136,7 +136,7 @@ class AlignOutputs:
                 if path is not None and str(path) != "-" and (
                         os.path.abspath(path) == os.path.abspath(self.heatmap_dir)):
                     raise ConfigError(f"{flag} {path}: is the --heatmap folder; give {flag} a "
-                                      "file of its own")  # found after all the work, before
+                                      "file of its own")  # was found after all the work
                 if path is not None and holds(self.heatmap_dir, path):
                     raise ConfigError(f"{flag} {path}: inside the --heatmap folder, which "
                                       "holds only heatmaps (a rerun replaces them); write it "

@@ -362,8 +362,9 @@ class Trainer:
             averaged = self._average()
         if self.dist.enabled:
             self._check_ranks_agree()
-        self.rep.record("end", update=p.update, epoch=p.epoch, reason=reason,
-                        best=p.best, best_update=p.best_update, elapsed=self._elapsed())
+        if p.update > self.session_update0 or not self.resumed:  # else recorded before
+            self.rep.record("end", update=p.update, epoch=p.epoch, reason=reason,
+                            best=p.best, best_update=p.best_update, elapsed=self._elapsed())
         best = ("not validated yet" if p.best is None else
                 f"best {self.cfg.valid_metric} {p.best:.2f} at update {p.best_update:,} "
                 f"({self.run_dir / BEST})")

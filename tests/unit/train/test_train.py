@@ -543,6 +543,8 @@ def test_a_resume_with_its_time_spent_trains_no_update(tmp_path: Path, caplog) -
     assert again.reason == "max_time" and again.update == first.update
     assert load_checkpoint(run / "last.pt")["progress"]["update"] == first.update
     assert "train.max_time was reached before this resume" in caplog.text
+    # the end was recorded by the session that reached it, not again with another elapsed
+    assert [r["kind"] for r in _metrics(run)].count("end") == 1
 
 
 def test_patience_stops_early_and_average_last_averages(tmp_path: Path) -> None:
