@@ -134,23 +134,25 @@ def only_evaluation_changed(recipe: Recipe, run_dir: Path) -> bool:
     man = read_manifest(run_dir)
     if man is None or not any(run_dir.glob("*.pt")) or "data" not in man:
         return False
-    if man.get("data_hash") == data_hash(recipe.data) and inputs_unchanged(
-            man.get("inputs", {}), fingerprint(recipe.data)):
-        return False
-    ddir, files = data_dir(run_dir), man.get("files", {})
-    if not all((ddir / n).is_file() and (ddir / n).stat().st_size == files.get(n)
-               for n in model_files(recipe.data.spm.joint)):
-        return False
 
     def training(data: dict) -> str:
         part = {k: v for k, v in data.items() if k not in ("valid", "test")}
         return json.dumps(without_unset_align(part), sort_keys=True)
 
-    def train_inputs(inputs: dict) -> dict:
-        return {k: v for k, v in inputs.items() if k.startswith(("train.", "train["))}
+    def split(inputs: dict) -> tuple[dict, dict]:  # (the training split's, the others')
+        train = {k: v for k, v in inputs.items() if k.startswith(("train.", "train["))}
+        return train, {k: v for k, v in inputs.items() if k not in train}
 
-    return training(man["data"]) == training(recipe_to_dict(recipe.data)) and inputs_unchanged(
-        train_inputs(man.get("inputs", {})), train_inputs(fingerprint(recipe.data)))
+    (train_was, eval_was), (train_now, eval_now) = (
+        split(man.get("inputs", {})), split(fingerprint(recipe.data)))
+    if training(man["data"]) != training(recipe_to_dict(recipe.data)) or not inputs_unchanged(
+            train_was, train_now):
+        return False
+    if man.get("data_hash") == data_hash(recipe.data) and inputs_unchanged(eval_was, eval_now):
+        return False  # nothing changed: damaged or missing files, rebuilt from the same inputs
+    ddir, files = data_dir(run_dir), man.get("files", {})
+    return all((ddir / n).is_file() and (ddir / n).stat().st_size == files.get(n)
+               for n in model_files(recipe.data.spm.joint))
 
 
 def refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool) -> None:

@@ -121,10 +121,11 @@ def check_destination(out: Path) -> set[str]:
 
 def _matching_mtkit(recipe: Recipe) -> list[str]:
     """The README's section on decoding as mtkit does: length penalty, attention, limits."""
+    from mtkit.align.readout import default_readout  # here: only export writes a README
+
     d, tf = recipe.decode, recipe.model.transformer
     heads = "mean over heads" if tf.align_head is None else f"head {tf.align_head}"
-    guided = recipe.train.guided_alignment
-    shift = guided.enabled and guided.readout == "shift"
+    shift = default_readout(recipe) == "shift"
     return [
         "## Decoding that matches mtkit",
         "",

@@ -217,7 +217,7 @@ def _weights_shape(model: dict) -> dict:
             if "dropout" not in k}
 
 
-def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
+def check_averageable(paths: list[Path], data_vocab: dict) -> None:
     """Refuse checkpoints whose weights mean different things: another architecture with
     weights of the same shapes (relu and gelu), other sentencepiece models of the same
     sizes, runs started from other random weights (train.seed); and a `data_vocab` (the
@@ -234,7 +234,8 @@ def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
         at = None if "progress" not in state else json.dumps(state["progress"], sort_keys=True)
         if first is None:
             first = (p, model, state["vocab"], recipe.train.seed)
-            saved.update({at: p} if at else {})
+            if at:
+                saved[at] = p
             continue
         key = first_difference(first[1], model, "model")
         if key is not None:
@@ -254,8 +255,9 @@ def check_averageable(paths: list[Path], data_vocab: dict | None) -> None:
             raise CheckpointError(f"{p}: the same checkpoint as {saved[at]} (saved at update "
                                   f"{state['progress']['update']} of one run); each checkpoint "
                                   "counts once in an average")
-        saved.update({at: p} if at else {})
-    if first is not None and data_vocab is not None and not same_vocab(data_vocab, first[2]):
+        if at:
+            saved[at] = p
+    if first is not None and not same_vocab(data_vocab, first[2]):
         raise CheckpointError(f"the data/ folder beside the output holds other sentencepiece "
                               f"models than {first[0]} was trained with; write the average "
                               "into that checkpoint's run directory")
