@@ -14,11 +14,12 @@ multiple of `workers` batches of about equal real tokens, so that the workers fi
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from mtkit.batches import parallel_batches
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import CheckpointError, ConfigError
+from mtkit.errors import CheckpointError
 from mtkit.hypothesis import Hypothesis
 from mtkit.pipe_watch import watching_reader
 
@@ -95,12 +96,21 @@ class TranslateStats:
 
 
 @dataclass
-class _Item:
+class Item:
+    """One input line as decoded: its hypotheses best first (none for an empty line)."""
+
     index: int  # line number in the whole input, from 0
     line: str
     ids: list[int]
     nbest: list[Hypothesis] = field(default_factory=list)
     source: tuple[list[str], Words | None] | None = None  # pieces and words, made for --align
+
+
+def name_problems(problems: list[tuple[str, str]], origins: Mapping[str, str]) -> list[str]:
+    """Problems of DecodeConfig fields as messages, named as `updated_section` names them: by
+    what set the field (`origins`: a flag, `--seed (decode.seed): ...`), else by its key."""
+    return [f"{origins[f]} (decode.{f}): {why}" if f in origins else f"decode.{f}: {why}"
+            for f, why in problems]
 
 
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -131,17 +141,38 @@ class LineTranslator:
         """max_out_len: the most tokens before EOS the model's positions allow (None: no
         limit); a sentence's --max-len-a/b limit above it is lowered and counted."""
         assert fmt in FORMATS and chunk_lines >= 1 and workers >= 1, (fmt, chunk_lines, workers)
-        if max_out_len is not None and cfg.min_len > max_out_len:
-            raise ConfigError(f"--min-len {cfg.min_len} (decode.min_len): the model's outputs "
-                              f"end by {max_out_len} tokens (its positions)")
         self.tok = tokenizer
         self.cfg = cfg
         self.max_src_len = max_src_len
         self.max_out_len = max_out_len
         self.fmt = fmt
         self.align_fn = align_fn
+        # whether searches return each hypothesis's attention (`Hypothesis.attn`)
+        self.need_attn = align_fn is not None
         self.chunk_lines = chunk_lines
         self.workers = workers
+
+    def configured(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
+                   attention: bool = False, chunk_lines: int | None = None) -> LineTranslator:
+        """This translator with another decoding configuration, aligner (none by default)
+        and chunk size, sharing its model or engine: how a caller with per-request options
+        (`mtkit.api`) decodes. attention: searches return each hypothesis's attention even
+        without an aligner. `cfg` must have passed `decode_problems`. Sampling decodes one
+        batch at a time, since its draws depend on how a chunk is split."""
+        other = copy.copy(self)
+        other.cfg = cfg
+        other.align_fn = align_fn
+        other.need_attn = attention or align_fn is not None
+        other.chunk_lines = self.chunk_lines if chunk_lines is None else chunk_lines
+        other.workers = 1 if cfg.method == "sample" else self.workers
+        return other
+
+    def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
+        """Decoding choices this translator cannot honour, as (DecodeConfig field, why)."""
+        if self.max_out_len is not None and cfg.min_len > self.max_out_len:
+            return [("min_len", f"{cfg.min_len} tokens before EOS, but the model's outputs "
+                     f"end by {self.max_out_len} tokens (its positions)")]
+        return []
 
     def run(self, lines: Iterable[str], out: IO[str],
             on_batch: Callable[[int], None] | None = None) -> TranslateStats:
@@ -151,60 +182,71 @@ class LineTranslator:
         start = time.perf_counter()
         stop, gone = threading.Event(), threading.Event()
 
-        def search(batch: list[_Item]) -> list[list[Hypothesis]]:
-            return self._search([it.ids for it in batch], stop, [it.index for it in batch])
-
         def reader_gone() -> None:  # `| head`: what is still to decode is not wanted
             gone.set()
             stop.set()
 
-        pool = None if self.workers == 1 else ThreadPoolExecutor(
-            self.workers, thread_name_prefix="mtkit-decode")
         try:
             with watching_reader(out, reader_gone):
-                self._run(lines, out, stats=stats, search=search, gone=gone,
-                          on_batch=on_batch, pool=pool)
+                for items in self.decoded(lines, stats, stop=stop, on_batch=on_batch):
+                    out.write("".join(self._format(it) for it in items))
+                    out.flush()
         except Stopped:
             if not gone.is_set():
                 raise
             raise BrokenPipeError(errno.EPIPE, "the output's reader has gone") from None
-        finally:
-            if pool is not None:
-                # On an interrupt (or a worker's error) batches not yet started are dropped,
-                # running ones end at their next step: Ctrl-C during test2016 (2 workers,
-                # beam 5) took 9.7-10.5 s to exit while they ran to their end (issue 14).
-                stop.set()
-                pool.shutdown(wait=True, cancel_futures=True)
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _run(self, lines: Iterable[str], out: IO[str], *, stats: TranslateStats,
-             search: Callable[[list[_Item]], list[list[Hypothesis]]], gone: threading.Event,
-             on_batch: Callable[[int], None] | None, pool: ThreadPoolExecutor | None) -> None:
-        """`run`'s loop over chunks; stops at the first batch after the reader is `gone` (an
-        engine's search runs to its end)."""
-        for chunk in _chunks(lines, self.chunk_lines):
-            items = self._prepare(chunk, stats.sentences, stats)
-            work = [it for it in items if it.ids]
-            # Longest first: a batch size too big for the device shows at once.
-            batches = [[work[i] for i in idx] for idx in parallel_batches(
-                [len(it.ids) + 1 for it in work], self.cfg.batch_tokens, self.workers)]
-            # in batch order either way; a worker's exception is raised here
-            found = map(search, batches) if pool is None else pool.map(search, batches)
-            for batch, results in zip(batches, found, strict=True):
-                if gone.is_set():
-                    raise Stopped
-                for it, nbest in zip(batch, results, strict=True):
-                    it.nbest = nbest
-                    stats.tokens += len(nbest[0].tokens)
-                if on_batch is not None:
-                    on_batch(len(batch))
-            out.write("".join(self._format(it) for it in items))
-            out.flush()
-            stats.sentences += len(items)
-            stats.empty += len(items) - len(work)
+    def decoded(self, lines: Iterable[str], stats: TranslateStats, *,
+                stop: threading.Event | None = None,
+                on_batch: Callable[[int], None] | None = None) -> Iterator[list[Item]]:
+        """Every line decoded, a chunk of `Item`s at a time in input order, counted in
+        `stats`. Once `stop` is set, the search ends at its next step by raising `Stopped`
+        (an engine's search runs to the end of its call)."""
+        stop = threading.Event() if stop is None else stop
 
-    def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats) -> list[_Item]:
+        def search(batch: list[Item]) -> list[list[Hypothesis]]:
+            return self._search([it.ids for it in batch], stop, [it.index for it in batch])
+
+        pool = None if self.workers == 1 else ThreadPoolExecutor(
+            self.workers, thread_name_prefix="mtkit-decode")
+        try:
+            for chunk in _chunks(lines, self.chunk_lines):
+                items = self._prepare(chunk, stats.sentences, stats)
+                self._decode_chunk(items, stats, search=search, stop=stop, on_batch=on_batch,
+                                   pool=pool)
+                stats.sentences += len(items)
+                stats.empty += sum(1 for it in items if not it.ids)
+                yield items
+        finally:
+            if pool is not None:
+                # On an interrupt (or a worker's error) batches not yet started are dropped,
+                # and running ones end at their next step rather than run to their end.
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def _decode_chunk(self, items: list[Item], stats: TranslateStats, *,
+                      search: Callable[[list[Item]], list[list[Hypothesis]]],
+                      stop: threading.Event, on_batch: Callable[[int], None] | None,
+                      pool: ThreadPoolExecutor | None) -> None:
+        """Each item's hypotheses, decoded in length-sorted batches (by the pool's workers)."""
+        work = [it for it in items if it.ids]
+        # Longest first: a batch size too big for the device shows at once.
+        batches = [[work[i] for i in idx] for idx in parallel_batches(
+            [len(it.ids) + 1 for it in work], self.cfg.batch_tokens, self.workers)]
+        # in batch order either way; a worker's exception is raised here
+        found = map(search, batches) if pool is None else pool.map(search, batches)
+        for batch, results in zip(batches, found, strict=True):
+            if stop.is_set():
+                raise Stopped
+            for it, nbest in zip(batch, results, strict=True):
+                it.nbest = nbest
+                stats.tokens += len(nbest[0].tokens)
+            if on_batch is not None:
+                on_batch(len(batch))
+
+    def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats) -> list[Item]:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
         items = []
         for i, (line, ids) in enumerate(zip(chunk, encoded, strict=True)):
@@ -214,7 +256,7 @@ class LineTranslator:
             if (self.max_out_len is not None and ids
                     and self.cfg.output_limit(len(ids)) > self.max_out_len):
                 stats.capped += 1
-            items.append(_Item(offset + i, line, ids))
+            items.append(Item(offset + i, line, ids))
         return items
 
     def _search(self, ids: list[list[int]], stop: threading.Event,
@@ -226,7 +268,7 @@ class LineTranslator:
         result is not wanted)."""
         raise NotImplementedError
 
-    def _align(self, it: _Item, hyp: Hypothesis | None, text: str) -> str:
+    def _align(self, it: Item, hyp: Hypothesis | None, text: str) -> str:
         """The links of `hyp`, whose decoded text is `text`."""
         if self.align_fn is None or hyp is None or hyp.attn is None:
             return ""
@@ -243,7 +285,7 @@ class LineTranslator:
         pieces, words = it.source
         return self.align_fn(pieces, self.tok.tgt_pieces(hyp.tokens), hyp.attn, words)
 
-    def _format(self, it: _Item) -> str:
+    def _format(self, it: Item) -> str:
         # An empty line has no hypotheses: it is written as one empty one scoring 0.
         hyps: list[Hypothesis | None] = list(it.nbest) or [None]
         texts = [self.tok.decode_tgt(h.tokens) if h else "" for h in hyps]
@@ -262,7 +304,7 @@ class LineTranslator:
             return f"{texts[0]} ||| {self._align(it, hyps[0], texts[0])}\n"
         return texts[0] + "\n"
 
-    def _jsonl(self, it: _Item, hyps: list[Hypothesis | None], texts: list[str],
+    def _jsonl(self, it: Item, hyps: list[Hypothesis | None], texts: list[str],
                scores: list[float]) -> str:
         counts = [len(h.tokens) if h else 0 for h in hyps]
         rec: dict[str, Any] = {"id": it.index, "source": it.line, "hypothesis": texts[0],
@@ -302,7 +344,7 @@ class StreamTranslator(LineTranslator):
         with torch.inference_mode():
             b = collate(ids, None, lines).to(self.device, non_blocking=True)
             return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
-                                need_attn=self.align_fn is not None)
+                                need_attn=self.need_attn)
 
 
 class Stopped(Exception):

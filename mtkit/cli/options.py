@@ -199,18 +199,17 @@ class DecodeFlags:
         "top_p": "--top-p", "seed": "--seed", "batch_tokens": "--batch-tokens"}
     SAMPLING: ClassVar[tuple[str, ...]] = ("temperature", "top_k", "top_p", "seed")
 
+    def given(self) -> dict[str, Any]:
+        """The flags given, as DecodeConfig fields."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
     def over(self, base: DecodeConfig) -> DecodeConfig:
         """The recipe's decode section with the given flags on top, validated like a recipe
-        section; a problem is named by the flag that set the value. --greedy without --nbest
-        means one hypothesis, whatever the recipe's decode.nbest."""
-        from mtkit.config import updated_section
+        section (`mtkit.api.decode_options`); a problem is named by the flag that set it."""
+        from mtkit.api import decode_options
 
-        changes = {f.name: getattr(self, f.name) for f in fields(self)
-                   if getattr(self, f.name) is not None}
-        if self.method == "greedy" and self.nbest is None:
-            changes["nbest"] = 1
-        return updated_section(base, changes, prefix="decode", source="command line",
-                               origins=self.FLAGS)
+        return decode_options(base, self.given(), origins=self.FLAGS, source="command line")
 
     def ignored(self, cfg: DecodeConfig, *, unseen_score: str | None = None) -> list[str]:
         """Flags that the resolved decoding `cfg` would ignore. (--nbest with greedy search is

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import errno
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +23,10 @@ from mtkit.cli.options import (
     search_method,
 )
 from mtkit.cli.startup import collector_paused
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import DataError
 
 if TYPE_CHECKING:
-    from mtkit.config import DecodeConfig
-    from mtkit.translate import AlignFn, LineTranslator, OutputFormat, TranslateStats
+    from mtkit.translate import OutputFormat, TranslateStats
 
 
 @dataclass(frozen=True)
@@ -166,107 +164,46 @@ def translate(
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
     if input is not None and (problem := missing_input(input, "input")):
         raise DataError(f"-i {problem}")
-    exported = _exported(models)
+    from mtkit.api.model import exported_model, open_model
+
+    exported = exported_model(list(models))
     if input is None:
         stdin_raw()  # closed: said now, before loading
     # The file on standard input (`< f`), too: `-o f` replaced it before it was read.
     source = {"the input file": input} if input else {"standard input,": Path("/dev/stdin")}
     refuse(output_problems({"-o": output}, {**source, **model_files(models, exported)}))
-    if exported is not None:  # CTranslate2 decodes: torch is never imported
-        model, recipe = None, exported.recipe
-    else:
-        with collector_paused():
-            import torch
-
-            from mtkit.device import inference_device
-
-            if threads > 0:
-                torch.set_num_threads(threads)
-            dev = inference_device(device)
-            model, recipe, tok = tr.load_translator(list(models), dev,
-                                                    mode=ensemble_mode or "logprob")
     decoding = DecodeFlags(
         method=search_method(greedy=greedy, sample=sample, beam=beam), beam_size=beam,
         nbest=nbest, length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
         max_len_b=max_len_b, min_len=min_len, temperature=temperature, top_k=top_k,
         top_p=top_p, seed=seed, batch_tokens=batch_tokens)
-    cfg = decoding.over(recipe.decode)
+    # translate each line as it is typed
+    interactive = sys.stdin.isatty() if input is None else is_terminal(input)
+    with collector_paused():
+        loaded = open_model(list(models), device=device, threads=threads,
+                            ensemble_mode=ensemble_mode or "logprob", decode=decoding.given(),
+                            origins=decoding.FLAGS, streaming=interactive,
+                            chunk_lines=1 if interactive else tr.CHUNK_LINES)
+    cfg = loaded.defaults
     problems = decoding.ignored(cfg, unseen_score="text output does not show; add --format "
                                 "jsonl, or leave it out" if fmt == "text" and cfg.nbest == 1
                                 else None)
-    if align and model is not None and not model.has_attention:
+    if align and not loaded.info.has_attention:
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")
     refuse(problems)
-    # translate each line as it is typed
-    interactive = sys.stdin.isatty() if input is None else is_terminal(input)
     align_fn = None
     if align:  # mtkit.align imports numpy: only when asked for
         from mtkit.align import DEFAULT_METHOD
         from mtkit.align.readout import default_readout
 
         align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
-                                      readout or default_readout(recipe))
-    loaded = None if exported is not None else (model, tok, dev, recipe.data.max_len)
-    worker = _worker(exported, loaded, cfg, device=device, threads=threads,
-                     interactive=interactive, align_fn=align_fn,
-                     fmt=cast("OutputFormat", fmt))  # checked by TranslateFlags
+                                      readout or default_readout(loaded.recipe))
+    worker = loaded.translator(cfg, align_fn=align_fn)
+    worker.fmt = cast("OutputFormat", fmt)  # checked by TranslateFlags
+    for note in getattr(worker, "notes", []):
+        typer.echo(f"mtkit: note: {note}", err=True)
     report_translation(_run_translation(worker, input, output))
-
-
-def _worker(exported: Any, loaded: tuple | None, cfg: DecodeConfig, *, device: str,
-            threads: int, interactive: bool, fmt: OutputFormat, align_fn: AlignFn | None
-            ) -> LineTranslator:
-    """The translator of an export (CTranslate2, `exported`) or of mtkit's own model
-    (`loaded`: model, tokenizer, torch device, longest source), its batches decoded at once
-    as `--threads` asks."""
-    from mtkit import translate as tr
-    from mtkit.batches import decode_parallelism
-
-    chunk_lines = 1 if interactive else tr.CHUNK_LINES
-    if exported is not None:
-        from mtkit.export.ct2_translate import CT2Translator, runs_on_cpu
-
-        # torch is not loaded to say how many physical cores there are: the CPUs this
-        # process may run on
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
-        workers, each = decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
-                                           streaming=interactive, default=usable)
-        worker = CT2Translator(exported, cfg, device=device, threads=each, fmt=fmt,
-                               align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
-        for note in worker.notes:
-            typer.echo(f"mtkit: note: {note}", err=True)
-        return worker
-    import torch
-
-    model, tok, dev, max_src_len = loaded
-    workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
-                                       streaming=interactive, default=torch.get_num_threads())
-    if workers > 1:
-        torch.set_num_threads(each)
-    return tr.StreamTranslator(model, tok, cfg, device=dev, max_src_len=max_src_len,
-                               fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines,
-                               workers=workers)
-
-
-def _exported(models: list[Path]) -> Any:
-    """The export among `models` (read back), or None; an export translates alone."""
-    from mtkit.export.ct2_dir import is_export
-
-    found = [m for m in models if is_export(m)]
-    if found and len(models) > 1:
-        from mtkit.run import resolve_checkpoint
-
-        for m in models:  # a mistyped second argument is named as such first
-            if m not in found:
-                resolve_checkpoint(m)
-        raise ConfigError(f"{found[0]}: an exported model translates alone, not in an ensemble")
-    if not found:
-        return None
-    from mtkit.export.ct2_translate import open_export
-
-    return open_export(found[0])
 
 
 def export(

@@ -43,7 +43,13 @@ from mtkit.errors import CheckpointError, ConfigError
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
 from mtkit.hypothesis import Hypothesis
-from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat, Stopped
+from mtkit.translate import (
+    CHUNK_LINES,
+    AlignFn,
+    LineTranslator,
+    OutputFormat,
+    Stopped,
+)
 
 # Source pieces per search call to the engine on a CPU (counting a sampled source's nbest
 # copies). translate_batch cannot be interrupted, and a whole 8,000-token batch kept Ctrl-C
@@ -55,22 +61,48 @@ from mtkit.translate import CHUNK_LINES, AlignFn, LineTranslator, OutputFormat, 
 ENGINE_TOKENS = 2000
 
 
-def engine_problems(cfg: DecodeConfig, device: str) -> list[str]:
-    """Decoding choices an exported model cannot honour, named by flag and recipe key."""
+def engine_problems(cfg: DecodeConfig) -> list[tuple[str, str]]:
+    """Decoding choices an exported model cannot honour, as (DecodeConfig field, why)."""
     out = []
     if cfg.length_penalty == "gnmt":  # sampled n-best lists are ranked by it too
-        out.append("--length-penalty gnmt (decode.length_penalty): CTranslate2 has no GNMT "
-                   "penalty; use average (its length_penalty 1) or none")
+        out.append(("length_penalty", "CTranslate2 has no GNMT penalty; use average (its "
+                    "length_penalty 1) or none"))
     if cfg.method == "sample" and not 0 <= cfg.seed < 2**32:  # two seeds would draw alike
-        out.append(f"--seed (decode.seed): CTranslate2 takes a seed from 0 to {2**32 - 1}, "
-                   f"got {cfg.seed}")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        out.append(f"--device: an exported model runs on auto, cpu, cuda or cuda:N, "
-                   f"got {device!r}")
-    elif device.startswith("cuda") and ctranslate2().get_cuda_device_count() == 0:
-        out.append(f"--device: '{device}' requested but CTranslate2 sees no CUDA device; use "
-                   "auto or cpu")  # (its own error blamed the driver's version)
+        out.append(("seed", f"CTranslate2 takes a seed from 0 to {2**32 - 1}, got {cfg.seed}"))
     return out
+
+
+def device_problems(device: str) -> list[str]:
+    """Why the engine cannot run on `device`, if it cannot."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        return [f"--device: an exported model runs on auto, cpu, cuda or cuda:N, "
+                f"got {device!r}"]
+    if device.startswith("cuda") and ctranslate2().get_cuda_device_count() == 0:
+        # (the engine's own error blamed the driver's version)
+        return [f"--device: '{device}' requested but CTranslate2 sees no CUDA device; use "
+                "auto or cpu"]
+    return []
+
+
+def _load_engine(path: Path, device: str, *, threads: int, workers: int) -> Any:
+    """CTranslate2's Translator for the export at `path`; threads: per worker (0: the
+    engine's default); workers: engine replicas (its inter_threads)."""
+    ct2 = ctranslate2()
+    name, index = _engine_device(device)
+    level = ct2.get_log_level()
+    # The engine logs a warning of its own, every time, when it converts weights its device
+    # cannot compute in; `CT2Translator.notes` says the same in one line of mtkit's.
+    ct2.set_log_level(logging.ERROR)
+    try:
+        return ct2.Translator(str(path), device=name, device_index=index,
+                              inter_threads=workers, intra_threads=threads)
+    except (RuntimeError, ValueError, OSError) as e:  # no such device, a damaged file
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        where = "" if device == "auto" else f" on {device}"
+        raise CheckpointError(f"{path}: CTranslate2 cannot load it{where} "
+                              f"({reason})") from None
+    finally:
+        ct2.set_log_level(level)
 
 
 def _engine_device(spec: str) -> tuple[str, int]:
@@ -94,16 +126,15 @@ def _penalty(cfg: DecodeConfig) -> float:
 
 
 class CT2Translator(LineTranslator):
-    """`LineTranslator` over an exported directory, decoding with CTranslate2."""
+    """`LineTranslator` over an exported directory, decoding with CTranslate2. Its `cfg`
+    must have passed `decode_problems` (`mtkit.api.open_model` checks it)."""
 
     def __init__(self, export: Export, cfg: DecodeConfig, *, device: str = "cpu",
                  threads: int = 0, fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
                  chunk_lines: int = CHUNK_LINES, workers: int = 1) -> None:
         """threads: per worker (0: the engine's default); workers: batches decoded at once, by
         as many engine replicas (CTranslate2's inter_threads)."""
-        problems = engine_problems(cfg, device)
-        if problems:
-            raise ConfigError("; ".join(problems))
+        problems = device_problems(device)
         # The exported positions end an output by the last one: a learned table's, or the
         # sinusoid rows the export wrote (the engine fails past them; mtkit's own decoder
         # computes sinusoids for any position, so there an export's output is cut shorter).
@@ -113,39 +144,44 @@ class CT2Translator(LineTranslator):
         super().__init__(export.tokenizer, cfg, max_src_len=export.recipe.data.max_len,
                          max_out_len=self.max_target, fmt=fmt, align_fn=align_fn,
                          chunk_lines=chunk_lines, workers=workers)
-        ct2 = ctranslate2()
-        name, index = _engine_device(device)
-        level = ct2.get_log_level()
-        # The engine logs a warning of its own, every time, when it converts weights its
-        # device cannot compute in; `note` says the same in one line of mtkit's.
-        ct2.set_log_level(logging.ERROR)
-        try:
-            self.engine = ct2.Translator(str(export.path), device=name, device_index=index,
-                                         inter_threads=workers, intra_threads=threads)
-        except (RuntimeError, ValueError, OSError) as e:  # no such device, a damaged file
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            where = "" if device == "auto" else f" on {device}"
-            raise CheckpointError(f"{export.path}: CTranslate2 cannot load it{where} "
-                                  f"({reason})") from None
-        finally:
-            ct2.set_log_level(level)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        self.engine = _load_engine(export.path, device, threads=threads, workers=workers)
         used = self.engine.compute_type
-        self.notes: list[str] = []  # for the user, one line each
+        self.load_notes: list[str] = []  # for the user, one line each
         if _weights(used) != _weights(export.quantization):
-            self.notes.append(
+            self.load_notes.append(
                 f"{export.path}: {export.quantization} weights run as {used} here (CTranslate2 "
                 f"has no efficient {export.quantization} computation on {self.engine.device})")
-        if cfg.min_len > 0 and cfg.method == "beam" and cfg.beam_size > 1:
-            self.notes.append(
-                "--min-len: CTranslate2's beam ranks the first steps by probabilities "
-                "renormalised without EOS (mtkit's own search by the model's), so its output "
-                "can differ from `mtkit translate` of the checkpoint; scores are the model's")
-        if cfg.method == "sample":
-            ct2.set_random_seed(cfg.seed)  # an unsigned 32-bit one (engine_problems)
         self.engine_tokens = ENGINE_TOKENS if runs_on_cpu(device) else None
         self.src_pieces, self.tgt_pieces = export.src_pieces, export.tgt_pieces
         self.adds_eos = export.adds_source_eos
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
+        self._seed(cfg)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the user should know of this engine and decoding configuration."""
+        notes = list(self.load_notes)
+        if self.cfg.min_len > 0 and self.cfg.method == "beam" and self.cfg.beam_size > 1:
+            notes.append(
+                "decode.min_len: CTranslate2's beam ranks the first steps by probabilities "
+                "renormalised without EOS (mtkit's own search by the model's), so its output "
+                "can differ from `mtkit translate` of the checkpoint; scores are the model's")
+        return notes
+
+    def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
+        return super().decode_problems(cfg) + engine_problems(cfg)
+
+    def configured(self, cfg: DecodeConfig, **kwargs: Any) -> LineTranslator:
+        other = super().configured(cfg, **kwargs)
+        self._seed(cfg)
+        return other
+
+    @staticmethod
+    def _seed(cfg: DecodeConfig) -> None:
+        if cfg.method == "sample":  # the engine's one random stream, per process
+            ctranslate2().set_random_seed(cfg.seed)  # an unsigned 32-bit one
 
     def _limits(self, ids: list[list[int]]) -> list[int]:
         """Per-sentence output limits, as mtkit.decode.max_lengths computes them."""
@@ -156,7 +192,7 @@ class CT2Translator(LineTranslator):
         opts: dict[str, Any] = dict(
             max_decoding_length=steps, min_decoding_length=cfg.min_len,
             length_penalty=_penalty(cfg), return_scores=True, return_end_token=True,
-            return_attention=self.align_fn is not None, max_input_length=0,
+            return_attention=self.need_attn, max_input_length=0,
             suppress_sequences=[[self.tgt_pieces[PAD_ID]], [self.tgt_pieces[BOS_ID]]])
         if cfg.method == "beam":
             opts.update(beam_size=cfg.beam_size, num_hypotheses=cfg.nbest)
@@ -213,7 +249,7 @@ class CT2Translator(LineTranslator):
             results += self.engine.translate_batch([s for s in part for _ in range(repeat)],
                                                    **opts)
         first = None
-        if self.align_fn is not None and self.cfg.method == "beam" and self.cfg.beam_size > 1:
+        if self.need_attn and self.cfg.method == "beam" and self.cfg.beam_size > 1:
             assert repeat == 1, "one source per sentence: row i of `first` is sentence i's"
             first = self._first_rows(src)
         out = []

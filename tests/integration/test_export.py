@@ -264,7 +264,7 @@ def test_min_len_scores_are_the_models_and_beams_are_noted(toy_model, toy_export
         assert g["hypothesis"] == w["hypothesis"]
         assert g["score"] == pytest.approx(w["score"], rel=1e-2, abs=1e-3)
     res = _cli("translate", toy_export, "--beam", "3", "--min-len", "6", "-i", test_src)
-    assert res.exit_code == 0 and "mtkit: note: --min-len: CTranslate2's beam" in res.stderr
+    assert res.exit_code == 0 and "mtkit: note: decode.min_len: CTranslate2's beam" in res.stderr
 
 
 def test_the_readme_python_snippet_translates_as_mtkit_does(toy_export, test_src, tmp_path):
@@ -351,7 +351,8 @@ def test_gnmt_is_refused_for_an_export_and_export_notes_it(toy_model, toy_export
     for search in (["--beam", "2"], ["--sample", "--nbest", "2"]):  # sampled lists rank by it
         res = _cli("translate", toy_export, *search, "--length-penalty", "gnmt", "-i", test_src)
         assert res.exit_code == 2
-        assert res.output.count("\n") == 1 and "--length-penalty gnmt" in res.output
+        assert res.output.count("\n") == 1 and ("--length-penalty (decode.length_penalty): "
+                                                 "CTranslate2 has no GNMT") in res.output
     readme = (toy_export / "README.md").read_text()
     assert "length_penalty" in readme and "translate_batch" in readme
 
@@ -712,8 +713,8 @@ def test_outputs_end_by_the_models_positions_with_a_warning(toy_run, test_src, t
         refused = _cli("translate", model, "--greedy", "--min-len", "40", "--max-len-b", "100",
                        "-i", test_src)
         assert refused.exit_code == 2
-        assert "--min-len 40 (decode.min_len): the model's outputs end by 32 tokens" in (
-            refused.stderr)
+        assert ("--min-len (decode.min_len): 40 tokens before EOS, but the model's outputs "
+                "end by 32 tokens") in refused.stderr
     sinusoids = _random_run(toy_run, tmp_path / "sin", dict(positions="sinusoidal"))
     out = _export(sinusoids, tmp_path / "ct2-sin")
     res = _cli("translate", out, "--greedy", "--max-len-b", "100", "-i", test_src)

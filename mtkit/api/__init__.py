@@ -1,0 +1,16 @@
+"""mtkit's Python API: load a trained model once, translate many times (`load`,
+`TranslationModel`), with the typed results of `results`. Importing it does not import
+torch: that happens when a run or checkpoint is loaded (an export never needs it)."""
+
+from mtkit.api.model import (
+    Extras,
+    ModelInfo,
+    TranslationModel,
+    decode_options,
+    load,
+    open_model,
+)
+from mtkit.api.results import Attention, AttentionMatrix, Candidate, Translation
+
+__all__ = ["Attention", "AttentionMatrix", "Candidate", "Extras", "ModelInfo", "Translation",
+           "TranslationModel", "decode_options", "load", "open_model"]

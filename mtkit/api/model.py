@@ -1,0 +1,415 @@
+"""A trained model loaded once and asked to translate many times: what `mtkit translate`, `mtkit
+serve` and Python programs share (`mtkit.load`).
+
+One code path: the command, the server and a program all decode through the same
+`LineTranslator` (mtkit's search over a checkpoint or an ensemble, or CTranslate2 over an
+export), so their outputs cannot drift apart. Decoding options are the recipe's
+`decode` section's fields, validated by `DecodeConfig` itself; a problem is named by the
+field (``beam_size (decode.beam_size): ...``), or by whatever the caller says set it (the
+command's flags).
+
+Thread safety: concurrent calls are safe and decode at once (torch and CTranslate2 decode
+without Python's lock); each call builds its own translator over the shared model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from mtkit.api.results import (
+    WEIGHT_DECIMALS,
+    Attention,
+    AttentionMatrix,
+    Candidate,
+    Translation,
+)
+from mtkit.config import DecodeConfig, Recipe
+from mtkit.errors import ConfigError, MtkitError
+from mtkit.translate import (
+    CHUNK_LINES,
+    AlignFn,
+    Item,
+    LineTranslator,
+    TranslateStats,
+    name_problems,
+)
+
+if TYPE_CHECKING:
+    from mtkit.hypothesis import Hypothesis
+    from mtkit.models.base import AttentionChoice
+
+DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
+Engine = Literal["mtkit", "ctranslate2"]
+
+
+def decode_options(base: DecodeConfig, changes: Mapping[str, Any], *,
+                   origins: Mapping[str, str] | None = None,
+                   source: str = "request") -> DecodeConfig:
+    """`base` with `changes` (DecodeConfig fields; None values are left out) on top, validated
+    like a recipe section: one ConfigError naming every problem by its origin (``origins``:
+    field -> what set it; the field itself where none is given). Greedy search without an
+    `nbest` means one hypothesis, whatever `base` says."""
+    from mtkit.config import updated_section
+
+    given = {k: v for k, v in changes.items() if v is not None}
+    named = {k: k for k in given} if origins is None else dict(origins)
+    if given.get("method") == "greedy" and "nbest" not in given:
+        given["nbest"] = 1
+    return updated_section(base, given, prefix="decode", source=source, origins=named)
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a translation returns beside its text: Pharaoh word links (`align`, by
+    `align_method` from the rows of `readout`), and attention matrices (`attention`: the
+    search's own, or a `layer` and `head` chosen)."""
+
+    align: bool = False
+    align_method: str | None = None
+    readout: str | None = None
+    attention: bool = False
+    layer: int | None = None
+    head: int | Literal["mean"] | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What is loaded: the recipe's name and languages, the architecture, the checkpoint(s) or
+    export, which engine decodes, the decoding defaults, and the attention a caller may
+    choose (`layers`, `heads`: None where there is no choice)."""
+
+    name: str
+    src_lang: str
+    tgt_lang: str
+    arch: str
+    paths: list[str]
+    engine: Engine
+    device: str
+    decode: DecodeConfig
+    has_attention: bool
+    layers: int | None
+    heads: int | None
+
+
+class TranslationModel:
+    """A loaded model (a run, a checkpoint, an ensemble of checkpoints, or an export).
+
+    >>> tr = mtkit.load("runs/toy")
+    >>> tr.translate(["sa sa gu mir"])
+    ['mir gu sa sa']
+    """
+
+    def __init__(self, translator: LineTranslator, recipe: Recipe, info: ModelInfo,
+                 model: Any = None) -> None:
+        self._base = translator  # decodes with the load-time options; copied per call
+        self.recipe = recipe
+        self.info = info
+        self._model = model  # mtkit's own model (for chosen attention), None for an export
+
+    @property
+    def defaults(self) -> DecodeConfig:
+        """The decoding options a call without options uses."""
+        return self._base.cfg
+
+    def options(self, changes: Mapping[str, Any] | None = None, *,
+                origins: Mapping[str, str] | None = None) -> DecodeConfig:
+        """The load-time options with `changes` (DecodeConfig fields) on top, validated once,
+        with what this model's decoder cannot honour (an export has no GNMT penalty, say)."""
+        cfg = decode_options(self._base.cfg, changes or {}, origins=origins)
+        named = {k: k for k in changes or {}} if origins is None else origins
+        if problems := name_problems(self._base.decode_problems(cfg), named):
+            raise ConfigError("; ".join(problems))
+        return cfg
+
+    def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
+                   attention: bool = False, chunk_lines: int | None = None
+                   ) -> LineTranslator:
+        """A `LineTranslator` of this model with `cfg` (from `options`): what `mtkit
+        translate` streams files through."""
+        return self._base.configured(cfg, align_fn=align_fn, attention=attention,
+                                     chunk_lines=chunk_lines)
+
+    def translate(self, text: str | Sequence[str], **options: Any) -> Any:
+        """The best translation of one sentence (a str) or of each of a list of sentences
+        (a list of str); `options`: DecodeConfig fields (beam_size=5, method='greedy', ...)."""
+        lines = [text] if isinstance(text, str) else list(text)
+        out = [t.text for t in self.translate_full(lines, **options)]
+        return out[0] if isinstance(text, str) else out
+
+    def translate_full(self, lines: Iterable[str], *, align: bool = False,
+                       attention: bool = False, layer: int | None = None,
+                       head: int | Literal["mean"] | None = None,
+                       align_method: str | None = None, readout: str | None = None,
+                       **options: Any) -> list[Translation]:
+        """Every sentence's hypotheses (`options`: DecodeConfig fields; nbest=3 for three),
+        with Pharaoh word links (`align`, by `align_method` from the rows of `readout`, as
+        `mtkit translate --align`), and attention matrices (`attention`): the search's own
+        (the model's alignment layer, heads averaged), or with `layer`/`head` that layer's
+        and head's (mtkit's own decoder only: one more forced pass)."""
+        extras = self.extras(align=align, attention=attention, layer=layer, head=head,
+                             align_method=align_method, readout=readout)
+        return self.decode(lines, self.options(options), extras)
+
+    def extras(self, *, align: bool = False, attention: bool = False,
+               layer: int | None = None, head: int | Literal["mean"] | None = None,
+               align_method: str | None = None, readout: str | None = None) -> Extras:
+        """What `decode` returns beside the text, checked against this model."""
+        if not attention and (layer is not None or head is not None):
+            raise ConfigError("layer and head: they choose the attention returned, which "
+                              "needs attention")
+        if attention and not self.info.has_attention:
+            raise ConfigError("attention: this model has no attention (model.rnn.attention: "
+                              "none)")
+        extras = Extras(align, align_method, readout, attention, layer, head)
+        self._aligner(extras)  # checks the choices
+        if attention:
+            self.attention_choice(layer, head)
+        return extras
+
+    def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None
+               ) -> list[Translation]:
+        """`translate_full` with options already checked (`options`, `extras`)."""
+        extras = extras or Extras()
+        choice = self.attention_choice(extras.layer, extras.head) if extras.attention else None
+        translator = self.translator(cfg, align_fn=self._aligner(extras),
+                                     attention=extras.attention and choice is None)
+        stats = TranslateStats(max_src_len=translator.max_src_len)
+        items = [it for chunk in translator.decoded(lines, stats) for it in chunk]
+        forced = self._forced(items, choice, cfg.batch_tokens) if choice else None
+        return [self._result(translator, it, attention=extras.attention, choice=choice,
+                             forced=None if forced is None else forced[n])
+                for n, it in enumerate(items)]
+
+    def attention_choice(self, layer: int | None, head: int | Literal["mean"] | None
+                         ) -> AttentionChoice | None:
+        """The checked cross-attention a caller chose (None: the search's own)."""
+        if layer is None and head is None:
+            return None
+        if self._model is None:
+            raise ConfigError("layer and head: an exported model gives the attention of the "
+                              "layer and head it was exported with only")
+        if not self.info.has_attention:
+            raise ConfigError("attention: this model has no attention")
+        tf = self.recipe.model.transformer
+        if self.recipe.model.arch == "transformer":
+            layer = tf.align_layer if layer is None else layer
+            head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
+        return self._model.choose_attention("cross", layer, head)
+
+    def _aligner(self, extras: Extras) -> AlignFn | None:
+        """The Pharaoh aligner `extras` asks for, or None."""
+        method, readout = extras.align_method, extras.readout
+        if not extras.align:
+            if method is not None or readout is not None:
+                raise ConfigError("align_method and readout: they choose the word links, "
+                                  "which need align")
+            return None
+        if not self.info.has_attention:
+            raise ConfigError("align: this model has no attention (model.rnn.attention: "
+                              "none), so it gives no alignment")
+        from mtkit.align import DEFAULT_METHOD, METHODS
+        from mtkit.align.readout import check_readout, default_readout
+        from mtkit.translate import pharaoh_aligner
+
+        methods = [m for m in METHODS if m != "threshold"]
+        if method is not None and method not in methods:
+            raise ConfigError(f"align_method: invalid choice {method!r}; expected one of "
+                              f"{', '.join(methods)}")
+        try:
+            read = default_readout(self.recipe) if readout is None else check_readout(readout)
+        except MtkitError as e:
+            raise ConfigError(f"readout: {e}") from None
+        return pharaoh_aligner(method or DEFAULT_METHOD, read)
+
+    def _forced(self, items: list[Item], choice: AttentionChoice, batch_tokens: int
+                ) -> list[list[Any]]:
+        """Each item's hypotheses' teacher-forced attention of `choice`, (T + 1, S + 1)
+        numpy arrays, in `items` and n-best order."""
+        import torch
+
+        from mtkit.align.pairs import Pair, pair_attention
+
+        pairs = [Pair(0, it.ids, list(h.tokens)) for it in items for h in it.nbest]
+        maps = iter(pair_attention(self._model, pairs, choice,
+                                   device=torch.device(self.info.device),
+                                   batch_tokens=batch_tokens))
+        return [[next(maps) for _ in it.nbest] for it in items]
+
+    def _result(self, translator: LineTranslator, it: Item, *, attention: bool,
+                choice: AttentionChoice | None, forced: list[Any] | None) -> Translation:
+        tok = translator.tok
+        src_pieces = tok.src_pieces(it.ids)
+        hyps: list[Hypothesis | None] = list(it.nbest) or [None]
+        candidates = []
+        for n, h in enumerate(hyps):
+            if h is None:
+                candidates.append(Candidate("", 0.0, 0.0, [], [],
+                                            "" if translator.align_fn else None))
+                continue
+            text = tok.decode_tgt(h.tokens)
+            links = translator._align(it, h, text) if translator.align_fn else None
+            weights = h.attn if forced is None else forced[n]
+            att = None
+            if attention and weights is not None:
+                att = self._attention(translator, it, src_pieces, tok.tgt_pieces(h.tokens),
+                                      weights, choice)
+            candidates.append(Candidate(text, float(h.score), float(h.logprob),
+                                        tok.tgt_pieces(h.tokens),
+                                        [float(x) for x in h.token_logprobs], links, att))
+        return Translation(it.line, src_pieces, candidates,
+                           truncated=len(tok.encode_src(it.line)) > len(it.ids))
+
+    def _attention(self, translator: LineTranslator, it: Item, src: list[str],
+                   tgt: list[str], weights: Any, choice: AttentionChoice | None) -> Attention:
+        from mtkit.align import from_attention, line_words
+
+        words = line_words(translator.tok.encode_src, it.line, it.ids)
+        sub = from_attention(weights, src, tgt, level="subword", keep_eos=True)
+        word = from_attention(weights, src, tgt, level="word", keep_eos=True, src_words=words)
+        return Attention(self._describe(choice),
+                         _matrix(sub.weights, sub.src_tokens, sub.tgt_tokens, "subword"),
+                         _matrix(word.weights, word.src_tokens, word.tgt_tokens, "word"))
+
+    def _describe(self, choice: AttentionChoice | None) -> str:
+        """What a matrix shows: the chosen attention, else the search's own."""
+        if choice is not None:
+            return choice.describe()
+        tf = self.recipe.model.transformer
+        if self.recipe.model.arch != "transformer":
+            return "cross-attention"
+        head = "mean" if tf.align_head is None else tf.align_head
+        return f"cross-attention, layer {tf.align_layer}, head {head}"
+
+
+def _matrix(weights: Any, src: Sequence[str], tgt: Sequence[str],
+            level: Literal["subword", "word"]) -> AttentionMatrix:
+    rows = [[round(float(w), WEIGHT_DECIMALS) for w in row] for row in weights]
+    return AttentionMatrix(level, list(src), list(tgt), rows)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load(*paths: str | Path, device: str = "auto", threads: int = 0,
+         ensemble_mode: Literal["logprob", "prob"] = "logprob", **decode: Any
+         ) -> TranslationModel:
+    """Load a run directory (its best.pt, else last.pt), a checkpoint, several checkpoints
+    (an ensemble sharing one vocabulary) or a directory written by `mtkit export` (decoded by
+    CTranslate2; torch is then never imported).
+
+    device: auto, cpu, cuda, cuda:N or mps; threads: CPU threads (0: the engine's default);
+    decode: DecodeConfig fields over the recipe's `decode` section, the defaults of every
+    call (beam_size=4, ...). Raises `mtkit.errors.MtkitError` (a one-line message) for a
+    missing, damaged or foreign file and for invalid options."""
+    if not paths:
+        raise ConfigError("load: give a run directory, a checkpoint or an export")
+    return open_model([Path(p) for p in paths], device=device, threads=threads,
+                      ensemble_mode=ensemble_mode, decode=decode)
+
+
+def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
+               ensemble_mode: str = "logprob", decode: Mapping[str, Any] | None = None,
+               origins: Mapping[str, str] | None = None, streaming: bool = False,
+               chunk_lines: int = CHUNK_LINES) -> TranslationModel:
+    """`load`, for callers that name the options' origins (the command's flags) and stream
+    line by line (`streaming`: one batch at a time, on every thread)."""
+    if ensemble_mode not in ("logprob", "prob"):
+        raise ConfigError(f"ensemble_mode: invalid choice {ensemble_mode!r}; expected "
+                          "logprob or prob")
+    exported = exported_model(paths)
+    if exported is not None:
+        return _open_export(exported, device=device, threads=threads, decode=decode or {},
+                            origins=origins, streaming=streaming, chunk_lines=chunk_lines)
+    return _open_checkpoints(paths, device=device, threads=threads, mode=ensemble_mode,
+                             decode=decode or {}, origins=origins, streaming=streaming,
+                             chunk_lines=chunk_lines)
+
+
+def exported_model(paths: list[Path]) -> Any:
+    """The export among `paths` (read back), or None; an export translates alone."""
+    from mtkit.export.ct2_dir import is_export
+
+    found = [m for m in paths if is_export(m)]
+    if found and len(paths) > 1:
+        from mtkit.run import resolve_checkpoint
+
+        for m in paths:  # a mistyped second argument is named as such first
+            if m not in found:
+                resolve_checkpoint(m)
+        raise ConfigError(f"{found[0]}: an exported model translates alone, not in an ensemble")
+    if not found:
+        return None
+    from mtkit.export.ct2_translate import open_export
+
+    return open_export(found[0])
+
+
+def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str, Any],
+                 origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
+                 ) -> TranslationModel:
+    from mtkit.batches import decode_parallelism
+    from mtkit.export.ct2_translate import CT2Translator, device_problems, engine_problems
+
+    recipe = export.recipe
+    if problems := device_problems(device):
+        raise ConfigError("; ".join(problems))
+    cfg = decode_options(recipe.decode, decode, origins=origins)
+    named = {k: k for k in decode} if origins is None else origins
+    if problems := name_problems(engine_problems(cfg), named):
+        raise ConfigError("; ".join(problems))
+    from mtkit.export.ct2_translate import runs_on_cpu
+
+    # torch is not loaded to say how many physical cores there are: the CPUs this process
+    # may run on
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    workers, each = decode_parallelism(threads, cfg, cpu=runs_on_cpu(device),
+                                       streaming=streaming, default=usable)
+    translator = CT2Translator(export, cfg, device=device, threads=each,
+                               chunk_lines=chunk_lines, workers=workers)
+    if problems := name_problems(translator.decode_problems(cfg), named):
+        raise ConfigError("; ".join(problems))
+    info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
+                     recipe.model.arch, [str(export.path)], "ctranslate2",
+                     str(translator.engine.device), cfg, has_attention=True, layers=None,
+                     heads=None)
+    return TranslationModel(translator, recipe, info)
+
+
+def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str,
+                      decode: Mapping[str, Any], origins: Mapping[str, str] | None,
+                      streaming: bool, chunk_lines: int) -> TranslationModel:
+    import torch
+
+    from mtkit.device import inference_device
+    from mtkit.translate import StreamTranslator, load_translator
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    dev = inference_device(device)
+    model, recipe, tok = load_translator(paths, dev, mode=mode)
+    from mtkit.batches import decode_parallelism
+    from mtkit.run import resolve_checkpoint
+
+    cfg = decode_options(recipe.decode, decode, origins=origins)
+    workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
+                                       streaming=streaming, default=torch.get_num_threads())
+    if workers > 1:
+        torch.set_num_threads(each)
+    translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
+                                  chunk_lines=chunk_lines, workers=workers)
+    named = {k: k for k in decode} if origins is None else origins
+    if problems := name_problems(translator.decode_problems(cfg), named):
+        raise ConfigError("; ".join(problems))
+    tf = recipe.model.transformer
+    transformer = recipe.model.arch == "transformer" and len(paths) == 1
+    info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
+                     recipe.model.arch, [str(resolve_checkpoint(p)) for p in paths], "mtkit",
+                     str(dev), cfg, has_attention=bool(model.has_attention),
+                     layers=tf.dec_layers if transformer else None,
+                     heads=tf.heads if transformer else None)
+    return TranslationModel(translator, recipe, info, model=model if len(paths) == 1 else None)
