@@ -2,8 +2,8 @@
 and turn user errors into one line on stderr with exit code 2. No ML logic lives here.
 
 One module per command group: `data` (prep, train, average), `translate` (translate,
-export), `score`, `align`; `options` holds what they share. The commands are registered below,
-in the order `mtkit --help` lists them."""
+export), `score`, `align`, `serve`; `options` holds what they share. The commands are
+registered below, in the order `mtkit --help` lists them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from mtkit import __version__
-from mtkit.cli import align, data, score, startup, translate
+from mtkit.cli import align, data, score, serve, startup, translate
 from mtkit.cli.options import HelpOpt, flag
 from mtkit.errors import MtkitError, Terminated
 
@@ -87,7 +87,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _COMMANDS = (data.prep, data.train, data.average, score.score, translate.translate,
-             translate.export, align.align)
+             translate.export, align.align, serve.serve)
 for _command in _COMMANDS:
     app.command(add_help_option=False)(user_errors(_command))
 

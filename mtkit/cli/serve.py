@@ -1,0 +1,169 @@
+"""`mtkit serve`: a model over HTTP (mtkit.serve), until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mtkit.cli.options import HelpOpt, InferenceDeviceOpt, TranslateThreadsOpt, at_least
+from mtkit.cli.startup import collector_paused
+from mtkit.errors import ConfigError, DataError
+
+SERVE_HINT = "pip install 'mtkit[serve]'"
+
+
+def serve(
+    models: Annotated[list[Path], typer.Argument(
+        metavar="RUN_OR_EXPORT", hidden=True, show_default=False)],
+    host: Annotated[str, typer.Option(
+        "--host", metavar="ADDRESS", show_default=False,
+        help="Address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1, this "
+        "machine only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(
+        "--port", metavar="N", parser=at_least(0), show_default=False,
+        help="Port; 0 takes a free one, printed at start (default: 8000).")] = 8000,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", metavar="FILE", help="A file holding a token that every API request "
+        "must carry as 'Authorization: Bearer TOKEN' (LibreTranslate's api_key too); "
+        "/health, /ready and the page are open.")] = None,
+    device: InferenceDeviceOpt = "auto",
+    threads: TranslateThreadsOpt = 0,
+    max_sentences: Annotated[int, typer.Option(
+        "--max-sentences", metavar="N", parser=at_least(1), show_default=False,
+        help="Sentences per request; more is a 413 (default: 64).")] = 64,
+    max_chars: Annotated[int, typer.Option(
+        "--max-chars", metavar="N", parser=at_least(1), show_default=False,
+        help="Characters per sentence; more is a 413 (default: 2000).")] = 2000,
+    max_body: Annotated[int, typer.Option(
+        "--max-body", metavar="BYTES", parser=at_least(1), show_default=False,
+        help="Bytes of a request body; more is a 413 (default: 1000000).")] = 1_000_000,
+    max_beam: Annotated[int, typer.Option(
+        "--max-beam", metavar="N", parser=at_least(1), show_default=False,
+        help="The largest beam_size and nbest a request may ask for (default: 16).")] = 16,
+    queue_size: Annotated[int, typer.Option(
+        "--queue-size", metavar="N", parser=at_least(1), show_default=False,
+        help="Sentences waiting to be decoded; a request that would overflow the queue gets "
+        "503 with Retry-After (default: 2048).")] = 2048,
+    max_wait_ms: Annotated[int, typer.Option(
+        "--max-wait-ms", metavar="MS", parser=at_least(0), show_default=False,
+        help="How long a request waits for others to be batched with it (default: 10).")]
+    = 10,
+    timeout: Annotated[int, typer.Option(
+        "--timeout", metavar="SECONDS", parser=at_least(1), show_default=False,
+        help="A request not answered by then gets 504; also the longest wait for requests in "
+        "flight at shutdown (default: 60).")] = 60,
+    log_format: Annotated[str, typer.Option(
+        "--log-format", metavar="FORMAT", show_default=False,
+        help="The request log on stderr, a line per request: text or json (default: text).")]
+    = "text",
+    _help: HelpOpt = False,
+) -> None:
+    """Serve a model over HTTP: POST /v1/translate (n-best, scores, alignments, attention),
+    LibreTranslate's POST /translate, a page at / that shows attention, /health, /ready,
+    /metrics (Prometheus) and /v1/models; the API is documented at /docs.
+
+    RUN_OR_EXPORT is a run directory (its best.pt, else last.pt), a checkpoint, several
+    checkpoints (an ensemble), or a directory written by mtkit export (decoded with
+    CTranslate2). Ctrl-C or SIGTERM stops taking requests, finishes those in flight, exits 0.
+
+    Example: mtkit serve runs/en-de-multi30k --port 8000
+    """
+    if log_format not in ("text", "json"):
+        raise ConfigError(f"--log-format: invalid choice {log_format!r}; expected text or json")
+    token = _read_token(token_file)
+    uvicorn = _serve_extra()
+    from mtkit.api.model import open_model
+    from mtkit.serve.app import ServeSettings, create_app
+
+    sock = _listen(host, port)
+    with collector_paused():
+        model = open_model(list(models), device=device, threads=threads)
+    settings = ServeSettings(
+        max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
+        max_beam=max_beam, queue_size=queue_size, max_wait_ms=max_wait_ms, timeout=timeout,
+        token=token, log_format=log_format)  # type: ignore[arg-type]  # checked above
+    app = create_app(model, settings)
+    bound_host, bound_port = sock.getsockname()[:2]
+    if token is None and not _loopback(host):
+        typer.echo(f"mtkit: warning: listening on {host} without --token-file: anyone who can "
+                   "reach this port can use the model", err=True)
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    typer.echo(f"mtkit: serving {model.info.name} ({model.info.src_lang} -> "
+               f"{model.info.tgt_lang}, {model.info.engine} on {model.info.device}) at "
+               f"http://{shown}:{bound_port}/ (Ctrl-C to stop)", err=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=timeout, lifespan="on")
+    server = uvicorn.Server(config)
+    # uvicorn handles SIGINT and SIGTERM itself (stop taking requests, finish those in flight)
+    # and raises the signal again once done; with these handlers that ends in exit 0.
+    before = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        sock.close()
+    typer.echo("mtkit: server stopped", err=True)
+
+
+def _serve_extra():  # noqa: ANN202 - the uvicorn module
+    """uvicorn, or one line saying how to install the extra."""
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"mtkit serve needs {e.name}, which is not installed; install the "
+                          f"serve extra: {SERVE_HINT}") from None
+    return uvicorn
+
+
+def _read_token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise DataError(f"--token-file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"--token-file {path}: cannot read it ({e})") from None
+    if not token or any(c.isspace() for c in token):
+        raise DataError(f"--token-file {path}: expected one token (no spaces), got "
+                        f"{'nothing' if not token else 'several words'}")
+    return token
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket, bound before the model loads so that a port in use is said at
+    once."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: not an address of this machine ({e.strerror})"
+                          ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there "
+                          f"({e.strerror})") from None
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,391 @@
+"""`mtkit serve`'s web application: FastAPI over one loaded model (`TranslationModel`), with
+cross-request batching (`batcher`), limits, bearer-token authentication, metrics, a request
+log, and the page at `/` (`page/`).
+
+Endpoints: `POST /v1/translate` (mtkit's own: n-best, scores, alignments, attention),
+`POST /translate` and `GET /languages` (LibreTranslate's), `GET /v1/models`, `GET /health`,
+`GET /ready`, `GET /metrics`. Every error is JSON, ``{"error": "..."}``, with its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qs
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+
+from mtkit.api import Extras, TranslationModel
+from mtkit.errors import MtkitError
+from mtkit.serve.batcher import Batcher, Closed, QueueFull
+from mtkit.serve.metrics import ServerMetrics
+from mtkit.serve.schema import (
+    ErrorOut,
+    LibreRequest,
+    TranslateRequest,
+    TranslateResponse,
+)
+
+PAGE = Path(__file__).parent / "page"
+WARM_UP = "Hello."
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What the operator sets (`mtkit serve --help`): limits, batching, authentication, log."""
+
+    max_sentences: int = 64  # per request
+    max_chars: int = 2000  # per sentence
+    max_body: int = 1_000_000  # bytes of a request body
+    max_beam: int = 16  # beam_size and nbest a request may ask for
+    queue_size: int = 2048  # sentences waiting; more is a 503
+    max_wait_ms: float = 10.0  # how long the oldest request waits for others to batch with
+    timeout: float = 60.0  # seconds a request may take; then a 504
+    token: str | None = None  # a bearer token every API request must carry
+    log_format: Literal["text", "json"] = "text"
+
+
+class ApiError(Exception):
+    """An error answered as JSON with its status (and headers)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
+    """The application over `model`: its batcher starts with it and decodes one sentence
+    before `/ready` says so; on shutdown, requests in flight are finished first."""
+    state: dict[str, Any] = {"ready": False}
+    metrics = ServerMetrics(lambda: state["batcher"].queued if "batcher" in state else 0)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher = Batcher(model, max_wait=settings.max_wait_ms / 1000,
+                          max_queue=settings.queue_size, on_batch=metrics.batch)
+        state["batcher"] = batcher
+        job = batcher.submit([WARM_UP], model.defaults, Extras())
+        await asyncio.wrap_future(job.future)
+        state["ready"] = True
+        try:
+            yield
+        finally:
+            state["ready"] = False
+            await asyncio.to_thread(batcher.close)
+
+    app = FastAPI(title="mtkit", version=_version(), lifespan=lifespan,
+                  description=f"Translation with {model.info.name} "
+                  f"({model.info.src_lang} -> {model.info.tgt_lang}).",
+                  responses={422: {"model": ErrorOut}})
+    _errors(app)
+    _middleware(app, settings, metrics)
+    auth = Authorizer(settings.token)
+
+    async def translate(lines: list[str], changes: dict[str, Any], extras: Extras):
+        _check_limits(lines, changes, settings)
+        try:
+            cfg = model.options(changes)
+            extras = model.extras(**asdict(extras))
+        except MtkitError as e:
+            raise ApiError(422, str(e)) from None
+        return await _decoded(state["batcher"], lines, cfg, extras, settings.timeout)
+
+    @app.post("/v1/translate", response_model=TranslateResponse, tags=["translate"],
+              dependencies=[Depends(auth)])
+    async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any]:
+        """Translate one sentence or a list: n-best hypotheses with scores and tokens, and on
+        request Pharaoh word links and attention matrices."""
+        lines = req.lines()
+        request.state.sentences = len(lines)
+        extras = Extras(req.align, req.align_method, req.readout, req.attention, req.layer,
+                        req.head)
+        results = await translate(lines, req.decode_changes(), extras)
+        return {"model": model.info.name,
+                "translations": [{**r.to_dict(), "text": r.text} for r in results]}
+
+    @app.post("/translate", tags=["LibreTranslate"],
+              openapi_extra={"requestBody": {"content": {
+                  "application/json": {"schema": LibreRequest.model_json_schema()},
+                  "application/x-www-form-urlencoded": {
+                      "schema": LibreRequest.model_json_schema()}}}})
+    async def libre_translate(request: Request) -> dict[str, Any]:
+        """LibreTranslate's translate: `q` (a string or a list), `source`, `target`,
+        `format` (text), `alternatives`, `api_key` (or a bearer token)."""
+        req = await _libre_request(request)
+        auth.check(request, req.api_key)
+        lines = [req.q] if isinstance(req.q, str) else list(req.q)
+        request.state.sentences = len(lines)
+        _check_pair(model, req)
+        if req.format != "text":
+            raise ApiError(400, "format: this server translates plain text only (text)")
+        changes = {"nbest": req.alternatives + 1} if req.alternatives else {}
+        if req.alternatives and model.defaults.method == "beam":
+            changes["beam_size"] = max(model.defaults.beam_size, req.alternatives + 1)
+        results = await translate(lines, changes, Extras())
+        texts = [r.text for r in results]
+        out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
+        if req.alternatives:
+            alts = [[c.text for c in r.candidates[1:]] for r in results]
+            out["alternatives"] = alts[0] if isinstance(req.q, str) else alts
+        if req.source == "auto":
+            detected = {"language": model.info.src_lang, "confidence": 100}
+            out["detectedLanguage"] = detected if isinstance(req.q, str) else (
+                [detected] * len(lines))
+        return out
+
+    @app.get("/languages", tags=["LibreTranslate"])
+    async def languages() -> list[dict[str, Any]]:
+        """LibreTranslate's language list: the model's source language and its target."""
+        info = model.info
+        return [{"code": info.src_lang, "name": info.src_lang, "targets": [info.tgt_lang]}]
+
+    @app.get("/v1/models", tags=["service"], dependencies=[Depends(auth)])
+    async def models() -> dict[str, Any]:
+        """What is loaded: name, languages, architecture, checkpoint(s), engine, decoding
+        defaults, the attention layers and heads, and the server's limits."""
+        limits = {k: v for k, v in asdict(settings).items() if k not in ("token", "log_format")}
+        return {"models": [asdict(model.info)], "limits": limits}
+
+    @app.get("/health", tags=["service"])
+    async def health() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/ready", tags=["service"], responses={503: {"model": ErrorOut}})
+    async def ready() -> Any:
+        """The model is loaded and has decoded a warm-up sentence."""
+        if not state["ready"]:
+            return JSONResponse({"error": "not ready: warming up"}, status_code=503)
+        return {"status": "ready"}
+
+    @app.get("/metrics", tags=["service"], dependencies=[Depends(auth)])
+    async def prometheus() -> Response:
+        """Prometheus' text format."""
+        body, content_type = metrics.text()
+        return Response(body, media_type=content_type)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(PAGE / "index.html")
+
+    app.mount("/page", StaticFiles(directory=PAGE), name="page")
+    return app
+
+
+async def _decoded(batcher: Batcher, lines: list[str], cfg: Any, extras: Extras,
+                   timeout: float) -> Any:
+    """The job's results, or 503 (queue full, shutting down) or 504 (past `timeout`)."""
+    try:
+        job = batcher.submit(lines, cfg, extras)
+    except QueueFull:
+        raise ApiError(503, "the translation queue is full; try again shortly",
+                       {"Retry-After": "1"}) from None
+    except Closed:
+        raise ApiError(503, "the server is shutting down", {"Retry-After": "5"}) from None
+    try:
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)),
+                                      timeout)
+    except TimeoutError:
+        batcher.cancel(job)
+        raise ApiError(504, f"not translated within {timeout:g} s (the server's "
+                       "--timeout)") from None
+    except MtkitError as e:
+        raise ApiError(422, str(e)) from None
+
+
+def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSettings) -> None:
+    if len(lines) > settings.max_sentences:
+        raise ApiError(413, f"{len(lines)} sentences; this server takes at most "
+                       f"{settings.max_sentences} per request")
+    for n, line in enumerate(lines):
+        if len(line) > settings.max_chars:
+            raise ApiError(413, f"sentence {n}: {len(line)} characters; this server takes at "
+                           f"most {settings.max_chars} per sentence")
+    for key in ("beam_size", "nbest"):
+        if changes.get(key, 0) > settings.max_beam:
+            raise ApiError(422, f"{key}: {changes[key]}; this server allows at most "
+                           f"{settings.max_beam}")
+
+
+def _check_pair(model: TranslationModel, req: LibreRequest) -> None:
+    info = model.info
+    if req.source not in ("auto", info.src_lang) or req.target != info.tgt_lang:
+        raise ApiError(400, f"{req.source} -> {req.target}: this server translates "
+                       f"{info.src_lang} -> {info.tgt_lang}")
+
+
+async def _libre_request(request: Request) -> LibreRequest:
+    """A LibreTranslate request from a JSON body or a form (its own clients send either)."""
+    body = await request.body()
+    try:
+        if request.headers.get("content-type", "").startswith(
+                "application/x-www-form-urlencoded"):
+            fields = parse_qs(body.decode("utf-8", errors="strict"), keep_blank_values=True)
+            data: Any = {k: v if k == "q" and len(v) > 1 else v[0] for k, v in fields.items()}
+        else:
+            data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ApiError(400, f"the body is not valid JSON or a form ({e})") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, "expected a JSON object")
+    try:
+        return LibreRequest.model_validate(data)
+    except ValidationError as e:
+        raise ApiError(422, _validation_message(e.errors())) from None
+
+
+class Authorizer:
+    """A FastAPI dependency that refuses a request without `Authorization: Bearer TOKEN`
+    (compared in constant time); it lets everything through when no token is set."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    async def __call__(self, request: Request) -> None:
+        self.check(request)
+
+    def check(self, request: Request, api_key: str | None = None) -> None:
+        """Also takes LibreTranslate's `api_key` in place of the header."""
+        if self.token is None:
+            return
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        offered = value.strip() if scheme.lower() == "bearer" else (api_key or "")
+        if not hmac.compare_digest(offered.encode(), self.token.encode()):
+            raise ApiError(401, "a valid token is needed: Authorization: Bearer TOKEN",
+                           {"WWW-Authenticate": "Bearer"})
+
+
+def _validation_message(errors: Any) -> str:
+    """pydantic's errors as one line: `field: what is wrong; ...`."""
+    parts = []
+    for err in errors:
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        if err.get("type") == "json_invalid":
+            at = err.get("loc", ("", ""))[-1]
+            msg = f"the body is not valid JSON (at character {at})"
+            parts.append(msg)
+            continue
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts)
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.status,
+                            headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        status = 400 if any(e.get("type") == "json_invalid" for e in errors) else 422
+        return JSONResponse({"error": _validation_message(errors)}, status_code=status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # Starlette's own, e.g. a body that is not UTF-8 ('There was an error parsing the
+        # body'), a path that is not there
+        detail = str(exc.detail)
+        if exc.status_code == 400 and "parsing the body" in detail:
+            detail = "the body is not valid JSON text in UTF-8"
+        return JSONResponse({"error": detail}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+
+def _middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics) -> None:
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Any) -> Response:
+        start = time.perf_counter()
+        request.state.sentences = 0
+        response = await call_next(request)
+        seconds = time.perf_counter() - start
+        path = request.url.path
+        known = path if any(getattr(r, "path", None) == path for r in app.routes) else "other"
+        metrics.requests.labels(known, str(response.status_code)).inc()
+        if path in ("/v1/translate", "/translate"):
+            metrics.latency.labels(path).observe(seconds)
+        _log_request(settings.log_format, request.method, path, response.status_code,
+                     request.state.sentences, seconds)
+        return response
+
+    app.add_middleware(BodyLimit, limit=settings.max_body)
+
+
+class BodyLimit:
+    """Refuse a request body over `limit` bytes with 413, before it reaches the app: by its
+    Content-Length, or while a body without one is read."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await self._too_large(send)
+        if length is not None:
+            return await self.app(scope, receive, send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.limit:
+                return await self._too_large(send)
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Any) -> None:
+        body = json.dumps({"error": f"the request body is over {self.limit} bytes (the "
+                                    "server's --max-body)"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _log_request(fmt: str, method: str, path: str, status: int, sentences: int,
+                 seconds: float) -> None:
+    ms = round(seconds * 1000, 1)
+    if fmt == "json":
+        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "method": method,
+                           "path": path, "status": status, "sentences": sentences, "ms": ms})
+    else:
+        line = (f"mtkit: {method} {path} {status} {sentences} "
+                f"{'sentence' if sentences == 1 else 'sentences'} {ms} ms")
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _version() -> str:
+    from mtkit import __version__
+
+    return __version__

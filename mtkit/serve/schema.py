@@ -1,0 +1,139 @@
+"""The JSON the server takes and gives, as pydantic models: FastAPI validates requests with
+them and documents them in its OpenAPI schema (`/docs`, `/openapi.json`).
+
+Decoding options are the recipe's `decode` fields; a value that pydantic accepts is then
+validated by `DecodeConfig` itself (`TranslationModel.options`), as a recipe's is.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def _utf8(text: str) -> str:
+    """A string that can be written as UTF-8: JSON's escapes can spell a lone surrogate
+    (``"\\ud800"``), which no UTF-8 text holds."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"not valid Unicode text (a lone surrogate at character {e.start})"
+                         ) from None
+    return text
+
+
+class DecodeOptions(BaseModel):
+    """Decoding options of one request; a field left out takes the model's default
+    (`GET /v1/models`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["beam", "greedy", "sample"] | None = None
+    beam_size: int | None = Field(None, ge=1)
+    nbest: int | None = Field(None, ge=1, description="hypotheses per sentence")
+    length_penalty: Literal["gnmt", "average", "none"] | None = None
+    alpha: float | None = Field(None, ge=0, le=10)
+    max_len_a: float | None = Field(None, ge=0)
+    max_len_b: int | None = Field(None, ge=1)
+    min_len: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, gt=0)
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+
+
+class TranslateRequest(DecodeOptions):
+    """`POST /v1/translate`: one sentence or a list, decoding options, and what to return
+    beside the text."""
+
+    text: str | list[str] = Field(description="a sentence, or a list of sentences")
+    align: bool = Field(False, description="Pharaoh word links of each hypothesis")
+    align_method: Literal["argmax-tgt", "argmax-src", "intersection", "union",
+                          "grow-diag-final"] | None = None
+    readout: Literal["current", "shift"] | None = None
+    attention: bool = Field(False, description="attention matrices of each hypothesis, at "
+                            "subword and word level")
+    layer: int | None = Field(None, description="with attention: a decoder layer's "
+                              "cross-attention (negative from the top; default: the model's "
+                              "alignment layer)")
+    head: int | Literal["mean"] | None = Field(None, description="with attention: one head, "
+                                               "or mean")
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, text: str | list[str]) -> str | list[str]:
+        if isinstance(text, list):
+            if not text:
+                raise ValueError("an empty list; give at least one sentence")
+            return [_utf8(t) for t in text]
+        return _utf8(text)
+
+    def lines(self) -> list[str]:
+        return [self.text] if isinstance(self.text, str) else list(self.text)
+
+    def decode_changes(self) -> dict[str, object]:
+        """The decoding options given."""
+        return self.model_dump(include=set(DecodeOptions.model_fields), exclude_none=True)
+
+
+class MatrixOut(BaseModel):
+    level: Literal["subword", "word"]
+    source: list[str] = Field(description="column labels")
+    target: list[str] = Field(description="row labels")
+    weights: list[list[float]] = Field(description="weights[j][i]: target j to source i")
+
+
+class AttentionOut(BaseModel):
+    what: str
+    subword: MatrixOut
+    word: MatrixOut
+
+
+class CandidateOut(BaseModel):
+    text: str
+    score: float = Field(description="log-probability over the length penalty")
+    logprob: float
+    tokens: list[str]
+    token_logprobs: list[float]
+    alignment: str | None = Field(None, description="Pharaoh links, 0-based source-target")
+    attention: AttentionOut | None = None
+
+
+class TranslationOut(BaseModel):
+    source: str
+    source_tokens: list[str]
+    truncated: bool = Field(description="cut to the model's longest source")
+    text: str = Field(description="the best hypothesis")
+    candidates: list[CandidateOut] = Field(description="best first")
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    translations: list[TranslationOut] = Field(description="one per sentence, in order")
+
+
+class LibreRequest(BaseModel):
+    """`POST /translate` as LibreTranslate takes it (JSON or a form)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    q: str | list[str]
+    source: str = "auto"
+    target: str
+    format: Literal["text", "html"] = "text"
+    alternatives: int = Field(0, ge=0)
+    api_key: str | None = None
+
+    @field_validator("q")
+    @classmethod
+    def _q(cls, q: str | list[str]) -> str | list[str]:
+        if isinstance(q, list):
+            if not q:
+                raise ValueError("an empty list; give at least one sentence")
+            return [_utf8(t) for t in q]
+        return _utf8(q)
+
+
+class ErrorOut(BaseModel):
+    error: str
