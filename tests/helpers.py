@@ -1,4 +1,5 @@
-"""Helpers shared by the test tiers: tiny models, synthetic batches, running the CLI.
+"""Helpers shared by the test tiers: tiny models, synthetic batches, running the CLI, a
+`mtkit serve` process.
 
 Fixtures (seeds, the toy recipe and its prepared and trained runs, the Multi30k mirror) are in
 conftest.py; the short training loop of the learning tests is tests/system/synthetic.py.
@@ -6,8 +7,15 @@ conftest.py; the short training loop of the learning tests is tests/system/synth
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from typer.testing import CliRunner
@@ -46,3 +54,45 @@ def run_mtkit(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     """`python -m mtkit ARGS` in a fresh process (the console script's own error handling)."""
     return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True,
                           text=True, timeout=timeout)
+
+
+class Server:
+    """A `mtkit serve` process and a client for it."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, log: list[str]) -> None:
+        self.proc, self.url, self.log = proc, url, log
+        import httpx
+
+        self.client = httpx.Client(base_url=url, timeout=60)
+
+    def post(self, path: str, body: object = None, **kwargs):
+        return self.client.post(path, json=body, **kwargs) if body is not None else (
+            self.client.post(path, **kwargs))
+
+
+@contextmanager
+def serving(*args: object) -> Iterator[Server]:
+    """`mtkit serve ARGS --port 0` until the block ends (then SIGTERM, and it must exit 0)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", *map(str, args),
+                             "--port", "0", "--threads", "1"], stderr=subprocess.PIPE,
+                            text=True, env=env)
+    log: list[str] = []
+    url = None
+    for line in proc.stderr:  # the first line says where it listens
+        log.append(line)
+        if m := re.search(r"at (http://\S+) \(Ctrl-C", line):
+            url = m.group(1)
+            break
+    assert url is not None, "".join(log)
+    threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+    server = Server(proc, url, log)
+    try:
+        deadline = time.monotonic() + 60
+        while server.client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(log)
+            time.sleep(0.05)
+        yield server
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, "".join(log)

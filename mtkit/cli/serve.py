@@ -6,7 +6,7 @@ import ipaddress
 import signal
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -31,6 +31,11 @@ def serve(
         "--token-file", metavar="FILE", help="A file holding a token that every API request "
         "must carry as 'Authorization: Bearer TOKEN' (LibreTranslate's api_key too); "
         "/health, /ready and the page are open.")] = None,
+    sets: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="decode.KEY=VALUE", help="A decoding default over the recipe's "
+        "decode section, e.g. --set decode.beam_size=4 (an export of a model with the gnmt "
+        "penalty needs --set decode.length_penalty=average or none); repeatable; a request "
+        "may change it within the limits.")] = None,
     device: InferenceDeviceOpt = "auto",
     threads: TranslateThreadsOpt = 0,
     max_sentences: Annotated[int, typer.Option(
@@ -76,13 +81,15 @@ def serve(
     if log_format not in ("text", "json"):
         raise ConfigError(f"--log-format: invalid choice {log_format!r}; expected text or json")
     token = _read_token(token_file)
+    decode, origins = _decode_defaults(sets or [])
     uvicorn = _serve_extra()
     from mtkit.api.model import open_model
     from mtkit.serve.app import ServeSettings, create_app
 
     sock = _listen(host, port)
     with collector_paused():
-        model = open_model(list(models), device=device, threads=threads)
+        model = open_model(list(models), device=device, threads=threads, decode=decode,
+                           origins=origins)
     settings = ServeSettings(
         max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
         max_beam=max_beam, queue_size=queue_size, max_wait_ms=max_wait_ms, timeout=timeout,
@@ -121,6 +128,20 @@ def _serve_extra():  # noqa: ANN202 - the uvicorn module
         raise ConfigError(f"mtkit serve needs {e.name}, which is not installed; install the "
                           f"serve extra: {SERVE_HINT}") from None
     return uvicorn
+
+
+def _decode_defaults(assignments: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`--set decode.KEY=VALUE` as DecodeConfig fields, and the flag that set each."""
+    from mtkit.config.overrides import apply_override
+
+    raw: dict[str, Any] = {}
+    for assignment in assignments:
+        apply_override(raw, assignment)
+        if set(raw) - {"decode"} or not isinstance(raw.get("decode"), dict):
+            raise ConfigError(f"--set {assignment}: mtkit serve takes decode.KEY=VALUE, the "
+                              "decoding defaults (the model's other settings are its own)")
+    decode = raw.get("decode", {})
+    return decode, {k: f"--set decode.{k}" for k in decode}
 
 
 def _read_token(path: Path | None) -> str | None:

@@ -1,0 +1,95 @@
+"""The page at / in a real headless browser (Debian's chromium and chromedriver, driven by
+selenium) over `mtkit serve` of the toy model: type, Enter, the translation, a heatmap of as
+many rows and columns as the tokens shown, the highlight under the pointer, errors in the
+page. `.ci/run` installs the browser where it is missing."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import serving
+
+pytest.importorskip("fastapi", reason="mtkit serve needs the serve extra (make install)")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
+                                "(make install)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason="no headless browser: "
+                       "apt-get install chromium chromium-driver (.ci/run does)"),
+    pytest.mark.usefixtures("one_thread"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,900"):
+        options.add_argument(arg)
+    options.binary_location = CHROMIUM
+    driver = webdriver.Chrome(options=options, service=Service(DRIVER))
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _wait(driver, condition, timeout: float = 30):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(condition)
+
+
+def test_translate_and_look_at_attention(browser, toy_model: Path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    with serving(toy_model) as server:
+        want = server.post("/v1/translate", {"text": "sa sa gu mir", "nbest": 3,
+                                             "attention": True}).json()
+        browser.get(server.url)
+        _wait(browser, lambda d: "toy" in d.find_element(By.ID, "model").text)
+        box = browser.find_element(By.ID, "source")
+        box.send_keys("sa sa gu mir")
+        box.send_keys(Keys.ENTER)
+        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#nbest-list li"))
+        shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#nbest-list .text")]
+        best = want["translations"][0]["candidates"]
+        assert shown == [c["text"] for c in best]
+        # the heatmap: a row per target word (and EOS), a column per source word (and EOS)
+        rows = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.row")]
+        cols = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.col")]
+        assert rows == [*shown[0].split(), "</s>"]
+        assert cols == ["sa", "sa", "gu", "mir", "</s>"]
+        cells = browser.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
+        assert len(cells) == len(rows) * len(cols)
+        assert browser.find_elements(By.CSS_SELECTOR, "#heatmap td.cell.link")  # the links
+        ActionChains(browser).move_to_element(cells[len(cols) + 2]).perform()  # row 1, col 2
+        hot = browser.find_elements(By.CSS_SELECTOR, "#heatmap th.hot")
+        assert sorted(e.text for e in hot) == sorted([rows[1], cols[2]])
+        # hovering a target word marks the source words it attends to
+        ActionChains(browser).move_to_element(
+            browser.find_elements(By.CSS_SELECTOR, "#heatmap th.row")[0]).perform()
+        assert "mir" in [e.text for e in browser.find_elements(By.CSS_SELECTOR,
+                                                                "#heatmap th.col.hot")]
+        # subwords, and another hypothesis
+        browser.find_element(By.CSS_SELECTOR, "#level option[value=subword]").click()
+        pieces = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.col")]
+        assert pieces == [*want["translations"][0]["source_tokens"], "</s>"]
+        browser.find_elements(By.CSS_SELECTOR, "#nbest-list li")[1].click()
+        rows = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.row")]
+        assert rows == [*best[1]["tokens"], "</s>"]
+        # an error is shown in the page
+        box.clear()
+        box.send_keys("a" * 2100)
+        box.send_keys(Keys.ENTER)
+        _wait(browser, lambda d: d.find_element(By.ID, "error").is_displayed())
+        assert "2100 characters" in browser.find_element(By.ID, "error").text
