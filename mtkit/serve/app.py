@@ -52,7 +52,7 @@ class ServeSettings:
     max_body: int = 1_000_000  # bytes of a request body
     max_beam: int = 16  # beam_size and nbest a request may ask for
     queue_size: int = 2048  # sentences waiting; more is a 503
-    max_wait_ms: float = 10.0  # how long the oldest request waits for others to batch with
+    max_wait_ms: float = 50.0  # the longest a request waits for others to batch with
     timeout: float = 60.0  # seconds a request may take; then a 504
     token: str | None = None  # a bearer token every API request must carry
     log_format: Literal["text", "json"] = "text"

@@ -4,10 +4,15 @@ length-sorted, token-bounded batches that `mtkit translate` makes of a file.
 One decoding thread takes the jobs waiting, those with the same options as the oldest (a
 sampling job alone: its draws follow its own lines, as `mtkit translate` of them would), and
 decodes their sentences as one input (`TranslationModel.decode`, whose batches are shared by
-its CPU workers); each job then gets its own slice of the results, in order. The thread waits
-for more jobs at most `max_wait` seconds after the oldest arrived, and not at all once a
-batch's worth of source tokens is waiting. The queue is bounded in sentences: a job that
-would overflow it is refused at once (`QueueFull`), so a flood is answered, not stored.
+its CPU workers); each job then gets its own slice of the results, in order.
+
+When to start: clients that each wait for their answer send their next requests in a burst
+after a pass ends, and a small batch costs nearly as much per step as a large one on a CPU
+(bench/RESULTS.md). So the thread waits while jobs keep arriving: it starts once no job has
+come for `gap` seconds, once the oldest has waited `max_wait`, or once a batch's worth of
+source tokens is there. A lone request waits `gap` only. The queue is bounded in sentences: a
+job that would overflow it is refused at once (`QueueFull`), so a flood is answered, not
+stored.
 """
 
 from __future__ import annotations
@@ -63,9 +68,12 @@ class Batcher:
     """Jobs from any thread in (`submit`), results out through each job's future."""
 
     def __init__(self, model: TranslationModel, *, max_wait: float, max_queue: int,
+                 gap: float | None = None,
                  on_batch: Callable[[BatchReport], None] | None = None) -> None:
+        """gap: default a fifth of `max_wait`."""
         self.model = model
         self.max_wait = max_wait
+        self.gap = max_wait / 5 if gap is None else min(gap, max_wait)
         self.max_queue = max_queue
         self.on_batch = on_batch
         self._jobs: list[Job] = []
@@ -131,7 +139,8 @@ class Batcher:
             first = self._jobs[0]
             while not self._closed:
                 same = [j for j in self._jobs if j.key() == first.key()]
-                left = first.arrived + self.max_wait - time.monotonic()
+                now = time.monotonic()
+                left = min(first.arrived + self.max_wait, same[-1].arrived + self.gap) - now
                 if left <= 0 or sum(j.tokens for j in same) >= first.cfg.batch_tokens:
                     break
                 self._cond.wait(left)

@@ -176,7 +176,7 @@ def test_auth_queue_and_deadline(toy_model, tmp_path, lines):
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     with serving(toy_model, "--token-file", token, "--queue-size", "2", "--timeout", "1",
-                 "--max-wait-ms", "3000", "--log-format", "json") as s:
+                 "--max-wait-ms", "10000", "--log-format", "json") as s:
         assert s.client.get("/health").status_code == 200  # open
         for path, call in [("/v1/translate", lambda **h: s.post("/v1/translate",
                                                                   {"text": "sa"}, **h)),
@@ -189,7 +189,7 @@ def test_auth_queue_and_deadline(toy_model, tmp_path, lines):
                 assert "token" in res.json()["error"]
         auth = {"Authorization": "Bearer s3cret"}
         assert s.client.get("/v1/models", headers=auth).status_code == 200
-        # waits 3 s for company, past its 1 s deadline
+        # waits 2 s (a fifth of --max-wait-ms) for company, past its 1 s deadline
         late = s.post("/v1/translate", {"text": "sa gu"}, headers=auth)
         assert late.status_code == 504 and "within 1 s" in late.json()["error"]
         full = s.post("/v1/translate", {"text": ["sa", "gu", "mir"]}, headers=auth)
@@ -205,12 +205,12 @@ def test_auth_queue_and_deadline(toy_model, tmp_path, lines):
 
 
 def test_sigterm_finishes_requests_in_flight(toy_model):
-    with serving(toy_model, "--max-wait-ms", "1500") as s:
+    with serving(toy_model, "--max-wait-ms", "5000") as s:
         results: list[httpx.Response] = []
         asking = threading.Thread(target=lambda: results.append(
             s.post("/v1/translate", {"text": ["sa gu mir", "pel nel dar"]})))
         asking.start()
-        time.sleep(0.5)  # the request waits in the batcher for 1.5 s
+        time.sleep(0.3)  # the request waits 1 s in the batcher for company
         s.proc.send_signal(signal.SIGTERM)
         asking.join(30)
         assert s.proc.wait(30) == 0
