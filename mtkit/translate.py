@@ -321,18 +321,20 @@ class LineTranslator:
 
 
 class StreamTranslator(LineTranslator):
-    """`LineTranslator` with mtkit's own search over one model (or ensemble) on `device`."""
+    """`LineTranslator` with mtkit's own search over one model (or ensemble) on `device`,
+    in float32, or under autocast to `dtype` (bfloat16 on a GPU: `mtkit serve`'s default)."""
 
     def __init__(self, model: Translator, tokenizer: Tokenizer, cfg: DecodeConfig, *,
                  device: torch.device, max_src_len: int, fmt: OutputFormat = "text",
                  align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
-                 workers: int = 1) -> None:
+                 workers: int = 1, dtype: torch.dtype | None = None) -> None:
         # learned positions end an output by the last one (mtkit.decode.decode_batch)
         limit = None if model.max_target_len is None else model.max_target_len - 1
         super().__init__(tokenizer, cfg, max_src_len=max_src_len, max_out_len=limit, fmt=fmt,
                          align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
         self.model = model.eval()
         self.device = device
+        self.dtype = dtype
 
     def _search(self, ids: list[list[int]], stop: threading.Event,
                 lines: list[int]) -> list[list[Hypothesis]]:
@@ -341,7 +343,8 @@ class StreamTranslator(LineTranslator):
         from mtkit.data.batch import collate
         from mtkit.decode import decode_batch
 
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
+                                                    enabled=self.dtype is not None):
             b = collate(ids, None, lines).to(self.device, non_blocking=True)
             return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
                                 need_attn=self.need_attn)

@@ -79,8 +79,8 @@ class Extras:
 @dataclass(frozen=True)
 class ModelInfo:
     """What is loaded: the recipe's name and languages, the architecture, the checkpoint(s) or
-    export, which engine decodes, the decoding defaults, and the attention a caller may
-    choose (`layers`, `heads`: None where there is no choice)."""
+    export, which engine decodes on which device, the decoding defaults, the precision, and the
+    attention a caller may choose (`layers`, `heads`: None where there is no choice)."""
 
     name: str
     src_lang: str
@@ -91,6 +91,7 @@ class ModelInfo:
     device: str
     decode: DecodeConfig
     has_attention: bool
+    precision: str  # fp32 or bf16 for mtkit's own decoder; the engine's compute type
     layers: int | None
     heads: int | None
 
@@ -303,25 +304,33 @@ def _matrix(weights: Any, src: Sequence[str], tgt: Sequence[str],
 # --------------------------------------------------------------------------- loading
 
 
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
+
+
 def load(*paths: str | Path, device: str = "auto", threads: int = 0,
-         ensemble_mode: Literal["logprob", "prob"] = "logprob", **decode: Any
-         ) -> TranslationModel:
+         ensemble_mode: Literal["logprob", "prob"] = "logprob",
+         precision: Precision | None = None, **decode: Any) -> TranslationModel:
     """Load a run directory (its best.pt, else last.pt), a checkpoint, several checkpoints
     (an ensemble sharing one vocabulary) or a directory written by `mtkit export` (decoded by
     CTranslate2; torch is then never imported).
 
     device: auto, cpu, cuda, cuda:N or mps; threads: CPU threads (0: the engine's default);
-    decode: DecodeConfig fields over the recipe's `decode` section, the defaults of every
-    call (beam_size=4, ...). Raises `mtkit.errors.MtkitError` (a one-line message) for a
-    missing, damaged or foreign file and for invalid options."""
+    precision: mtkit's own decoder computes in fp32 (None, the default, as `mtkit translate`
+    does), bf16 (under autocast), or auto: bf16 on a GPU that has it, else fp32; an export
+    computes in the type it was exported with (None or auto); decode: DecodeConfig fields
+    over the recipe's `decode` section, the defaults of every call (beam_size=4, ...).
+    Raises `mtkit.errors.MtkitError` (a one-line message) for a missing, damaged or foreign
+    file and for invalid options."""
     if not paths:
         raise ConfigError("load: give a run directory, a checkpoint or an export")
     return open_model([Path(p) for p in paths], device=device, threads=threads,
-                      ensemble_mode=ensemble_mode, decode=decode)
+                      ensemble_mode=ensemble_mode, precision=precision, decode=decode)
 
 
 def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
-               ensemble_mode: str = "logprob", decode: Mapping[str, Any] | None = None,
+               ensemble_mode: str = "logprob", precision: str | None = None,
+               decode: Mapping[str, Any] | None = None,
                origins: Mapping[str, str] | None = None, streaming: bool = False,
                chunk_lines: int = CHUNK_LINES) -> TranslationModel:
     """`load`, for callers that name the options' origins (the command's flags) and stream
@@ -329,13 +338,19 @@ def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
     if ensemble_mode not in ("logprob", "prob"):
         raise ConfigError(f"ensemble_mode: invalid choice {ensemble_mode!r}; expected "
                           "logprob or prob")
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError(f"precision: invalid choice {precision!r}; expected one of "
+                          f"{', '.join(PRECISIONS)}")
     exported = exported_model(paths)
     if exported is not None:
+        if precision not in (None, "auto"):
+            raise ConfigError(f"precision {precision}: an exported model computes in the type "
+                              "it was exported with (mtkit export --quantize)")
         return _open_export(exported, device=device, threads=threads, decode=decode or {},
                             origins=origins, streaming=streaming, chunk_lines=chunk_lines)
     return _open_checkpoints(paths, device=device, threads=threads, mode=ensemble_mode,
-                             decode=decode or {}, origins=origins, streaming=streaming,
-                             chunk_lines=chunk_lines)
+                             precision=precision, decode=decode or {}, origins=origins,
+                             streaming=streaming, chunk_lines=chunk_lines)
 
 
 def exported_model(paths: list[Path]) -> Any:
@@ -384,14 +399,16 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
         raise ConfigError("; ".join(problems))
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
                      recipe.model.arch, [str(export.path)], "ctranslate2",
-                     str(translator.engine.device), cfg, has_attention=True, layers=None,
+                     str(translator.engine.device), cfg, has_attention=True,
+                     precision=translator.engine.compute_type, layers=None,
                      heads=None)
     return TranslationModel(translator, recipe, info)
 
 
 def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str,
-                      decode: Mapping[str, Any], origins: Mapping[str, str] | None,
-                      streaming: bool, chunk_lines: int) -> TranslationModel:
+                      precision: str | None, decode: Mapping[str, Any],
+                      origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
+                      ) -> TranslationModel:
     import torch
 
     from mtkit.device import inference_device
@@ -409,8 +426,11 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
                                        streaming=streaming, default=torch.get_num_threads())
     if workers > 1:
         torch.set_num_threads(each)
+    bf16 = precision == "bf16" or (precision == "auto" and dev.type == "cuda"
+                                    and torch.cuda.is_bf16_supported())
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
-                                  chunk_lines=chunk_lines, workers=workers)
+                                  chunk_lines=chunk_lines, workers=workers,
+                                  dtype=torch.bfloat16 if bf16 else None)
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))
@@ -419,6 +439,7 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
                      recipe.model.arch, [str(resolve_checkpoint(p)) for p in paths], "mtkit",
                      str(dev), cfg, has_attention=bool(model.has_attention),
+                     precision="bf16" if bf16 else "fp32",
                      layers=tf.dec_layers if transformer else None,
                      heads=tf.heads if transformer else None)
     return TranslationModel(translator, recipe, info, model=model if len(paths) == 1 else None)

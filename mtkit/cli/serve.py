@@ -38,6 +38,11 @@ def serve(
         "may change it within the limits.")] = None,
     device: InferenceDeviceOpt = "auto",
     threads: TranslateThreadsOpt = 0,
+    precision: Annotated[str, typer.Option(
+        "--precision", metavar="PRECISION", show_default=False,
+        help="mtkit's own decoder: fp32, bf16 (autocast), or auto: bf16 on a GPU that has it, "
+        "else fp32; `mtkit translate` decodes in fp32 (an export: its own type, auto only) "
+        "(default: auto).")] = "auto",
     max_sentences: Annotated[int, typer.Option(
         "--max-sentences", metavar="N", parser=at_least(1), show_default=False,
         help="Sentences per request; more is a 413 (default: 64).")] = 64,
@@ -89,7 +94,7 @@ def serve(
     sock = _listen(host, port)
     with collector_paused():
         model = open_model(list(models), device=device, threads=threads, decode=decode,
-                           origins=origins)
+                           origins=origins, precision=precision)
     settings = ServeSettings(
         max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
         max_beam=max_beam, queue_size=queue_size, max_wait_ms=max_wait_ms, timeout=timeout,
@@ -101,7 +106,8 @@ def serve(
                    "reach this port can use the model", err=True)
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     typer.echo(f"mtkit: serving {model.info.name} ({model.info.src_lang} -> "
-               f"{model.info.tgt_lang}, {model.info.engine} on {model.info.device}) at "
+               f"{model.info.tgt_lang}, {model.info.engine} on {model.info.device}, "
+               f"{model.info.precision}) at "
                f"http://{shown}:{bound_port}/ (Ctrl-C to stop)", err=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=timeout, lifespan="on")

@@ -137,3 +137,16 @@ def test_info_and_defaults(model, toy_model):
     loaded = mtkit.load(toy_model, device="cpu", beam_size=2, nbest=2)
     assert loaded.defaults.beam_size == 2
     assert len(loaded.translate_full(["sa gu"])[0].candidates) == 2
+
+
+def test_bf16_is_autocast_and_close(toy_model, model, lines):
+    """precision bf16 decodes under autocast (on a CPU here): the scores move, the
+    translations of a trained toy model stay; a bad choice is one line."""
+    bf16 = mtkit.load(toy_model, device="cpu", threads=1, precision="bf16")
+    assert bf16.info.precision == "bf16" and model.info.precision == "fp32"
+    low, full = bf16.translate_full(lines[:8]), model.translate_full(lines[:8])
+    assert [t.text for t in low] == [t.text for t in full]
+    assert any(abs(a.candidates[0].score - b.candidates[0].score) > 1e-5
+               for a, b in zip(low, full, strict=True) if a.text)
+    with pytest.raises(ConfigError, match="precision: invalid choice 'fp8'"):
+        mtkit.load(toy_model, precision="fp8")
