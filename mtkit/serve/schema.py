@@ -23,6 +23,15 @@ def _utf8(text: str) -> str:
     return text
 
 
+def _sentences(value: str | list[str]) -> str | list[str]:
+    """One sentence or a non-empty list of them, each valid text."""
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("an empty list; give at least one sentence")
+        return [_utf8(t) for t in value]
+    return _utf8(value)
+
+
 class DecodeOptions(BaseModel):
     """Decoding options of one request; a field left out takes the model's default
     (`GET /v1/models`)."""
@@ -60,14 +69,7 @@ class TranslateRequest(DecodeOptions):
     head: int | Literal["mean"] | None = Field(None, description="with attention: one head, "
                                                "or mean")
 
-    @field_validator("text")
-    @classmethod
-    def _text(cls, text: str | list[str]) -> str | list[str]:
-        if isinstance(text, list):
-            if not text:
-                raise ValueError("an empty list; give at least one sentence")
-            return [_utf8(t) for t in text]
-        return _utf8(text)
+    _text = field_validator("text")(_sentences)
 
     def lines(self) -> list[str]:
         return [self.text] if isinstance(self.text, str) else list(self.text)
@@ -125,14 +127,7 @@ class LibreRequest(BaseModel):
     alternatives: int = Field(0, ge=0)
     api_key: str | None = None
 
-    @field_validator("q")
-    @classmethod
-    def _q(cls, q: str | list[str]) -> str | list[str]:
-        if isinstance(q, list):
-            if not q:
-                raise ValueError("an empty list; give at least one sentence")
-            return [_utf8(t) for t in q]
-        return _utf8(q)
+    _q = field_validator("q")(_sentences)
 
 
 class ErrorOut(BaseModel):
