@@ -61,7 +61,8 @@ class Trainer:
         self.stop = GracefulStop()
         self.best_unsaved = False  # the latest validation was the best and is not saved yet
         self.rep = Reporter(run_dir, console, enabled=dist.is_main,
-                            resumed_at=self.p.update if state is not None else None)
+                            resumed_at=self.p.update if state is not None else None,
+                            tensorboard=self.cfg.tensorboard)
         self.resumed = state is not None
         self.window = Window()
         self.t0, self.session_update0 = time.monotonic(), self.p.update

@@ -753,7 +753,7 @@ def test_tensorboard_gets_every_number_when_the_package_is_there(
         def close(self) -> None:
             scalars.append(("closed", 0, 0))
 
-    monkeypatch.setattr(report, "_tensorboard", lambda run_dir: Writer())
+    monkeypatch.setattr(report, "_tensorboard", lambda run_dir, mode: Writer())
     _train(tmp_path / "run", "train.max_updates=4", "train.log_every=2", "train.valid_every=4")
     tags = {(tag, step) for tag, _, step in scalars}
     assert {("train/loss", 2), ("train/lr", 4), ("valid/bleu", 4), ("valid/ppl", 4)} <= tags
