@@ -212,9 +212,10 @@ def export(
     output: Annotated[Path, typer.Option(
         "-o", "--output", metavar="DIR", show_default=False,
         help="Directory to write: new, empty, or a previous export.")],
-    fmt: Annotated[str, typer.Option(
-        "--format", metavar="FORMAT", show_default=False,
-        help="ctranslate2 (default: ctranslate2).")] = "ctranslate2",
+    engine: Annotated[str, typer.Option(
+        "--engine", metavar="ENGINE", show_default=False,
+        help="The inference engine the export is for: ctranslate2, the one there is "
+        "(default: ctranslate2).")] = "ctranslate2",
     quantize: Annotated[str, typer.Option(
         "--quantize", metavar="TYPE", show_default=False, help="Weights: float32 (exact), "
         "int8, int8_float32, int16, float16 or bfloat16 (default: float32).")] = "float32",
@@ -229,7 +230,7 @@ def export(
     """
     from mtkit.export.run import check_request, export_ctranslate2
 
-    check_request(fmt, quantize)
+    check_request(engine, quantize)
     report = export_ctranslate2(source, output, quantization=quantize)
     if report.note:
         typer.echo(f"mtkit: note: {report.note}", err=True)
