@@ -3,9 +3,10 @@ machine) run as written, in README order, on a toy run put in its place.
 
 A line is taken from a fenced block (with its continuation lines) or an inline code span when
 it runs `mtkit` on the demo's run; a line that also needs another run (`--reverse
-runs/de-en-multi30k`) is left out, as `make demo` makes one run. The files the lines read
-(test.en, test.de, src.txt, tgt.txt, gold.align) are the toy's test split and its true links;
-the toy's test split, `test`, stands for Multi30k's test2016."""
+runs/de-en-multi30k`) is left out, as `make demo` makes one run, and so is `mtkit serve`, a
+server that runs until it is stopped (tests/integration/test_serve.py starts one). The files
+the lines read (test.en, test.de, src.txt, tgt.txt, gold.align) are the toy's test split and
+its true links; the toy's test split, `test`, stands for Multi30k's test2016."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def readme_demo_commands(text: str) -> list[str]:
         spans = [raw] if fenced else re.findall(r"`(mtkit [^`]+)`", raw)
         lines += [re.sub(r"\s+#.*$", "", span).strip() for span in spans]
     return [line for line in lines if re.search(r"(^|\| )mtkit ", line)
-            and NAMES_DEMO_RUN.search(line) and not OTHER_RUN.search(line)]
+            and NAMES_DEMO_RUN.search(line) and not OTHER_RUN.search(line)
+            and not line.startswith("mtkit serve ")]
 
 
 @pytest.mark.parametrize("gpu", [False, True])
