@@ -75,13 +75,12 @@ DROP_ORDER = ("lr", "tok_s", "epoch", "loss")
 BAR_WIDTH, BAR_MIN = 40, 10
 
 
-def fit_line(head: str, fields: dict[str, str], eta: str, width: int
-             ) -> tuple[str, int, str]:
+def fit_line(head: str, fields: dict[str, str], eta: str, width: int) -> tuple[int, str]:
     """The progress line for a terminal `width` columns wide: `head` (the update count), a bar
     and the `fields` (in display order, keyed as in `DROP_ORDER`) then `eta`, joined by ' | '.
     Fields are dropped, least useful first, while the bar would be narrower than `BAR_MIN`;
     the bar then takes what is left, up to `BAR_WIDTH` (0: no room for one).
-    Returns (head, bar width, tail)."""
+    Returns the bar's width and what follows it."""
     shown = dict(fields)
     droppable = [key for key in DROP_ORDER if key in shown]
     while True:
@@ -90,7 +89,8 @@ def fit_line(head: str, fields: dict[str, str], eta: str, width: int
         if room >= BAR_MIN or not droppable:
             break
         del shown[droppable.pop(0)]
-    return head, min(room, BAR_WIDTH) if room >= BAR_MIN else 0, tail
+    bar = min(room, BAR_WIDTH) if room >= BAR_MIN else 0
+    return bar, tail
 
 
 class _TrainLine(ProgressColumn):
@@ -102,8 +102,8 @@ class _TrainLine(ProgressColumn):
 
     def render(self, task: Task) -> RenderableType:
         f = task.fields
-        head, bar, tail = fit_line(f"update {task.completed:,.0f}{f['of']}", f["parts"],
-                                   f"ETA {f['eta']}", self.console.width - 1)
+        head = f"update {task.completed:,.0f}{f['of']}"
+        bar, tail = fit_line(head, f["parts"], f"ETA {f['eta']}", self.console.width - 1)
         if not bar:
             return Text(f"{head} {tail}", no_wrap=True, overflow="ellipsis")
         grid = Table.grid(padding=(0, 1))
