@@ -1,7 +1,7 @@
 """Word alignments of mtkit's attention on Multi30k test2016, as agreement (AER) with a
 statistical aligner's links, for every read-out, layer and head; and each run's BLEU.
 
-    python bench/align_quality.py runs/en-de-multi30k-cpu
+    python bench/align_quality.py runs/en-de-multi30k
     python bench/align_quality.py runs/plain --compare runs/guided    # e.g. a guided-trained run
     python bench/align_quality.py runs/x --train recipes/en-de-cpu.yaml   # prep + train first
 

@@ -5,9 +5,10 @@
 #   and as a heatmap PNG -> the commands to go on with.
 # On a GPU it trains recipes/en-de.yaml in full (about 3 minutes on an H200); without one it
 # trains recipes/en-de-cpu.yaml, sized for a 10-minute budget on 2 cores (DEMO_TIME=30m for
-# longer). Settable: RECIPE, RUN (default runs/<recipe name>), DEMO_TIME, SPLIT (the test set
-# translated and scored, default test2016), MTKIT_DATA_MIRROR (default ../shared/data/multi30k
-# when it exists, else download).
+# longer). Either way the run is runs/en-de-multi30k, the one the README's examples name.
+# Settable: RECIPE, RUN (default runs/en-de-multi30k; with RECIPE, runs/<recipe name>),
+# DEMO_TIME, SPLIT (the test set translated and scored, default test2016), MTKIT_DATA_MIRROR
+# (default ../shared/data/multi30k when it exists, else download).
 # A run directory that already holds a model is not trained again: delete it to start afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ say() { echo "demo: $*" >&2; }
 start=$SECONDS
 
 budget=()
+own_recipe="${RECIPE:-}"
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   RECIPE="${RECIPE:-recipes/en-de.yaml}"
   [ -n "${DEMO_TIME:-}" ] && budget=(--set "train.max_time=$DEMO_TIME")
@@ -28,7 +30,11 @@ else
   budget=(--set "train.max_time=${DEMO_TIME:-10m}")
   say "no GPU found: training $RECIPE for ${DEMO_TIME:-10m} of wall-clock on the CPU"
 fi
-name=$("$PY" -c "import sys; from mtkit.config import load_recipe; print(load_recipe(sys.argv[1]).name)" "$RECIPE")
+if [ -n "$own_recipe" ]; then
+  name=$("$PY" -c "import sys; from mtkit.config import load_recipe; print(load_recipe(sys.argv[1]).name)" "$RECIPE")
+else
+  name=en-de-multi30k  # the GPU recipe's name, for the CPU recipe too: one run name to follow
+fi
 RUN="${RUN:-runs/$name}"
 
 say "1/4 prep $RECIPE into $RUN"

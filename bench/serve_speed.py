@@ -1,7 +1,7 @@
 """`mtkit serve` against the Python API in the same run: throughput, latency, memory, and the
-same outputs, on Multi30k test2016 with a trained run (the CPU demo's by default).
+same outputs, on Multi30k test2016 with a trained run (make demo's by default).
 
-    python bench/serve_speed.py runs/en-de-multi30k-cpu
+    python bench/serve_speed.py runs/en-de-multi30k
 
 1. Outputs: the first 200 test2016 sentences through the API, `mtkit translate`, POST
    /v1/translate and POST /translate (LibreTranslate's) must be the same text (and scores to
@@ -46,7 +46,7 @@ import mtkit  # noqa: E402
 
 def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, nargs="?", default=REPO / "runs" / "en-de-multi30k-cpu")
+    ap.add_argument("run", type=Path, nargs="?", default=REPO / "runs" / "en-de-multi30k")
     ap.add_argument("--mirror", type=Path, default=Path(os.environ.get(
         "MTKIT_DATA_MIRROR", REPO.parent / "shared" / "data" / "multi30k")))
     ap.add_argument("--seconds", type=float, default=20.0, help="per client count (default 20)")

@@ -265,6 +265,25 @@ def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
         raise DataError(f"{report.name}: broken gzip file ({e})") from None
 
 
+def count_lines(path: str | Path) -> int | None:
+    """The lines of a plain (not gzip) regular file, as `decode_lines` reads them, counted in
+    its bytes without decoding; None for what cannot be read twice or counted cheaply (a pipe,
+    a terminal, gzip). A file on standard input (`< f`) is counted as /dev/stdin."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            if f.read(2) == GZIP_MAGIC:
+                return None
+            f.seek(0)
+            count, last = 0, b"\n"
+            while block := f.read(_BLOCK):
+                count, last = count + block.count(b"\n"), block[-1:]
+    except OSError:  # no /dev/stdin here, or unreadable: the count is only for a progress bar
+        return None
+    return count + (last != b"\n")
+
+
 def open_binary(path: str | Path) -> IO[bytes]:
     """A plain or gzip file as a binary stream (whatever the file is called). The file is
     opened once and its first bytes peeked at: a pipe cannot be read twice."""

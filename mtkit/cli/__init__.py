@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from mtkit import __version__
 from mtkit.cli import align, data, score, serve, startup, translate
@@ -86,10 +87,20 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class _Command(TyperCommand):
+    """A command whose usage line names its arguments as the README does (`mtkit train
+    [OPTIONS] RECIPE`): typer writes a required one in braces, `{RECIPE}`, which reads as a
+    choice."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [re.sub(r"^\{(.+)\}(\.\.\.)?$", r"\1\2", piece)
+                for piece in super().collect_usage_pieces(ctx)]
+
+
 _COMMANDS = (data.prep, data.train, data.average, score.score, translate.translate,
              translate.export, align.align, serve.serve)
 for _command in _COMMANDS:
-    app.command(add_help_option=False)(user_errors(_command))
+    app.command(add_help_option=False, cls=_Command)(user_errors(_command))
 
 
 def main() -> None:

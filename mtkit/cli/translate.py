@@ -212,9 +212,10 @@ def export(
     output: Annotated[Path, typer.Option(
         "-o", "--output", metavar="DIR", show_default=False,
         help="Directory to write: new, empty, or a previous export.")],
-    fmt: Annotated[str, typer.Option(
-        "--format", metavar="FORMAT", show_default=False,
-        help="ctranslate2 (default: ctranslate2).")] = "ctranslate2",
+    engine: Annotated[str, typer.Option(
+        "--engine", metavar="ENGINE", show_default=False,
+        help="The inference engine the export is for: ctranslate2, the one there is "
+        "(default: ctranslate2).")] = "ctranslate2",
     quantize: Annotated[str, typer.Option(
         "--quantize", metavar="TYPE", show_default=False, help="Weights: float32 (exact), "
         "int8, int8_float32, int16, float16 or bfloat16 (default: float32).")] = "float32",
@@ -229,7 +230,7 @@ def export(
     """
     from mtkit.export.run import check_request, export_ctranslate2
 
-    check_request(fmt, quantize)
+    check_request(engine, quantize)
     report = export_ctranslate2(source, output, quantization=quantize)
     if report.note:
         typer.echo(f"mtkit: note: {report.note}", err=True)
@@ -247,6 +248,7 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         InvalidUtf8,
         WriteError,
         atomic_write,
+        count_lines,
         decode_lines,
         is_terminal,
         names_stdout,
@@ -267,7 +269,9 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         typed = sys.stdin.isatty() if input is None else is_terminal(input)
         shared = to_stdout and sys.stdout is not None and sys.stdout.isatty() or typed
         # rich (0.1 s to import) only for the bar: not when stderr goes to a file or a pipe
-        on_batch = _progress_bar(stack) if sys.stderr.isatty() and not shared else None
+        on_batch = None
+        if sys.stderr.isatty() and not shared:
+            on_batch = _progress_bar(stack, count_lines(input or "/dev/stdin"))
         try:
             stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
         except OSError as e:  # a full disk under `> file` (no other error means a write)
@@ -280,16 +284,36 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
     return stats
 
 
-def _progress_bar(stack: Any) -> Any:
-    """A transient sentence counter on stderr, closed with `stack`; returns its advance."""
+def _progress_bar(stack: Any, total: int | None) -> Any:
+    """A transient progress display on stderr, closed with `stack`; returns its advance. With
+    the input's line count (`total`: a file), a bar with sentences/s and the ETA; without (a
+    pipe), a sentence counter."""
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    bar = stack.enter_context(Progress(
-        SpinnerColumn(), TextColumn("translating"), TextColumn("{task.completed} sentences"),
-        TimeElapsedColumn(), console=Console(stderr=True), transient=True))
-    task = bar.add_task("translate", total=None)
-    return lambda n: bar.advance(task, n)
+    counter = [SpinnerColumn(), TextColumn("translating"),
+               TextColumn("{task.completed} sentences"), TimeElapsedColumn()]
+    bar_columns = [TextColumn("translating"), BarColumn(),
+                   TextColumn("{task.completed:,}/{task.total:,} sentences"),
+                   TextColumn("{task.fields[rate]} sentences/s"), TextColumn("ETA"),
+                   TimeRemainingColumn()]
+    bar = stack.enter_context(Progress(*(counter if total is None else bar_columns),
+                                       console=Console(stderr=True), transient=True))
+    task = bar.add_task("translate", total=total, rate="-")
+
+    def advance(n: int) -> None:
+        bar.advance(task, n)
+        done = bar.tasks[0]
+        bar.update(task, rate=f"{done.completed / max(done.elapsed or 0.0, 1e-9):,.1f}")
+
+    return advance
 
 
 def report_translation(stats: TranslateStats) -> None:

@@ -71,6 +71,8 @@ def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | No
     origin = typing.get_origin(tp)
     if origin is Literal:
         choices = typing.get_args(tp)
+        if isinstance(value, bool) and {"on", "off"} <= set(choices):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare on/off as a boolean
         if value in choices:
             return value
         problems.add(key, f"invalid choice {value!r}; expected one of "

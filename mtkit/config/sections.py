@@ -284,6 +284,9 @@ class TrainConfig:
     checkpoint_every: int = _rng(0, ge=0)  # updates between checkpoints; 0 = at each validation
     average_last: int = _rng(0, ge=0)  # average the last k checkpoints at the end; 0 = off
     max_nonfinite: int = _rng(5, ge=1)  # consecutive non-finite losses before aborting
+    # TensorBoard event files under tensorboard/: auto when the package is installed
+    # (pip install 'mtkit[tensorboard]'), on (an error without it), off
+    tensorboard: Literal["auto", "on", "off"] = "auto"
     guided_alignment: GuidedAlignmentConfig = field(default_factory=GuidedAlignmentConfig)
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:

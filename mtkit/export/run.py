@@ -20,11 +20,11 @@ class ExportReport:
     note: str | None
 
 
-def check_request(fmt: str, quantization: str) -> None:
-    """The format and quantization choices, validated before anything is loaded."""
+def check_request(engine: str, quantization: str) -> None:
+    """The engine and quantization choices, validated before anything is loaded."""
     problems = []
-    if fmt != "ctranslate2":
-        problems.append(f"--format: invalid choice {fmt!r}; expected ctranslate2")
+    if engine != "ctranslate2":
+        problems.append(f"--engine: invalid choice {engine!r}; expected ctranslate2")
     if quantization not in QUANTIZATIONS:
         problems.append(f"--quantize: invalid choice {quantization!r}; expected one of "
                         f"{', '.join(QUANTIZATIONS)}")

@@ -333,12 +333,12 @@ def _bleu_by_length(src: Text, bleu: Metric, stats: list[list[Any]],
                     edges: Sequence[int]) -> list[LengthBucket]:
     """Corpus BLEU of each bucket's sentences per system, from sacrebleu's per-sentence
     statistics (`stats[system][sentence]`) aggregated over the bucket: the same number as
-    `corpus_score` on just those lines."""
+    `corpus_score` on just those lines. Empty buckets are left out."""
     bounds = bucket_bounds(edges)
     members: list[list[int]] = [[] for _ in bounds]
     for i, line in enumerate(src.lines):
         n = len(line.split())
         members[next(k for k, (_, hi) in enumerate(bounds) if hi is None or n <= hi)].append(i)
     return [LengthBucket(lo, hi, len(idx), tuple(
-        sacrebleu_api.corpus_score(bleu, [st[i] for i in idx])[1] if idx else None
-        for st in stats)) for (lo, hi), idx in zip(bounds, members, strict=True)]
+        sacrebleu_api.corpus_score(bleu, [st[i] for i in idx])[1] for st in stats))
+        for (lo, hi), idx in zip(bounds, members, strict=True) if idx]

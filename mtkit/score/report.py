@@ -4,7 +4,6 @@ length (`plot_by_length`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,18 +52,33 @@ class PairedTestResult:
         return p is not None and p < self.alpha
 
 
+# A bucket of fewer sentences is marked as unreliable: its corpus BLEU rests on too few
+# n-grams to compare with the other buckets'.
+MIN_RELIABLE = 20
+
+
 @dataclass(frozen=True)
 class LengthBucket:
-    """Sentences whose source has `lo`..`hi` whitespace tokens (`hi` None: no upper bound)."""
+    """Sentences whose source has `lo`..`hi` whitespace tokens (`hi` None: no upper bound); a
+    bucket holds at least one sentence."""
 
     lo: int
     hi: int | None
     sentences: int
-    bleu: tuple[float | None, ...]  # corpus BLEU per system; None when the bucket is empty
+    bleu: tuple[float, ...]  # corpus BLEU per system
 
     @property
     def label(self) -> str:
         return f"{self.lo}+" if self.hi is None else f"{self.lo}-{self.hi}"
+
+    @property
+    def reliable(self) -> bool:
+        return self.sentences >= MIN_RELIABLE
+
+    @property
+    def count(self) -> str:
+        """The sentence count as tables and plots show it: 'few' when not reliable."""
+        return f"{self.sentences}" if self.reliable else f"{self.sentences}, few"
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,7 @@ def _score_dict(s: MetricScore) -> dict[str, Any]:
 
 def _bucket_dict(b: LengthBucket, systems: list[str]) -> dict[str, Any]:
     return {"label": b.label, "min": b.lo, "max": b.hi, "sentences": b.sentences,
+            "reliable": b.reliable,
             "bleu": [{"system": n, "score": x} for n, x in zip(systems, b.bleu, strict=True)]}
 
 
@@ -140,7 +155,8 @@ def plot_format(path: Path) -> str:
 
 def plot_by_length(report: ScoreReport, path: Path) -> None:
     """Line plot of corpus BLEU per source-length bucket, one line per system (Bahdanau et al.
-    2015, Fig. 2), written atomically as PNG, SVG or PDF by the file's extension."""
+    2015, Fig. 2), written atomically as PNG, SVG or PDF by the file's extension. Buckets of
+    fewer than `MIN_RELIABLE` sentences are hollow points, their counts marked 'few'."""
     if report.by_length is None:
         raise MtkitError("no BLEU by length to plot: score with a source file")
     fmt = plot_format(path)
@@ -151,12 +167,18 @@ def plot_by_length(report: ScoreReport, path: Path) -> None:
 
     fig = Figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    x = list(range(len(report.by_length)))
+    buckets = report.by_length
+    x = list(range(len(buckets)))
+    few = [i for i, b in enumerate(buckets) if not b.reliable]
     for j, name in enumerate(report.systems):
-        y = [math.nan if b.bleu[j] is None else b.bleu[j] for b in report.by_length]
-        ax.plot(x, y, marker="o", label=name)
-    ax.set_xticks(x, [f"{b.label}\n({b.sentences})" for b in report.by_length])
-    ax.set_xlabel("source sentence length in words (sentences in bucket)")
+        y = [b.bleu[j] for b in buckets]
+        (line,) = ax.plot(x, y, marker="o", label=name)
+        ax.plot([x[i] for i in few], [y[i] for i in few], linestyle="none", marker="o",
+                markerfacecolor="white", markeredgecolor=line.get_color())
+    ax.set_xticks(x, [f"{b.label}\n({b.count})" for b in buckets])
+    ax.set_xlabel("source sentence length in words (sentences in bucket; hollow, few: under "
+                  f"{MIN_RELIABLE} sentences, unreliable)" if few else
+                  "source sentence length in words (sentences in bucket)")
     ax.set_ylabel("BLEU")
     ax.set_title("BLEU by source sentence length")
     ax.grid(alpha=0.3)
@@ -225,6 +247,10 @@ def _render_lengths(report: ScoreReport, console: Console) -> None:
     for system in report.systems:
         table.add_column(system, justify="right")
     for b in report.by_length:
-        table.add_row(b.label, str(b.sentences), *(_fmt(x, report.width) for x in b.bleu))
+        table.add_row(b.label, b.count, *(_fmt(x, report.width) for x in b.bleu))
     console.print(table)
+    if not all(b.reliable for b in report.by_length):
+        console.print(f"few: a bucket of under {MIN_RELIABLE} sentences, whose BLEU is "
+                      "unreliable; empty buckets are left out", soft_wrap=True,
+                      highlight=False)
     console.print(f"BLEU signature: {report.length_signature}", soft_wrap=True, highlight=False)

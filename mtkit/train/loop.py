@@ -30,7 +30,7 @@ from mtkit.fileio import WriteError
 from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
-from mtkit.train.progress import Progress, TrainResult, Window, planned_updates
+from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter, duration
 from mtkit.train.setup import Setup
 from mtkit.train.signals import GracefulStop
@@ -54,6 +54,7 @@ class Trainer:
         # (update, UpdateSums.packed(), target tokens, linked target pieces, lr) per update
         self.pending: list[tuple[int, torch.Tensor, int, int, float]] = []
         self.p = Progress()
+        self.closing = Closing()  # kept inside train.max_time
         self.last_checkpoint: Path | None = None
         self.last_good_checkpoint: Path | None = None  # written after a finite update
         if state is not None:
@@ -61,7 +62,8 @@ class Trainer:
         self.stop = GracefulStop()
         self.best_unsaved = False  # the latest validation was the best and is not saved yet
         self.rep = Reporter(run_dir, console, enabled=dist.is_main,
-                            resumed_at=self.p.update if state is not None else None)
+                            resumed_at=self.p.update if state is not None else None,
+                            tensorboard=self.cfg.tensorboard)
         self.resumed = state is not None
         self.window = Window()
         self.t0, self.session_update0 = time.monotonic(), self.p.update
@@ -106,6 +108,10 @@ class Trainer:
                  len(self.s.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
                  self.device, f" ({self.s.amp.dtype})" if self.s.amp.dtype else "")
+        if self.max_time is not None:
+            log.info("train.max_time %s holds the whole run: training stops early enough for "
+                     "the closing validation and checkpoint, judged by the latest ones",
+                     self.cfg.max_time)
         if self.s.amp.dtype is None and self.cfg.precision != "fp32":
             log.info("train.precision %s applies to CUDA only: on %s this run trains in fp32",
                      self.cfg.precision, self.device.type)
@@ -271,8 +277,10 @@ class Trainer:
 
     def _stop_requested(self) -> str | None:
         """Time budget or a signal; under torchrun every rank stops at the same update."""
+        end = self.closing.seconds(averaging=self.cfg.average_last > 0)
         local = 2.0 if self.stop.requested else (
-            1.0 if self.max_time is not None and self._elapsed() >= self.max_time else 0.0)
+            1.0 if self.max_time is not None and self._elapsed() + end >= self.max_time
+            else 0.0)
         if self.dist.enabled:
             local = self.dist.all_reduce(torch.tensor(local, device=self.device), "max").item()
         return {0.0: None, 1.0: "max_time", 2.0: "interrupted"}[local]
@@ -304,10 +312,12 @@ class Trainer:
 
     def _validate(self) -> bool:
         """Validate on rank 0 and share the result; True when patience has run out."""
+        start = time.monotonic()
         res = self.dist.main_result(lambda: validate(
             self.s.model, self.s.valid_batches, self.s.valid_refs, self.s.tokenizer,
             recipe=self.recipe, device=self.device, amp=self.s.amp).as_dict(),
             f"validation at update {self.p.update} failed on rank 0")
+        self.closing.valid = time.monotonic() - start
         name = self.cfg.valid_metric
         metric, higher = res[name], HIGHER_IS_BETTER[name]
         p = self.p
@@ -329,6 +339,7 @@ class Trainer:
         return self.cfg.patience > 0 and self.p.bad >= self.cfg.patience
 
     def _save(self) -> None:
+        start = time.monotonic()
         rngs = self.dist.gather(ckpt.capture_rng())
         p = self.p
         if self.dist.is_main:
@@ -347,6 +358,7 @@ class Trainer:
                 self.last_good_checkpoint = self.last_checkpoint
         p.saved_update = p.update
         self.best_unsaved = False
+        self.closing.save = time.monotonic() - start
 
     # ------------------------------------------------------------------ the end
 

@@ -71,6 +71,19 @@ class Progress:
     nonfinite_run: int = 0  # consecutive skipped updates
 
 
+@dataclass
+class Closing:
+    """How long a run's end takes, judged by the latest validation and checkpoint write of this
+    session: the closing validation and checkpoint, and with averaging one more of each (at
+    most). A time budget stops training this much early, so that the whole run fits it."""
+
+    valid: float = 0.0  # seconds of the latest validation
+    save: float = 0.0  # seconds of the latest checkpoint write
+
+    def seconds(self, *, averaging: bool) -> float:
+        return (self.valid + self.save) * (2 if averaging else 1)
+
+
 def planned_updates(p: Progress, cfg: TrainConfig, batches_per_epoch: int) -> int | None:
     """The update training stops at, if a limit in updates or epochs says so."""
     per_epoch = -(-batches_per_epoch // cfg.update_freq)

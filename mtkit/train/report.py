@@ -1,21 +1,28 @@
 """What a training run tells the user and leaves behind: a progress bar and log lines on
 stderr, ``train.log``, ``metrics.jsonl`` (one JSON object per line, each with a `kind`:
-train, valid, average, end, ddp_check) and, when the `tensorboard` package is installed,
-TensorBoard event files under ``tensorboard/``. Only rank 0 reports; other ranks get a
-disabled reporter."""
+train, valid, average, end, ddp_check) and, as `train.tensorboard` asks, TensorBoard event
+files under ``tensorboard/``. Only rank 0 reports; other ranks get a disabled reporter.
+
+On a terminal the bottom of the screen is live: the latest validations as a table, above the
+progress line, which drops its least useful fields to fit the terminal's width. Elsewhere (a
+log file, a pipe) each validation is one line."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.console import Console, RenderableType
+from rich.progress import Progress, ProgressColumn, Task
+from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.text import Text
 
+from mtkit.errors import ConfigError
 from mtkit.fileio import atomic_write, write_error
 
 METRICS, LOG = "metrics.jsonl", "train.log"
@@ -47,12 +54,73 @@ class _LogFile(logging.FileHandler):
         super().handleError(record)
 
 
-def _tensorboard(run_dir: Path) -> Any:
+def _tensorboard(run_dir: Path, mode: Literal["auto", "on", "off"]) -> Any:
+    """The event-file writer `train.tensorboard` asks for, or None."""
+    if mode == "off":
+        return None
     try:
         from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # optional: `pip install tensorboard` to get event files
+    except ImportError:  # the optional extra: pip install 'mtkit[tensorboard]'
+        if mode == "on":
+            raise ConfigError("train.tensorboard is on but the tensorboard package is not "
+                              "installed: pip install 'mtkit[tensorboard]', or set "
+                              "train.tensorboard to auto or off") from None
         return None
     return SummaryWriter(str(run_dir / "tensorboard"))
+
+
+# The progress line's optional fields, the least useful first: a narrow terminal drops them in
+# this order, and never the update count or the ETA.
+DROP_ORDER = ("lr", "tok_s", "epoch", "loss")
+BAR_WIDTH, BAR_MIN = 40, 10
+
+
+def fit_line(head: str, fields: dict[str, str], eta: str, width: int) -> tuple[int, str]:
+    """The progress line for a terminal `width` columns wide: `head` (the update count), a bar
+    and the `fields` (in display order, keyed as in `DROP_ORDER`) then `eta`, joined by ' | '.
+    Fields are dropped, least useful first, while the bar would be narrower than `BAR_MIN`;
+    the bar then takes what is left, up to `BAR_WIDTH` (0: no room for one).
+    Returns the bar's width and what follows it."""
+    shown = dict(fields)
+    droppable = [key for key in DROP_ORDER if key in shown]
+    while True:
+        tail = " | ".join([*shown.values(), eta])
+        room = width - len(head) - len(tail) - 2  # a space each side of the bar
+        if room >= BAR_MIN or not droppable:
+            break
+        del shown[droppable.pop(0)]
+    bar = min(room, BAR_WIDTH) if room >= BAR_MIN else 0
+    return bar, tail
+
+
+class _TrainLine(ProgressColumn):
+    """The whole progress line as one column, fitted to the console's width at each refresh."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__()
+        self.console = console
+
+    def render(self, task: Task) -> RenderableType:
+        f = task.fields
+        head = f"update {task.completed:,.0f}{f['of']}"
+        bar, tail = fit_line(head, f["parts"], f"ETA {f['eta']}", self.console.width - 1)
+        if not bar:
+            return Text(f"{head} {tail}", no_wrap=True, overflow="ellipsis")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_row(Text(head), ProgressBar(total=task.total, completed=task.completed,
+                                             width=bar), Text(tail))
+        return grid
+
+
+class _LiveView(Progress):
+    """The progress line with the latest validations' table above it."""
+
+    table: Table | None = None
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        if self.table is not None:
+            yield self.table
+        yield self.make_tasks_table(self.tasks)
 
 
 def _fmt(value: float, spec: str) -> str:
@@ -87,23 +155,22 @@ class Reporter:
     """Progress bar, log handlers and metric files of one run; a no-op when not `enabled`."""
 
     def __init__(self, run_dir: Path, console: Console, *, enabled: bool,
-                 resumed_at: int | None) -> None:
+                 resumed_at: int | None,
+                 tensorboard: Literal["auto", "on", "off"] = "auto") -> None:
         self.run_dir, self.console, self.enabled = run_dir, console, enabled
-        self._resumed_at = resumed_at
+        self._resumed_at, self._tb_mode = resumed_at, tensorboard
         self._handlers: list[logging.Handler] = []
         self._tb: Any = None
         self._valid_rows: list[tuple] = []
-        self._progress = Progress(
-            TextColumn("update {task.completed:,.0f}{task.fields[of]}"), BarColumn(),
-            TextColumn("epoch {task.fields[epoch]} | loss {task.fields[loss]} | "
-                       "lr {task.fields[lr]} | {task.fields[tok_s]} tgt tok/s | "
-                       "ETA {task.fields[eta]}"),
-            console=console, disable=not (enabled and console.is_terminal))
+        self._live = enabled and console.is_terminal
+        self._progress = _LiveView(_TrainLine(console), console=console,
+                                   disable=not self._live)
         self._task = None
 
     def __enter__(self) -> Reporter:
         if not self.enabled:
             return self
+        self._tb = _tensorboard(self.run_dir, self._tb_mode)  # refused before anything is written
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torn = trim_metrics(self.run_dir / METRICS, after_update=self._resumed_at)
         root = logging.getLogger("mtkit")
@@ -118,7 +185,9 @@ class Reporter:
             s = "s" if len(torn) > 1 else ""
             root.warning("%s: dropped %d unreadable line%s (line%s %s%s)", METRICS, len(torn),
                          s, s, ", ".join(map(str, torn[:5])), ", ..." if len(torn) > 5 else "")
-        self._tb = _tensorboard(self.run_dir)
+        if self._tb is not None:
+            root.info("TensorBoard event files in %s (train.tensorboard: %s)",
+                      self.run_dir / "tensorboard", self._tb_mode)
         self._progress.start()
         return self
 
@@ -153,8 +222,9 @@ class Reporter:
             lr: float, tok_s: float, eta: float | None) -> None:
         if not self.enabled:
             return
-        fields = {"of": f"/{total:,}" if total else "", "epoch": epoch,
-                  "loss": _fmt(loss, ".3f"), "lr": f"{lr:.2e}", "tok_s": f"{tok_s:,.0f}",
+        parts = {"epoch": f"epoch {epoch}", "loss": f"loss {_fmt(loss, '.3f')}",
+                 "lr": f"lr {lr:.2e}", "tok_s": f"{tok_s:,.0f} tgt tok/s"}
+        fields = {"of": f"/{total:,}" if total else "", "parts": parts,
                   "eta": "-" if eta is None else duration(eta)}
         if self._task is None:
             self._task = self._progress.add_task("train", total=total, completed=update,
@@ -162,10 +232,26 @@ class Reporter:
         self._progress.update(self._task, total=total, completed=update, **fields)
 
     def valid_table(self, row: dict[str, Any], *, metric: str, best: bool) -> None:
-        """Print the last few validations as a small table (the newest last)."""
+        """Show a validation: on a terminal, the live table of the last few (the newest
+        last); elsewhere, and in train.log, one line."""
         if not self.enabled:
             return
+        line = (f"validation at update {row['update']:,}: loss {_fmt(row['loss'], '.3f')}, "
+                f"ppl {_fmt(row['ppl'], '.2f')}, BLEU {_fmt(row['bleu'], '.2f')}, chrF "
+                f"{_fmt(row['chrf'], '.2f')}{' (best)' if best else ''}")
+        if not self._live:  # a log file or a pipe keeps every line it was given
+            logging.getLogger("mtkit.train").info("%s", line)
+            return
         self._valid_rows = (self._valid_rows + [(row, best)])[-5:]
+        self._progress.table = self._table(metric)
+        self._progress.refresh()
+        # the table is the terminal's; train.log (a run followed with `tail -f`) gets the line
+        for h in self._handlers:
+            if isinstance(h, _LogFile):
+                h.handle(logging.LogRecord("mtkit.train", logging.INFO, __file__, 0, line, None,
+                                           None))
+
+    def _table(self, metric: str) -> Table:
         table = Table(title=f"validation (best by {metric})", title_justify="left")
         for col in ("update", "loss", "ppl", "BLEU", "chrF", "best", "time"):
             table.add_column(col, justify="right")
@@ -173,15 +259,7 @@ class Reporter:
             table.add_row(f"{r['update']:,}", _fmt(r["loss"], ".3f"), _fmt(r["ppl"], ".2f"),
                           _fmt(r["bleu"], ".2f"), _fmt(r["chrf"], ".2f"), "*" if b else "",
                           f"{r['seconds']:.1f}s")
-        self.console.print(table)
-        # the table is the console's; train.log (a run followed with `tail -f`) gets a line
-        line = (f"validation at update {row['update']:,}: loss {_fmt(row['loss'], '.3f')}, "
-                f"ppl {_fmt(row['ppl'], '.2f')}, BLEU {_fmt(row['bleu'], '.2f')}, chrF "
-                f"{_fmt(row['chrf'], '.2f')}{' (best)' if best else ''}")
-        for h in self._handlers:
-            if isinstance(h, _LogFile):
-                h.handle(logging.LogRecord("mtkit.train", logging.INFO, __file__, 0, line, None,
-                                           None))
+        return table
 
 
 def duration(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""`mtkit export --format ctranslate2` and `mtkit translate DIR`: the exported float32 model
+"""`mtkit export --engine ctranslate2` and `mtkit translate DIR`: the exported float32 model
 computes what mtkit computes, for every Transformer option; errors are one line.
 
 Tiny random models stand in for trained ones where exactness is the question (greedy output,
@@ -507,8 +507,8 @@ def test_export_refuses_what_it_did_not_write(toy_model, tmp_path):
 def test_export_option_errors_are_one_line(toy_model, tmp_path):
     _one_error_line(_cli("export", toy_model, "-o", tmp_path / "a", "--quantize", "int4"),
                     "--quantize", "int8")
-    _one_error_line(_cli("export", toy_model, "-o", tmp_path / "a", "--format", "onnx"),
-                    "--format", "ctranslate2")
+    _one_error_line(_cli("export", toy_model, "-o", tmp_path / "a", "--engine", "onnx"),
+                    "--engine", "ctranslate2")
     _one_error_line(_cli("export", tmp_path / "nothing", "-o", tmp_path / "a"), "nothing")
     assert not (tmp_path / "a").exists()
     # a folder that cannot be made is named by -o, not by the temporary folder beside it

@@ -107,6 +107,50 @@ def test_lines_typed_at_a_terminal_named_by_i_are_translated_as_typed(toy_model,
         os.close(slave)
 
 
+def _progress_on_a_terminal(args: list[str], stdin: object) -> str:
+    """What `mtkit translate ARGS` draws on a stderr that is a terminal (stdout: a pipe)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*MTKIT, "translate", *args, "--threads", "1"], stdin=stdin,
+                                stdout=subprocess.DEVNULL, stderr=slave,
+                                env={**_env(), "COLUMNS": "120"})
+        os.close(slave)
+        drawn = b""
+        while True:
+            ready, _, _ = select.select([master], [], [], 60)
+            try:
+                chunk = os.read(master, 65536) if ready else b""
+            except OSError:  # the terminal's other end is closed: the command is over
+                chunk = b""
+            if not chunk:
+                break
+            drawn += chunk
+        assert proc.wait(timeout=60) == 0, drawn
+    finally:
+        os.close(master)
+    return drawn.decode(errors="replace")
+
+
+def test_a_file_gets_a_bar_with_its_total_and_a_pipe_a_count(toy_model, src_file, tmp_path):
+    """A file's lines are counted (`-i FILE` or `< FILE`), for a bar with sentences/s and the
+    ETA; a pipe, which cannot be read twice, keeps the counter (only the count was shown)."""
+    big = tmp_path / "big.txt"
+    big.write_text(src_file.read_text() * 20)  # 1,200 lines
+    for args, stdin in (([str(toy_model), "-i", str(big), "-o", str(tmp_path / "a.de")],
+                         subprocess.DEVNULL),
+                        ([str(toy_model), "-o", str(tmp_path / "b.de")], big.open("rb"))):
+        drawn = _progress_on_a_terminal(args, stdin)
+        assert "/1,200 sentences" in drawn and "sentences/s" in drawn and "ETA" in drawn, drawn
+    cat = subprocess.Popen(["cat", str(big)], stdout=subprocess.PIPE)
+    drawn = _progress_on_a_terminal([str(toy_model), "-o", str(tmp_path / "c.de")], cat.stdout)
+    cat.wait()
+    assert " sentences" in drawn and "/1,200" not in drawn and "ETA" not in drawn, drawn
+    assert "mtkit: translated 1200 sentences" in drawn
+
+
 def test_a_pipe_closed_early_ends_the_command_cleanly(toy_model, src_file, tmp_path):
     """`cat big | mtkit translate run | head -n 2`: no traceback, exit status 0."""
     big = tmp_path / "big.txt"

@@ -278,3 +278,21 @@ def test_atomic_write_refuses_a_file_the_user_may_not_write(tmp_path: Path, monk
                        r"denied\)"), fileio.atomic_write(theirs) as f:
         f.write("replaced\n")
     assert theirs.read_text() == "kept\n" and list(tmp_path.iterdir()) == [theirs]
+
+
+def test_count_lines_counts_as_decode_lines_reads_and_only_plain_files(tmp_path: Path) -> None:
+    import os
+
+    cases = {"a\nb\n": 2, "a\nb": 2, "": 0, "\n\n\n": 3, "é\n" * 5000: 5000}
+    for i, (text, n) in enumerate(cases.items()):
+        path = tmp_path / f"{i}.txt"
+        path.write_text(text, encoding="utf-8")
+        with open(path, "rb") as f:
+            assert fileio.count_lines(path) == n == len(list(
+                fileio.decode_lines(f, InvalidUtf8(str(path)))))
+    packed = tmp_path / "a.gz"
+    packed.write_bytes(gzip.compress(b"a\nb\n"))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert [fileio.count_lines(p) for p in (packed, fifo, tmp_path, tmp_path / "none")] == [
+        None] * 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import random
@@ -11,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
@@ -250,9 +252,28 @@ def test_empty_bucket_and_edges_are_inclusive(tmp_path):
     report = score_texts([Text("r", tuple(ref))], [Text("h", tuple(ref))],
                          src=Text("s", tuple(src)), buckets=(3, 5, 9, 10))
     assert [(b.label, b.sentences) for b in report.by_length] == [
-        ("0-3", 1), ("4-5", 1), ("6-9", 0), ("10-10", 1), ("11+", 0)]
-    assert report.by_length[2].bleu == (None,)
-    assert report.to_dict()["by_length"]["buckets"][2]["bleu"] == [{"system": "h", "score": None}]
+        ("0-3", 1), ("4-5", 1), ("10-10", 1)]  # the empty 6-9 and 11+ are left out
+    assert [b["label"] for b in report.to_dict()["by_length"]["buckets"]] == [
+        "0-3", "4-5", "10-10"]
+
+
+def test_small_buckets_are_marked_unreliable_in_table_json_and_plot(tmp_path):
+    """A bucket of 2 sentences was drawn and tabled like one of 500."""
+    src = ["a b"] * 25 + ["a b c d e f"] * 2  # 25 short sentences, 2 long ones
+    ref = ["the cat sat on the mat"] * 27
+    report = score_texts([Text("r", tuple(ref))], [Text("h", tuple(ref))],
+                         src=Text("s", tuple(src)), buckets=(3, 5))
+    assert [(b.label, b.reliable) for b in report.by_length] == [("0-3", True), ("6+", False)]
+    assert [b["reliable"] for b in report.to_dict()["by_length"]["buckets"]] == [True, False]
+    console = Console(file=io.StringIO(), width=100)
+    report.render(console)
+    table = console.file.getvalue()
+    assert "2, few" in table and "25, few" not in table
+    assert "few: a bucket of under 20 sentences" in table
+    svg = tmp_path / "len.svg"
+    plot_by_length(report, svg)
+    text = svg.read_text()
+    assert "(2, few)" in text and "(25)" in text and "unreliable" in text
 
 
 def test_cli_by_length_table(files, corpus):

@@ -470,6 +470,26 @@ def test_max_time_ends_with_a_checkpoint_and_a_final_validation(tmp_path: Path) 
     assert (run / "best.pt").is_file()
 
 
+def test_max_time_holds_the_closing_validation_and_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With validations that take 1 s, a 4 s budget ends (closing validation and checkpoint
+    included) within 4 s plus a margin of 0.75 s, not 4 s plus a validation."""
+    real = loop.validate
+
+    def slow_validate(*args, **kwargs):
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "validate", slow_validate)
+    recipe = load_recipe(TOY, ["train.max_time=4s", "train.max_updates=0",
+                               "train.valid_every=60"])
+    res = session.train(recipe, tmp_path / "run", console=Console(file=io.StringIO()))
+    recs = _metrics(tmp_path / "run")
+    assert res.reason == "max_time"
+    assert [r["update"] for r in recs if r["kind"] == "valid"][-1] == res.update
+    assert recs[-1]["kind"] == "end" and recs[-1]["elapsed"] <= 4.0 + 0.75, recs[-1]
+
+
 def test_a_model_too_big_for_memory_is_one_line(tmp_path: Path, monkeypatch) -> None:
     """d_model=1000000 was the CPU allocator's RuntimeError, a traceback."""
     from mtkit.train import setup
@@ -753,7 +773,7 @@ def test_tensorboard_gets_every_number_when_the_package_is_there(
         def close(self) -> None:
             scalars.append(("closed", 0, 0))
 
-    monkeypatch.setattr(report, "_tensorboard", lambda run_dir: Writer())
+    monkeypatch.setattr(report, "_tensorboard", lambda run_dir, mode: Writer())
     _train(tmp_path / "run", "train.max_updates=4", "train.log_every=2", "train.valid_every=4")
     tags = {(tag, step) for tag, _, step in scalars}
     assert {("train/loss", 2), ("train/lr", 4), ("valid/bleu", 4), ("valid/ppl", 4)} <= tags
