@@ -104,6 +104,7 @@ class Item:
     ids: list[int]
     nbest: list[Hypothesis] = field(default_factory=list)
     source: tuple[list[str], Words | None] | None = None  # pieces and words, made for --align
+    truncated: bool = False  # cut to the model's longest source
 
 
 def name_problems(problems: list[tuple[str, str]], origins: Mapping[str, str]) -> list[str]:
@@ -250,13 +251,14 @@ class LineTranslator:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
         items = []
         for i, (line, ids) in enumerate(zip(chunk, encoded, strict=True)):
-            if len(ids) > self.max_src_len:
+            truncated = len(ids) > self.max_src_len
+            if truncated:
                 ids = ids[: self.max_src_len]
                 stats.truncated += 1
             if (self.max_out_len is not None and ids
                     and self.cfg.output_limit(len(ids)) > self.max_out_len):
                 stats.capped += 1
-            items.append(Item(offset + i, line, ids))
+            items.append(Item(offset + i, line, ids, truncated=truncated))
         return items
 
     def _search(self, ids: list[list[int]], stop: threading.Event,
@@ -268,7 +270,7 @@ class LineTranslator:
         result is not wanted)."""
         raise NotImplementedError
 
-    def _align(self, it: Item, hyp: Hypothesis | None, text: str) -> str:
+    def alignment(self, it: Item, hyp: Hypothesis | None, text: str) -> str:
         """The links of `hyp`, whose decoded text is `text`."""
         if self.align_fn is None or hyp is None or hyp.attn is None:
             return ""
@@ -296,12 +298,12 @@ class LineTranslator:
             # Moses n-best: id ||| hypothesis ||| features ||| total, the one feature (F0, as
             # Marian names it) being the score; links go last, as Moses's
             # -print-alignment-info-in-n-best puts them (Marian puts them third)
-            links = [f" ||| {self._align(it, h, t)}" if self.align_fn else ""
+            links = [f" ||| {self.alignment(it, h, t)}" if self.align_fn else ""
                      for h, t in zip(hyps, texts, strict=True)]
             return "".join(f"{it.index} ||| {t} ||| F0= {s:.4f} ||| {s:.4f}{a}\n"
                            for t, s, a in zip(texts, scores, links, strict=True))
         if self.align_fn is not None:
-            return f"{texts[0]} ||| {self._align(it, hyps[0], texts[0])}\n"
+            return f"{texts[0]} ||| {self.alignment(it, hyps[0], texts[0])}\n"
         return texts[0] + "\n"
 
     def _jsonl(self, it: Item, hyps: list[Hypothesis | None], texts: list[str],
@@ -314,9 +316,9 @@ class LineTranslator:
                             for t, s, n in zip(texts, scores, counts, strict=True)]
             if self.align_fn is not None:  # each hypothesis has its own attention
                 for entry, h, t in zip(rec["nbest"], hyps, texts, strict=True):
-                    entry["alignment"] = self._align(it, h, t)
+                    entry["alignment"] = self.alignment(it, h, t)
         if self.align_fn is not None:
-            rec["alignment"] = self._align(it, hyps[0], texts[0])
+            rec["alignment"] = self.alignment(it, hyps[0], texts[0])
         return json.dumps(rec, ensure_ascii=False) + "\n"
 
 

@@ -99,9 +99,9 @@ class ModelInfo:
 class TranslationModel:
     """A loaded model (a run, a checkpoint, an ensemble of checkpoints, or an export).
 
-    >>> tr = mtkit.load("runs/toy")
-    >>> tr.translate(["sa sa gu mir"])
-    ['mir gu sa sa']
+    >>> tr = mtkit.load("runs/en-de-multi30k")
+    >>> tr.translate(["A dog runs in the snow."])
+    ['Ein Hund rennt im Schnee.']
     """
 
     def __init__(self, translator: LineTranslator, recipe: Recipe, info: ModelInfo,
@@ -261,7 +261,7 @@ class TranslationModel:
                                             "" if translator.align_fn else None))
                 continue
             text = tok.decode_tgt(h.tokens)
-            links = translator._align(it, h, text) if translator.align_fn else None
+            links = translator.alignment(it, h, text) if translator.align_fn else None
             weights = h.attn if forced is None else forced[n]
             att = None
             if attention and weights is not None:
@@ -270,8 +270,7 @@ class TranslationModel:
             candidates.append(Candidate(text, float(h.score), float(h.logprob),
                                         tok.tgt_pieces(h.tokens),
                                         [float(x) for x in h.token_logprobs], links, att))
-        return Translation(it.line, src_pieces, candidates,
-                           truncated=len(tok.encode_src(it.line)) > len(it.ids))
+        return Translation(it.line, src_pieces, candidates, truncated=it.truncated)
 
     def _attention(self, translator: LineTranslator, it: Item, src: list[str],
                    tgt: list[str], weights: Any, choice: AttentionChoice | None) -> Attention:

@@ -137,6 +137,8 @@ def test_info_and_defaults(model, toy_model):
     loaded = mtkit.load(toy_model, device="cpu", beam_size=2, nbest=2)
     assert loaded.defaults.beam_size == 2
     assert len(loaded.translate_full(["sa gu"])[0].candidates) == 2
+    # a line over the model's data.max_len (32 tokens) is translated cut, and said so
+    assert [t.truncated for t in model.translate_full(["sa " * 40, "sa gu"])] == [True, False]
 
 
 def test_bf16_is_autocast_and_close(toy_model, model, lines):
