@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, get_args
@@ -150,6 +150,8 @@ class LineTranslator:
         self.align_fn = align_fn
         # whether searches return each hypothesis's attention (`Hypothesis.attn`)
         self.need_attn = align_fn is not None
+        self._pools: dict[int, ThreadPoolExecutor] = {}  # by worker count: see `_pool`
+        self._pools_lock = threading.Lock()
         self.chunk_lines = chunk_lines
         self.workers = workers
 
@@ -210,34 +212,52 @@ class LineTranslator:
         def search(batch: list[Item]) -> list[list[Hypothesis]]:
             return self._search([it.ids for it in batch], stop, [it.index for it in batch])
 
-        pool = None if self.workers == 1 else ThreadPoolExecutor(
-            self.workers, thread_name_prefix="mtkit-decode")
+        pool = self._pool()
+        started: list[Future[list[list[Hypothesis]]]] = []
         try:
             for chunk in _chunks(lines, self.chunk_lines):
                 items = self._prepare(chunk, stats.sentences, stats)
                 self._decode_chunk(items, stats, search=search, stop=stop, on_batch=on_batch,
-                                   pool=pool)
+                                   pool=pool, started=started)
                 stats.sentences += len(items)
                 stats.empty += sum(1 for it in items if not it.ids)
                 yield items
         finally:
-            if pool is not None:
-                # On an interrupt (or a worker's error) batches not yet started are dropped,
-                # and running ones end at their next step rather than run to their end.
-                stop.set()
-                pool.shutdown(wait=True, cancel_futures=True)
+            # On an interrupt (or a worker's error) batches not yet started are dropped, and
+            # running ones end at their next step rather than run to their end.
+            stop.set()
+            for future in started:
+                future.cancel()
+            wait(started)
+
+    def _pool(self) -> ThreadPoolExecutor | None:
+        """The workers' threads, made once and shared by the translator's `configured`
+        copies (a server's requests do not start threads of their own)."""
+        if self.workers == 1:
+            return None
+        with self._pools_lock:
+            if self.workers not in self._pools:
+                self._pools[self.workers] = ThreadPoolExecutor(
+                    self.workers, thread_name_prefix="mtkit-decode")
+            return self._pools[self.workers]
 
     def _decode_chunk(self, items: list[Item], stats: TranslateStats, *,
                       search: Callable[[list[Item]], list[list[Hypothesis]]],
                       stop: threading.Event, on_batch: Callable[[int], None] | None,
-                      pool: ThreadPoolExecutor | None) -> None:
-        """Each item's hypotheses, decoded in length-sorted batches (by the pool's workers)."""
+                      pool: ThreadPoolExecutor | None,
+                      started: list[Future[list[list[Hypothesis]]]]) -> None:
+        """Each item's hypotheses, decoded in length-sorted batches (by the pool's workers,
+        whose futures are added to `started`)."""
         work = [it for it in items if it.ids]
         # Longest first: a batch size too big for the device shows at once.
         batches = [[work[i] for i in idx] for idx in parallel_batches(
             [len(it.ids) + 1 for it in work], self.cfg.batch_tokens, self.workers)]
-        # in batch order either way; a worker's exception is raised here
-        found = map(search, batches) if pool is None else pool.map(search, batches)
+        if pool is None:
+            found: Iterable[list[list[Hypothesis]]] = map(search, batches)
+        else:
+            futures = [pool.submit(search, batch) for batch in batches]
+            started.extend(futures)
+            found = (f.result() for f in futures)  # in batch order; a worker's error here
         for batch, results in zip(batches, found, strict=True):
             if stop.is_set():
                 raise Stopped
@@ -246,6 +266,7 @@ class LineTranslator:
                 stats.tokens += len(nbest[0].tokens)
             if on_batch is not None:
                 on_batch(len(batch))
+        started.clear()  # all consumed: their results are the items' now
 
     def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats) -> list[Item]:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
