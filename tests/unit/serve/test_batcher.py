@@ -1,0 +1,102 @@
+"""The server's batcher with a stand-in model (no torch, no HTTP): which jobs are decoded
+together, when a pass starts, the queue's bound, cancelling, and errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from mtkit.api import Extras, Translation
+from mtkit.config import DecodeConfig
+from mtkit.serve.batcher import Batcher, QueueFull
+
+
+class FakeModel:
+    """Echoes each line upper-cased; records every pass's lines; can be held or fail."""
+
+    def __init__(self) -> None:
+        self.passes: list[list[str]] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.fail = False
+
+    def decode(self, lines, cfg, extras):
+        self.hold.wait(10)
+        self.passes.append(list(lines))
+        if self.fail:
+            raise RuntimeError("broken")
+        from mtkit.api import Candidate
+
+        return [Translation(line, [], [Candidate(line.upper(), 0.0, 0.0, [], [])])
+                for line in lines]
+
+
+CFG = DecodeConfig()
+
+
+@pytest.fixture
+def model():
+    return FakeModel()
+
+
+def _texts(job) -> list[str]:
+    return [t.text for t in job.future.result(10)]
+
+
+def test_jobs_that_come_together_share_a_pass_and_get_their_own_results(model):
+    b = Batcher(model, max_wait=2.0, max_queue=100, gap=0.3)
+    jobs = [b.submit([f"a{i}", f"b{i}"], CFG, Extras()) for i in range(5)]
+    assert [_texts(j) for j in jobs] == [[f"A{i}", f"B{i}"] for i in range(5)]
+    assert len(model.passes) == 1 and len(model.passes[0]) == 10
+    b.close()
+
+
+def test_a_lone_job_waits_only_the_gap(model):
+    b = Batcher(model, max_wait=5.0, max_queue=100, gap=0.05)
+    start = time.monotonic()
+    assert _texts(b.submit(["x"], CFG, Extras())) == ["X"]
+    assert time.monotonic() - start < 1.0
+    b.close()
+
+
+def test_other_options_and_sampling_are_decoded_apart(model):
+    b = Batcher(model, max_wait=1.0, max_queue=100, gap=0.2)
+    greedy = dataclasses.replace(CFG, method="greedy", nbest=1)
+    sample = dataclasses.replace(CFG, method="sample")
+    jobs = [b.submit(["a"], CFG, Extras()), b.submit(["b"], greedy, Extras()),
+            b.submit(["c"], CFG, Extras(align=True)), b.submit(["d"], sample, Extras()),
+            b.submit(["e"], sample, Extras()), b.submit(["f"], CFG, Extras())]
+    assert [_texts(j) for j in jobs] == [["A"], ["B"], ["C"], ["D"], ["E"], ["F"]]
+    assert sorted(model.passes) == [["a", "f"], ["b"], ["c"], ["d"], ["e"]]
+    b.close()
+
+
+def test_the_queue_is_bounded_and_a_waiting_job_can_be_cancelled(model):
+    model.hold.clear()  # the first pass blocks; the others wait in the queue
+    b = Batcher(model, max_wait=0.01, max_queue=4, gap=0.01)
+    first = b.submit(["1"], CFG, Extras())
+    time.sleep(0.2)  # taken for decoding: it no longer counts
+    waiting = b.submit(["2", "3", "4"], CFG, Extras())
+    assert b.queued == 3
+    with pytest.raises(QueueFull):
+        b.submit(["5", "6"], CFG, Extras())
+    assert b.cancel(waiting) and b.queued == 0 and waiting.future.cancelled()
+    assert not b.cancel(first)  # already decoding
+    model.hold.set()
+    assert _texts(first) == ["1"]
+    b.close()
+
+
+def test_an_error_reaches_every_caller_of_the_pass_and_the_batcher_goes_on(model):
+    b = Batcher(model, max_wait=1.0, max_queue=100, gap=0.2)
+    model.fail = True
+    jobs = [b.submit(["a"], CFG, Extras()), b.submit(["b"], CFG, Extras())]
+    for job in jobs:
+        with pytest.raises(RuntimeError, match="broken"):
+            job.future.result(10)
+    model.fail = False
+    assert _texts(b.submit(["c"], CFG, Extras())) == ["C"]
+    b.close()
