@@ -10,9 +10,10 @@ When to start: clients that each wait for their answer send their next requests 
 after a pass ends, and a small batch costs nearly as much per step as a large one on a CPU
 (bench/RESULTS.md). So the thread waits while jobs keep arriving: it starts once no job has
 come for `gap` seconds, once the oldest has waited `max_wait`, or once a batch's worth of
-source tokens is there. A lone request waits `gap` only. The queue is bounded in sentences: a
-job that would overflow it is refused at once (`QueueFull`), so a flood is answered, not
-stored.
+source tokens is there; jobs that waited through a pass count their wait from its end, so
+that they go with the next requests of the callers it answered. A lone request waits `gap`
+only. The queue is bounded in sentences: a job that would overflow it is refused at once
+(`QueueFull`), so a flood is answered, not stored.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Batcher:
         self._queued = 0  # sentences waiting
         self._cond = threading.Condition()
         self._closed = False
+        self._free_since = 0.0  # when the last pass ended (monotonic)
         self._serials = itertools.count(1)
         self._thread = threading.Thread(target=self._loop, name="mtkit-batcher", daemon=True)
         self._thread.start()
@@ -127,6 +129,7 @@ class Batcher:
             if batch is None:
                 return
             self._decode(batch)
+            self._free_since = time.monotonic()
 
     def _next_batch(self) -> list[Job] | None:
         """The oldest job and those that decode with it, once it has waited long enough or
@@ -139,8 +142,11 @@ class Batcher:
             first = self._jobs[0]
             while not self._closed:
                 same = [j for j in self._jobs if j.key() == first.key()]
-                now = time.monotonic()
-                left = min(first.arrived + self.max_wait, same[-1].arrived + self.gap) - now
+                # Jobs that waited through the last pass wait on, for the callers that
+                # pass just answered: their next requests come as a burst.
+                start = max(first.arrived, self._free_since)
+                latest = max(same[-1].arrived, self._free_since)
+                left = min(start + self.max_wait, latest + self.gap) - time.monotonic()
                 if left <= 0 or sum(j.tokens for j in same) >= first.cfg.batch_tokens:
                     break
                 self._cond.wait(left)

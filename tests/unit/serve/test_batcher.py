@@ -62,6 +62,23 @@ def test_a_lone_job_waits_only_the_gap(model):
     b.close()
 
 
+def test_jobs_that_waited_through_a_pass_go_with_the_next_burst(model):
+    """Callers that a pass answers send again at once: the jobs that waited through the pass
+    wait for them (from the pass's end), so the next pass is whole, not half."""
+    model.hold.clear()
+    b = Batcher(model, max_wait=2.0, max_queue=100, gap=0.2)
+    first = b.submit(["1"], CFG, Extras())
+    time.sleep(0.5)  # its pass has started (and is held)
+    waiting = b.submit(["2"], CFG, Extras())
+    time.sleep(0.5)  # longer than the gap: counted from its arrival, it would go alone
+    model.hold.set()
+    _texts(first)
+    again = b.submit(["3"], CFG, Extras())
+    assert _texts(waiting) == ["2"] and _texts(again) == ["3"]
+    assert model.passes == [["1"], ["2", "3"]]
+    b.close()
+
+
 def test_other_options_and_sampling_are_decoded_apart(model):
     b = Batcher(model, max_wait=1.0, max_queue=100, gap=0.2)
     greedy = dataclasses.replace(CFG, method="greedy", nbest=1)
