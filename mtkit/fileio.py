@@ -64,14 +64,23 @@ def temporary_of(name: str) -> str | None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8", *,
+                 own: bool = False) -> Iterator[IO]:
     """Write to a temporary file beside `path` and rename it into place only on success,
     so an interrupted write never leaves a half-written file that a later run trusts.
 
-    A symbolic link is followed: the file it names is replaced, the link stays, and a file
-    replaced keeps its permissions. What is not a plain file (/dev/null, /dev/stdout, a named
-    pipe) is written as it is: a file renamed over it would take its place."""
+    A file the user names (`own` False): a symbolic link is followed (the file it names is
+    replaced, the link stays), a file replaced keeps its permissions, and what is not a plain
+    file (/dev/null, /dev/stdout, a named pipe) is written as it is. A file of a folder mtkit
+    owns (`own`: a run directory, an export, a heatmap folder) is written as a file of that
+    folder: whatever has its name, a link included, is replaced, never written through, so a
+    link put there cannot make mtkit write elsewhere."""
     path = Path(path)
+    if own:
+        if path.is_dir() and not path.is_symlink():
+            raise WriteError(f"{path}: is a folder; expected a file name")
+        yield from _replace(path, mode, encoding)
+        return
     if path.is_dir():
         raise WriteError(f"{path}: is a folder; expected a file name")
     fd = _open_descriptor(path)
@@ -117,6 +126,41 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
 
 
 _WRITING: set[str] = set()  # atomic_write's temporaries being written now
+
+
+def _replace(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
+    """`atomic_write` of a file of a folder mtkit owns: a new file renamed over the name."""
+    fd, tmp, made = _temporary(path, path)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        remove_empty(made)
+        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
+            raise write_error(path, e) from None
+        raise
+    finally:
+        _WRITING.discard(tmp)
+
+
+def open_own(path: str | Path, flags: int = os.O_WRONLY | os.O_APPEND | os.O_CREAT) -> int:
+    """A descriptor of a file of a folder mtkit owns (a run's log, metrics, lock), opened
+    without following a link: a link found there is removed and a file of the folder made in
+    its place (writing through it would change a file elsewhere)."""
+    path = Path(path)
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+    os.unlink(path)
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
 
 
 def writable(path: str | Path) -> bool:

@@ -141,7 +141,7 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     import torch  # here, not at the top: `mtkit prep` needs run.py but not torch
 
     path = Path(path)
-    with atomic_write(path, "wb") as f:
+    with atomic_write(path, "wb", own=True) as f:
         out = _Writes(f)
         try:
             torch.save({"format": CHECKPOINT_FORMAT, **state}, out)

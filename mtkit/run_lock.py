@@ -8,6 +8,7 @@ however it dies (kill -9 included), so a lock is never left stale.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -95,7 +96,13 @@ def _locked(run_dir: Path, path: Path) -> tuple[list[Path], int]:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
                 made = [path, *folders]
             except FileExistsError:
-                fd = os.open(path, os.O_RDWR)
+                try:  # a link in its place is not followed: written through, it truncated
+                    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)  # the file it named
+                except OSError as e:
+                    if e.errno != errno.ELOOP:
+                        raise
+                    os.unlink(path)  # a lock file of the run's own is made instead
+                    continue
                 made = []
         except OSError as e:
             raise RunDirError(f"{path}: cannot create the run lock ({e.strerror})") from None

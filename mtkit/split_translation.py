@@ -113,9 +113,9 @@ def translate_split(run: Path, split: str, *, device: torch.device,
         torch.set_num_threads(each)
     worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len,
                               workers=workers)
-    with open_text(src) as lines, atomic_write(out) as f:
+    with open_text(src) as lines, atomic_write(out, own=True) as f:
         stats = worker.run(lines, f)
-    with atomic_write(key_path) as f:
+    with atomic_write(key_path, own=True) as f:
         json.dump({**key, "translation_sha256": sha256_file(out)}, f, sort_keys=True)
     return SplitTranslation(out, src, ref, ckpt, cfg, stats)
 

@@ -92,7 +92,8 @@ class HeatmapFolder:
         self._save()
 
     def _save(self) -> None:
-        with atomic_write(self.folder / MARKER) as f:  # makes the folder on the first claim
+        # makes the folder on the first claim
+        with atomic_write(self.folder / MARKER, own=True) as f:
             json.dump({"written_by": "mtkit align --heatmap", "files": sorted(self.listed)},
                       f, indent=1)
             f.write("\n")

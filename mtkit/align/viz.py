@@ -89,7 +89,8 @@ def save_heatmap(matrix: AlignMatrix, path: str | Path, *, fmt: str = "png",
     searchable."""
     if fmt not in FORMATS:
         raise MtkitError(f"unknown heatmap format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    save_figure(_draw(matrix, title=title, dpi=dpi), path, fmt, dpi=dpi)
+    # the heatmap folder is mtkit's: a link in a heatmap's place is replaced
+    save_figure(_draw(matrix, title=title, dpi=dpi), path, fmt, dpi=dpi, own=True)
     return Path(path)
 
 

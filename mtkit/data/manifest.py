@@ -98,7 +98,7 @@ def record_mtimes(run_dir: Path, recipe: Recipe) -> None:
         return
     for rec, cur in moved:
         rec["mtime_ns"] = cur["mtime_ns"]
-    with contextlib.suppress(WriteError), atomic_write(data_dir(run_dir) / MANIFEST) as f:
+    with contextlib.suppress(WriteError), atomic_write(data_dir(run_dir) / MANIFEST, own=True) as f:
         json.dump(man, f, indent=1, ensure_ascii=False)  # a saving only: read-only data/ too
 
 

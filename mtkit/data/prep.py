@@ -117,7 +117,7 @@ def _write_if_changed(path: Path, text: str) -> None:
             return
     except (OSError, UnicodeDecodeError):
         pass
-    with atomic_write(path) as f:
+    with atomic_write(path, own=True) as f:
         f.write(text)
 
 
@@ -247,7 +247,7 @@ def _write_manifest(tmp: Path, report: PrepReport, recipe: Recipe,
                     inputs: dict[str, dict]) -> None:
     body = {"format": FORMAT, "data_hash": data_hash(recipe.data), "inputs": inputs,
             "data": recipe_to_dict(recipe.data), **report_fields(report)}
-    with atomic_write(tmp / MANIFEST) as f:
+    with atomic_write(tmp / MANIFEST, own=True) as f:
         json.dump(body, f, indent=1, ensure_ascii=False)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mtkit.errors import ConfigError
-from mtkit.fileio import atomic_write, write_error
+from mtkit.fileio import atomic_write, open_own, write_error
 
 METRICS, LOG = "metrics.jsonl", "train.log"
 
@@ -43,7 +44,11 @@ class _ConsoleHandler(logging.Handler):
 
 class _LogFile(logging.FileHandler):
     """train.log; a failed write (disk full) stops the run with one error line, instead of
-    logging's default of printing a traceback and going on without a log."""
+    logging's default of printing a traceback and going on without a log. A link in its place
+    is replaced, not written through (`fileio.open_own`)."""
+
+    def _open(self) -> Any:
+        return os.fdopen(open_own(self.baseFilename), "a", encoding=self.encoding)
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
         import sys
@@ -133,7 +138,7 @@ def trim_metrics(path: Path, *, after_update: int | None) -> list[int]:
     `after_update` (a resumed run redoes them). Returns the numbers (from 1) of lines that
     were not a record and were dropped: a line cut short by kill -9 or a full disk."""
     if after_update is None or not path.is_file():
-        with atomic_write(path) as f:
+        with atomic_write(path, own=True) as f:
             f.write("")
         return []
     keep, torn = [], []
@@ -146,7 +151,7 @@ def trim_metrics(path: Path, *, after_update: int | None) -> list[int]:
             torn += [number] if line.strip() else []
         elif rec.get("update", 0) <= after_update:
             keep.append(line)
-    with atomic_write(path) as f:
+    with atomic_write(path, own=True) as f:
         f.write("".join(line + "\n" for line in keep))
     return torn
 
@@ -209,7 +214,7 @@ class Reporter:
             return
         rec = {"kind": kind, **fields}
         try:
-            with open(self.run_dir / METRICS, "a", encoding="utf-8") as f:
+            with os.fdopen(open_own(self.run_dir / METRICS), "a", encoding="utf-8") as f:
                 f.write(json.dumps(rec) + "\n")
         except OSError as e:
             raise write_error(self.run_dir / METRICS, e) from None
