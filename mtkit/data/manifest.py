@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -174,14 +175,25 @@ def refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool) 
                     "loading)")
 
 
+# Names prep gives the files of data/ (splits' ids, offsets and texts, sentencepiece models,
+# the manifest): all that may go with a data/ whose manifest is lost or damaged.
+_PREP_NAMES = re.compile(r"[^/]+\.(src|tgt|align)\.(ids|offsets)\.npy|[^/]+\.(src|tgt)\.txt"
+                         r"|spm(\.src|\.tgt)?\.model|" + re.escape(MANIFEST))
+
+
 def refuse_replacing_foreign_files(run_dir: Path) -> None:
     """data/ is replaced as a whole: refuse (with --force too) when it holds anything its
-    manifest does not list, such as notes of the user's, which went with it."""
+    manifest does not list, such as notes of the user's, which went with it. Without a
+    readable manifest, anything that prep would not have named so is foreign."""
     ddir, man = data_dir(run_dir), read_manifest(run_dir)
-    if not ddir.is_dir() or man is None:  # no list (a damaged data/ of the run): rebuilt
+    if not ddir.is_dir():
         return
-    listed = set(man.get("files", {})) | {MANIFEST}
-    foreign = sorted(p.name for p in ddir.iterdir() if p.name not in listed)
+    if man is None or not isinstance(man.get("files"), dict):  # lost, or damaged
+        foreign = sorted(p.name for p in ddir.iterdir()
+                         if not p.is_file() or not _PREP_NAMES.fullmatch(p.name))
+    else:
+        listed = set(man.get("files", {})) | {MANIFEST}
+        foreign = sorted(p.name for p in ddir.iterdir() if p.name not in listed)
     if foreign:
         raise DataError(f"{ddir}: holds files mtkit prep did not write ({', '.join(foreign[:3])}"
                         f"{', ...' if len(foreign) > 3 else ''}); preparing again replaces "
