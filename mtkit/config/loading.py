@@ -15,7 +15,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from mtkit.config.overrides import apply_override, ignored_overrides
-from mtkit.config.recipe_yaml import RecipeLoader
+from mtkit.config.recipe_yaml import RecipeLoader, SafeLoader
 from mtkit.config.sections import FileSource, ModelConfig, Recipe
 from mtkit.errors import ConfigError
 
@@ -75,7 +75,7 @@ def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | No
             value = "on" if value else "off"  # YAML 1.1 reads a bare on/off as a boolean
         if value in choices:
             return value
-        problems.add(key, f"invalid choice {value!r}; expected one of "
+        problems.add(key, f"invalid choice {shown(value)}; expected one of "
                      + ", ".join(str(c) for c in choices))
         return None
     if origin in (Union, types.UnionType):
@@ -93,18 +93,18 @@ def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | No
             out = _convert(a, value, key, trial, base)
             if not trial.items:
                 return out
-        problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+        problems.add(key, f"expected {_type_name(tp)}, got {shown(value)}")
         return None
     if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
         item = typing.get_args(tp)[0]
         if not isinstance(value, list | tuple):
-            problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+            problems.add(key, f"expected {_type_name(tp)}, got {shown(value)}")
             return None
         return tuple(_convert(item, v, f"{key}[{i}]", problems, base) for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, list | tuple) or len(value) != len(args):
-            problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+            problems.add(key, f"expected {_type_name(tp)}, got {shown(value)}")
             return None
         return tuple(_convert(a, v, f"{key}[{i}]", problems, base)
                      for i, (a, v) in enumerate(zip(args, value, strict=True)))
@@ -113,7 +113,7 @@ def _convert(tp: Any, value: Any, key: str, problems: _Problems, base: Path | No
         if value is None:
             return {}
         if not isinstance(value, dict):
-            problems.add(key, f"expected a mapping, got {value!r}")
+            problems.add(key, f"expected a mapping, got {shown(value)}")
             return {}
         return {str(k): _convert(vtype, v, _join(key, str(k)), problems, base)
                 for k, v in value.items()}
@@ -147,7 +147,7 @@ def _scalar(tp: Any, value: Any, key: str, problems: _Problems) -> Any:
         or (tp is str and isinstance(value, str | int | float) and not isinstance(value, bool))
     )
     if not ok:
-        problems.add(key, f"expected {_type_name(tp)}, got {value!r}")
+        problems.add(key, f"expected {_type_name(tp)}, got {shown(value)}")
         return None
     return tp(value)
 
@@ -156,12 +156,13 @@ def _check_range(meta: Any, value: Any, key: str, problems: _Problems) -> None:
     if value is None or not isinstance(value, int | float) or not meta:
         return
     if value - value != 0:  # nan or ±inf: a bounded value is a finite one
-        return problems.add(key, f"expected a finite number, got {value!r}")
+        return problems.add(key, f"expected a finite number, got {shown(value)}")
     tests = {"ge": (lambda b: value >= b, ">="), "gt": (lambda b: value > b, ">"),
              "le": (lambda b: value <= b, "<="), "lt": (lambda b: value < b, "<")}
     for name, (test, sym) in tests.items():
         if name in meta and not test(meta[name]):
-            problems.add(key, f"out of range: expected a value {sym} {meta[name]}, got {value!r}")
+            problems.add(key, f"out of range: expected a value {sym} {meta[name]}, "
+                               f"got {shown(value)}")
 
 
 def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | None) -> Any:
@@ -171,7 +172,7 @@ def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | 
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        problems.add(prefix or "(top level)", f"expected a mapping, got {value!r}")
+        problems.add(prefix or "(top level)", f"expected a mapping, got {shown(value)}")
         value = {}
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -337,7 +338,13 @@ def dump_recipe(recipe: Recipe) -> str:
 
 def recipe_from_yaml_text(text: str, *, source: str) -> Recipe:
     """Rebuild a recipe saved by `dump_recipe` (e.g. inside a checkpoint, or an export's)."""
-    return recipe_from_dict(_parse(text, source, yaml.SafeLoader), source=source)
+    return recipe_from_dict(_parse(text, source, SafeLoader), source=source)
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters: a value quoted in a message may be huge."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
 def _parse(text: str, source: str, loader: type) -> Any:

@@ -7,9 +7,50 @@ import re
 import yaml
 
 MERGE_TAG = "tag:yaml.org,2002:merge"  # the key of `<<: *anchor`
+# Nodes that aliases may add to a document: a recipe's anchors (`<<: *base`) add tens; an
+# alias bomb ("billion laughs": each level aliases the one above nine times) adds hundreds of
+# millions, which formatting or walking the value cannot survive.
+MAX_ALIAS_NODES = 10_000
 
 
-class RecipeLoader(yaml.SafeLoader):
+class SafeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with the nodes that aliases add bounded (`MAX_ALIAS_NODES`): the
+    loader keeps aliased values shared, but everything that walks them (validation, an error
+    message) pays for every copy."""
+
+    def compose_document(self) -> yaml.Node:
+        self._alias_nodes = 0
+        self._sizes: dict[int, int] = {}
+        return super().compose_document()
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._alias_nodes += self._size(node)
+                if self._alias_nodes > MAX_ALIAS_NODES:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
+                        "(an alias bomb?)", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def _size(self, node: yaml.Node) -> int:
+        """Nodes in `node` as its aliases expand it, each shared node counted once per use."""
+        if id(node) not in self._sizes:
+            self._sizes[id(node)] = 1  # a node that holds itself counts once
+            children = node.value if isinstance(node.value, list) else []
+            total = 1
+            for child in children:
+                for part in (child if isinstance(child, tuple) else (child,)):
+                    total += self._size(part)
+                    if total > MAX_ALIAS_NODES:
+                        break
+            self._sizes[id(node)] = total
+        return self._sizes[id(node)]
+
+
+class RecipeLoader(SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping (YAML wants unique
     keys; PyYAML kept the last: `vocab_size: 500` above `vocab_size: 400` went unnoticed), and
     reading YAML 1.1's base-60 numbers as text: `max_time: 1:30` was 90 seconds, whichever of

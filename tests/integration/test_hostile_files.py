@@ -36,3 +36,52 @@ def test_prep_keeps_a_users_file_when_the_manifest_is_lost(toy_run, tmp_path, ma
     assert (run / "data" / "notes.txt").read_text() == "mine\n"
     (run / "data" / "notes.txt").unlink()  # prep's own names alone: prepared again
     assert run_cli("prep", TOY, "--run-dir", run).exit_code == 0
+
+
+def _bomb(levels: int, key: str = "name") -> str:
+    """A "billion laughs" recipe: each level aliases the one above nine times."""
+    lines = ["l0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"l{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\n{key}: *a{levels - 1}\n"
+
+
+@pytest.mark.parametrize("key", ["name", "train"])
+def test_alias_bombs_are_refused_fast_small_and_briefly(tmp_path, key):
+    import time
+    import tracemalloc
+
+    from mtkit.config import load_recipe, recipe_from_yaml_text
+    from mtkit.errors import ConfigError
+
+    path = tmp_path / "bomb.yaml"
+    for levels in (9, 7, 4):  # 387M, 4.8M and 6,561 leaves
+        path.write_text(_bomb(levels, key))
+        for load in (lambda: load_recipe(path),  # a recipe file; a checkpoint's or an export's
+                     lambda: recipe_from_yaml_text(path.read_text(), source="ckpt")):
+            tracemalloc.start()
+            start = time.perf_counter()
+            with pytest.raises(ConfigError) as e:
+                load()
+            took, peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert took < 1.0 and peak < 100e6, (levels, took, peak)
+            assert len(str(e.value)) < 500, str(e.value)
+    path.write_text(_bomb(9))
+    _one_line(run_cli("prep", path, "--run-dir", tmp_path / "run"), "alias bomb")
+
+
+def test_an_exports_or_checkpoints_alias_bomb_is_one_line(toy_model, tmp_path):
+    import torch
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    state = torch.load(run / "last.pt", weights_only=True)
+    state["recipe"] = _bomb(9)
+    torch.save(state, run / "bomb.pt")
+    src = run / "data" / "test.src.txt"
+    _one_line(run_cli("translate", run / "bomb.pt", "-i", src), "alias bomb")
+    pytest.importorskip("ctranslate2")
+    export = tmp_path / "export"
+    assert run_cli("export", run, "-o", export).exit_code == 0
+    (export / "recipe.yaml").write_text(_bomb(9))
+    _one_line(run_cli("translate", export, "-i", src), "alias bomb")
