@@ -262,6 +262,15 @@ def check_vocab(saved: dict[str, Any], now: dict[str, Any], *, ddir: Path, what:
                               "checkpoint was trained with; was the data prepared again?")
 
 
+def weights_mismatch(path: Path, e: RuntimeError) -> CheckpointError:
+    """The one line for a checkpoint whose weights do not fit the model its recipe describes
+    (torch's load_state_dict error: a header line, then the keys and shapes at fault)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    detail = lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0] if lines else ""
+    return CheckpointError(f"{path}: weights do not fit the model its recipe describes "
+                           f"({detail[:200]})")
+
+
 class Loaded(NamedTuple):
     """A trained model ready for inference, with what it was trained from."""
 
@@ -298,8 +307,7 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
     try:
         model = build_model(recipe.model, vocab["src"], vocab["tgt"], weights=state["model"])
     except RuntimeError as e:
-        raise CheckpointError(f"{path}: weights do not fit the model its recipe describes "
-                              f"({str(e).splitlines()[0]})") from None
+        raise weights_mismatch(path, e) from None
     if torch.device(device).type == "cuda":
         from mtkit.device import cuda_defaults
 

@@ -36,10 +36,12 @@ from mtkit.errors import CheckpointError
 from mtkit.fileio import write_error
 from mtkit.run import (
     BEST,
+    EXPORT_MARKER,
     LAST,
     NUMBERED,
     load_checkpoint,
     numbered_checkpoint,
+    resolve_checkpoint,
     same_vocab,
     save_checkpoint,
 )
@@ -171,6 +173,9 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
 def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
     """The checkpoints `mtkit average` means: the newest `last` (default: all) numbered
     checkpoints of one run directory, or two or more named checkpoint files."""
+    for p in inputs:  # an export is said to be one, as every other command says it
+        if p.is_dir() and (p / EXPORT_MARKER).is_file():
+            resolve_checkpoint(p)
     if len(inputs) == 1 and inputs[0].is_dir():
         found = numbered_checkpoints(inputs[0])
         n = len(found) if last is None else last

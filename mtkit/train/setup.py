@@ -29,7 +29,14 @@ from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.fileio import read_lines
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
-from mtkit.run import BEST, LAST, check_vocab, load_checkpoint, vocab_info
+from mtkit.run import (
+    BEST,
+    LAST,
+    check_vocab,
+    load_checkpoint,
+    vocab_info,
+    weights_mismatch,
+)
 from mtkit.train.checkpoint import first_difference, numbered_checkpoints
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import Schedule, build_optimizer
@@ -167,7 +174,10 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     schedule = Schedule(cfg, model_size=recipe.model.size)
     amp = Amp.for_device(device, cfg.precision)
     if state is not None:
-        model.load_state_dict(state["model"])
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise weights_mismatch(run_dir / LAST, e) from None
         optimizer.load_state_dict(state["optimizer"])
         for group in optimizer.param_groups:  # the saved state brings its own: the recipe's
             group["betas"], group["eps"] = cfg.betas, cfg.eps  # (a resume may change them)

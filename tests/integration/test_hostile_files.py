@@ -85,3 +85,30 @@ def test_an_exports_or_checkpoints_alias_bomb_is_one_line(toy_model, tmp_path):
     assert run_cli("export", run, "-o", export).exit_code == 0
     (export / "recipe.yaml").write_text(_bomb(9))
     _one_line(run_cli("translate", export, "-i", src), "alias bomb")
+
+
+def test_resume_of_weights_that_do_not_fit_their_recipe_is_one_line(toy_model, tmp_path):
+    import torch
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    state = torch.load(run / "last.pt", weights_only=True)
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.zeros(3, 5)  # another model's weight
+    torch.save(state, run / "last.pt")
+    message = "weights do not fit the model its recipe describes"
+    res = run_cli("train", TOY, "--run-dir", run, "--resume", "--set", "train.max_time=null",
+                  "--set", "train.valid_every=400")
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.stderr.splitlines()[-1].startswith("mtkit: error: ") and message in res.stderr
+    assert f"size mismatch for {name}" in res.stderr
+    _one_line(run_cli("translate", run / "last.pt", "-i", run / "data" / "test.src.txt"),
+              message)
+
+
+def test_average_of_an_export_says_it_is_one(toy_model, tmp_path):
+    pytest.importorskip("ctranslate2")
+    export = tmp_path / "export"
+    assert run_cli("export", toy_model, "-o", export).exit_code == 0
+    _one_line(run_cli("average", export, "-o", tmp_path / "avg.pt"),
+              "an exported model (CTranslate2), not a run directory")
