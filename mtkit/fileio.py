@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import gzip
 import io
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -175,6 +177,7 @@ def _temporary(path: Path, target: Path) -> tuple[int, str, list[Path]]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        hold(fd)
     except FileExistsError:  # a file where a parent folder should be
         remove_empty(made)
         raise WriteError(f"{path}: cannot write (a parent of it is a file, not a folder)"
@@ -184,6 +187,45 @@ def _temporary(path: Path, target: Path) -> tuple[int, str, list[Path]]:
         raise write_error(path, e) from None
     _WRITING.add(tmp)
     return fd, tmp, made
+
+
+def hold(fd: int) -> None:
+    """Mark a temporary (file or folder) as being written by taking its lock, which closing
+    it drops: `remove_leftovers` then leaves it alone. Where the file system has no locks,
+    nothing is held."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_leftovers(folder: Path, name: str) -> int:
+    """Remove the temporaries of `name` in `folder` (`.NAME.XXXXXXXX.tmp`, the names
+    `atomic_write` and mkdtemp give them) that a command killed mid-write left: those no live
+    writer holds (`hold`). Returns how many."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.tmp")
+    removed = 0
+    for p in sorted(folder.iterdir()) if folder.is_dir() else ():
+        if not pattern.fullmatch(p.name) or p.is_symlink():
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a live writer's (or no locks here: left alone)
+            os.close(fd)
+            continue
+        try:
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            removed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 def remove_temporaries() -> None:

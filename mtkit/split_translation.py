@@ -89,7 +89,7 @@ def translate_split(run: Path, split: str, *, device: torch.device,
     import torch
 
     from mtkit.data.sources import sha256_file
-    from mtkit.fileio import atomic_write, open_text
+    from mtkit.fileio import atomic_write, open_text, remove_leftovers
     from mtkit.run import resolve_checkpoint
 
     run_dir, ckpt = split_run(run)
@@ -113,6 +113,8 @@ def translate_split(run: Path, split: str, *, device: torch.device,
         torch.set_num_threads(each)
     worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len,
                               workers=workers)
+    for name in (out.name, key_path.name):  # what a killed `score --run` left
+        remove_leftovers(out.parent, name)
     with open_text(src) as lines, atomic_write(out, own=True) as f:
         stats = worker.run(lines, f)
     with atomic_write(key_path, own=True) as f:

@@ -77,10 +77,19 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
             raise DataError(f"{flag} {problem}")
 
 
-def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | None) -> None:
+def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | None, *,
+                  max_len: int | None = None) -> None:
     """Refuse, naming its line, a sentence longer than the model accepts (its source with EOS,
     its target with BOS: `Translator.max_source_len`, `max_target_len`): it failed mid-run
-    with neither file nor line named."""
+    with neither file nor line named; and one of more than `max_len` tokens (the recipe's
+    data.max_len, which `translate` cuts lines to), since attention's memory is quadratic in
+    the length."""
+    for p in pairs:
+        for flag, path, ids in (("-s", src, p.src), ("-t", tgt, p.tgt)):
+            if max_len is not None and path is not None and len(ids) > max_len:
+                raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
+                                f"model's data.max_len ({max_len}); align lines of at most "
+                                "that length (split the line)")
     for p in pairs:
         for flag, path, ids, limit in (("-s", src, p.src, model.max_source_len),
                                        ("-t", tgt, p.tgt, model.max_target_len)):

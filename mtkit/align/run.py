@@ -291,8 +291,9 @@ def _read_golds(outputs: AlignOutputs, tok: Tokenizer, pairs: list[Pair], src: P
 def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, *,
                 attention: AttentionChoice, outputs: AlignOutputs, decode: DecodeConfig,
                 device: torch.device, readout: Readout = DEFAULT_READOUT,
-                reverse: Reverse | None = None, console: Console | None = None,
-                stdout: IO[str] | None = None, checkpoint: Path | None = None) -> AlignReport:
+                reverse: Reverse | None = None, max_len: int | None = None,
+                console: Console | None = None, stdout: IO[str] | None = None,
+                checkpoint: Path | None = None) -> AlignReport:
     """Align every line of `src` with the same line of `tgt` (forced decoding) or, without
     `tgt`, with its translation by `decode`'s search; write the requested outputs.
 
@@ -301,7 +302,8 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     written and scored are the two directions' combined (`reverse.symmetrize`); the matrices
     shown are the forward model's. The models must be in eval mode on `device`; `console`
     receives --print tables; `stdout` receives the Pharaoh lines when outputs.pharaoh is '-';
-    `checkpoint`, the model's file, is named in the JSON output.
+    `checkpoint`, the model's file, is named in the JSON output. A line of more than `max_len`
+    tokens (the model's data.max_len) is refused: attention costs memory quadratic in it.
     Inputs and gold links are checked before any model work; output files are written
     atomically (none on an error)."""
     outputs.check()
@@ -315,7 +317,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
     start = time.perf_counter()
     report = AlignReport()
     pairs = read_pairs(tok, src, tgt, report.invalid_utf8)
-    check_lengths(model, pairs, src, tgt)
+    check_lengths(model, pairs, src, tgt, max_len=max_len)
     report.pairs = len(pairs)
     golds, gold_words = _read_golds(outputs, tok, pairs, src, tgt)
     with ExitStack() as stack:

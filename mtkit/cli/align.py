@@ -312,7 +312,7 @@ def align(
                             device=dev, readout=readout or (
                                 default_readout(recipe) if choice.kind == "cross"
                                 else DEFAULT_READOUT),
-                            reverse=backward,
+                            reverse=backward, max_len=recipe.data.max_len,
                             console=console, stdout=sys.stdout,
                             checkpoint=resolve_checkpoint(model))
     for invalid in report.invalid_utf8:

@@ -31,7 +31,7 @@ from mtkit import __version__
 from mtkit.config import DecodeConfig, Recipe, dump_recipe, recipe_from_yaml_text
 from mtkit.data.spm import Tokenizer, model_files
 from mtkit.errors import CheckpointError, ConfigError, MtkitError
-from mtkit.fileio import WriteError, umask, write_error
+from mtkit.fileio import WriteError, hold, remove_leftovers, umask, write_error
 from mtkit.run import EXPORT_MARKER
 
 Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"]
@@ -259,10 +259,13 @@ def _write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantizati
                   checkpoint: Path, note: str | None) -> None:
     old = check_destination(out)
     fill = out.exists()
+    remove_leftovers(out.parent, out.name)  # the folder a killed export was building
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".mtkit-export." if fill else f".{out.name}.",
                                     suffix=".tmp", dir=out if fill else out.parent))
+        held = os.open(tmp, os.O_RDONLY)
+        hold(held)
     except (FileExistsError, NotADirectoryError):
         raise WriteError(f"-o {out}: cannot write (a parent of it is a file, not a folder)"
                          ) from None
@@ -285,6 +288,7 @@ def _write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantizati
         raise write_error(f"-o {out}", e) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(held)
         for p in out.iterdir() if fill else ():  # what a killed export left
             if _BUILDING.fullmatch(p.name) and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)

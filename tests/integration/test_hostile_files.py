@@ -112,3 +112,48 @@ def test_average_of_an_export_says_it_is_one(toy_model, tmp_path):
     assert run_cli("export", toy_model, "-o", export).exit_code == 0
     _one_line(run_cli("average", export, "-o", tmp_path / "avg.pt"),
               "an exported model (CTranslate2), not a run directory")
+
+
+def test_align_refuses_a_pair_past_the_models_length(toy_model, tmp_path):
+    """A 20,000-word pair took 563 s and 17.6 GB: forced alignment and translate-then-align
+    refuse a line of more than data.max_len tokens (32 for the toy), naming it."""
+    src = tmp_path / "long.src"
+    src.write_text("sa gu\n" + " ".join(["sa"] * 20_000) + "\n")
+    for args in (["-t", src], []):
+        _one_line(run_cli("align", toy_model, "-s", src, *args, "--pharaoh", tmp_path / "p"),
+                  f"-s {src}:2: 20000 tokens, more than the model's data.max_len (32)")
+    assert not (tmp_path / "p").exists()
+
+
+def test_leftovers_of_killed_commands_are_removed_by_the_next(toy_model, tmp_path):
+    """kill -9 left `score --run`'s temporary translation and an export's half-built folder,
+    and the next run of the same command kept them; a live writer's (locked) are kept."""
+    import fcntl
+    import os
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    assert run_cli("score", "--run", run, "--split", "test").exit_code == 0
+    translations = run / "translations"
+    done = sorted(p.name for p in translations.iterdir())
+    stale = [translations / f".{done[0]}.abc123_x.tmp", translations / f".{done[1]}.q1w2e3r4.tmp"]
+    for p in stale:
+        p.write_text("half")
+    live = translations / f".{done[0]}.livewrit.tmp"
+    live.write_text("being written")
+    fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    mine = translations / f".{done[0]}.mine.tmp"  # not a name mtkit makes
+    mine.write_text("mine")
+    for p in translations.iterdir():  # the cached translation is stale: written again
+        if p.suffix == ".key":
+            p.write_text("{}")
+    assert run_cli("score", "--run", run, "--split", "test").exit_code == 0
+    assert not any(p.exists() for p in stale) and live.exists() and mine.exists()
+    os.close(fd)
+    pytest.importorskip("ctranslate2")
+    half = tmp_path / ".export.k3j4h5g6.tmp"
+    half.mkdir()
+    (half / "model.bin").write_bytes(b"x" * 1000)
+    assert run_cli("export", run, "-o", tmp_path / "export").exit_code == 0
+    assert not half.exists() and (tmp_path / "export" / "model.bin").is_file()
