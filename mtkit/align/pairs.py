@@ -85,18 +85,18 @@ def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | N
     data.max_len, which `translate` cuts lines to), since attention's memory is quadratic in
     the length."""
     for p in pairs:
-        for flag, path, ids in (("-s", src, p.src), ("-t", tgt, p.tgt)):
-            if max_len is not None and path is not None and len(ids) > max_len:
-                raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
-                                f"model's data.max_len ({max_len}); align lines of at most "
-                                "that length (split the line)")
-    for p in pairs:
         for flag, path, ids, limit in (("-s", src, p.src, model.max_source_len),
                                        ("-t", tgt, p.tgt, model.max_target_len)):
             if limit is not None and path is not None and len(ids) + 1 > limit:
                 raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
                                 f"model's {limit} positions allow (with EOS or BOS; "
                                 f"{model.source_len_key})")
+    for p in pairs:
+        for flag, path, ids in (("-s", src, p.src), ("-t", tgt, p.tgt)):
+            if max_len is not None and path is not None and len(ids) > max_len:
+                raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
+                                f"model's data.max_len ({max_len}); align lines of at most "
+                                "that length (split the line)")
 
 
 def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,
