@@ -312,23 +312,41 @@ def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
 
 @dataclass
 class InvalidUtf8:
-    """Lines of one input where invalid UTF-8 was replaced: how many, and the first (from 1)."""
+    """Lines of one input where invalid UTF-8 was replaced: how many, and the first (from 1);
+    and lines holding NUL bytes (valid UTF-8, but no text: sentencepiece reads them as
+    unknown pieces)."""
 
     name: str
     lines: int = 0
     first: int = 0
+    nul_lines: int = 0
+    nul_first: int = 0
 
     def note(self, line_number: int) -> None:
         self.lines += 1
         self.first = self.first or line_number
 
+    def note_nul(self, line_number: int) -> None:
+        self.nul_lines += 1
+        self.nul_first = self.nul_first or line_number
+
+    @property
+    def found(self) -> bool:
+        """Whether the input had anything to warn of."""
+        return bool(self.lines or self.nul_lines)
+
     def warning(self) -> str | None:
         """The one warning every command gives for this input, or None when it was clean."""
-        if not self.lines:
-            return None
-        s = "s" if self.lines != 1 else ""
-        first = f" (first: line {self.first})" if self.first else ""
-        return f"{self.name}: invalid UTF-8 on {self.lines} line{s}{first}, replaced with U+FFFD"
+        said = []
+        for n, first, what in ((self.lines, self.first, "invalid UTF-8 on {}, replaced with "
+                                "U+FFFD"),
+                               (self.nul_lines, self.nul_first, "NUL bytes on {}, read as "
+                                "unknown pieces")):
+            if n:
+                where = f"{n} line{'s' if n != 1 else ''}" + (
+                    f" (first: line {first})" if first else "")
+                said.append(what.format(where))
+        return f"{self.name}: {'; '.join(said)}" if said else None
 
 
 def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
@@ -342,6 +360,8 @@ def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
                     continue
                 line = line[len(BOM):]
             line = line[:-1] if line.endswith(b"\n") else line
+            if b"\0" in line:
+                report.note_nul(number)
             try:
                 yield line.decode("utf-8")
             except UnicodeDecodeError:
@@ -444,6 +464,10 @@ _BLOCK = 1 << 22  # bytes read at a time by read_line_blocks
 def _decode_block(block: bytes, first_line: int, report: InvalidUtf8) -> list[str]:
     """The lines of `block` (complete lines, without the final ``\n``); line `first_line`
     (from 1) is its first, for the report."""
+    if b"\0" in block:  # rare: counted line by line (one scan of the block otherwise)
+        for number, line in enumerate(block.split(b"\n"), first_line):
+            if b"\0" in line:
+                report.note_nul(number)
     try:
         # One decode for the whole block; only a block with a bad byte goes line by line.
         return block.decode("utf-8").split("\n")

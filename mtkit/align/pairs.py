@@ -47,7 +47,7 @@ def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
     if str(path) == "-":
         report = InvalidUtf8("<stdin>")
         lines = [line.rstrip("\r") for line in fileio.decode_lines(fileio.stdin_binary(), report)]
-        if report.lines:
+        if report.found:
             invalid.append(report)
         return lines
     if problem := fileio.missing_input(path, what):
@@ -57,7 +57,7 @@ def read_lines(path: Path, what: str, invalid: list[InvalidUtf8]) -> list[str]:
         lines = [line.rstrip("\r") for line in fileio.read_lines(path, report)]
     except (OSError, EOFError, zlib.error) as e:
         raise DataError(f"{path}: cannot read the {what} file ({e})") from None
-    if report.lines:
+    if report.found:
         invalid.append(report)
     return lines
 

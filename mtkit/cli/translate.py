@@ -279,7 +279,7 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
                 raise
             drop_stdout()  # what is still buffered cannot go either
             raise write_error("standard output", e) from None
-    if invalid.lines:
+    if invalid.found:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     return stats
 

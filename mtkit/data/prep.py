@@ -169,7 +169,7 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
             raise DataError(_all_dropped(files["train"][0].src, data, scan.stats))
         report = PrepReport(
             data_dir=ddir, skipped=False, seconds=0.0, clean=scan.stats, splits=splits,
-            invalid_utf8=[f for f in invalid.values() if f.lines],
+            invalid_utf8=[f for f in invalid.values() if f.found],
             src_vocab_size=tok.src_vocab_size, tgt_vocab_size=tok.tgt_vocab_size,
             files=_publish(paths), phases=phases, alignments=links)
         report.seconds = time.perf_counter() - t0

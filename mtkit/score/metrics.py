@@ -148,7 +148,7 @@ def read_text(path: Path) -> Text:
         raw.pop()  # the final newline ends the last line; it does not start an empty one
     invalid = InvalidUtf8(name)
     lines = tuple(line.rstrip() for line in decode_lines(raw, invalid))
-    return Text(name, lines, invalid if invalid.lines else None)
+    return Text(name, lines, invalid if invalid.found else None)
 
 
 def _read_bytes(path: Path, name: str) -> bytes:

@@ -157,3 +157,23 @@ def test_leftovers_of_killed_commands_are_removed_by_the_next(toy_model, tmp_pat
     (half / "model.bin").write_bytes(b"x" * 1000)
     assert run_cli("export", run, "-o", tmp_path / "export").exit_code == 0
     assert not half.exists() and (tmp_path / "export" / "model.bin").is_file()
+
+
+def test_nul_bytes_in_a_corpus_are_counted_and_said(tmp_path):
+    """NUL bytes became <unk> pieces silently: prep warns once per file, as for invalid
+    UTF-8, and the manifest keeps the count."""
+    import json
+
+    data = tmp_path / "toy"
+    shutil.copytree(RECIPES / "toy", data)
+    shutil.copy(TOY, tmp_path / "toy.yaml")
+    lines = (data / "train.src").read_bytes().split(b"\n")
+    lines[4] = lines[4].replace(b" ", b"\0 ", 1)
+    lines[9] = b"\0" + lines[9]
+    (data / "train.src").write_bytes(b"\n".join(lines))
+    res = run_cli("prep", tmp_path / "toy.yaml", "--run-dir", tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    assert "train.src: NUL bytes on 2 lines (first: line 5), read as unknown pieces" in (
+        res.stdout + res.stderr)
+    man = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())
+    assert [f["nul_lines"] for f in man["invalid_utf8"]] == [2]
