@@ -6,6 +6,8 @@ bytes in a corpus. Each through the CLI, as a user runs it."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -68,6 +70,13 @@ def test_alias_bombs_are_refused_fast_small_and_briefly(tmp_path, key):
             assert len(str(e.value)) < 500, str(e.value)
     path.write_text(_bomb(9))
     _one_line(run_cli("prep", path, "--run-dir", tmp_path / "run"), "alias bomb")
+    # in a process whose address space is capped at 200 MB (the bomb took 6 GB)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (200 << 20,) * 2)\n"
+            "from mtkit.config import load_recipe\nfrom mtkit.errors import ConfigError\n"
+            "try:\n    load_recipe(sys.argv[1])\nexcept ConfigError as e:\n    print(e)")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "alias bomb" in proc.stdout, proc.stderr[-500:]
 
 
 def test_an_exports_or_checkpoints_alias_bomb_is_one_line(toy_model, tmp_path):
