@@ -81,7 +81,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     if own:
         if path.is_dir() and not path.is_symlink():
             raise WriteError(f"{path}: is a folder; expected a file name")
-        yield from _replace(path, mode, encoding)
+        yield from _renamed_into_place(path, path, mode, encoding, None)
         return
     if path.is_dir():
         raise WriteError(f"{path}: is a folder; expected a file name")
@@ -104,15 +104,26 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         # A rename needs only the folder's permission: it replaced a file that the shell's
         # `>` refuses (another user's, or one made read-only), and took it over.
         raise WriteError(f"{path}: cannot write (Permission denied)")
+    # mkstemp creates 0600; give the file the permissions it had, or those a plain open()
+    # would give a new one.
+    yield from _renamed_into_place(path, target, mode, encoding,
+                                   stat.S_IMODE(found.st_mode) if found else None)
+
+
+_WRITING: set[str] = set()  # atomic_write's temporaries being written now
+
+
+def _renamed_into_place(path: Path, target: Path, mode: str, encoding: str | None,
+                        permissions: int | None) -> Iterator[IO]:
+    """Write a temporary beside `target` and rename it over `target` on success (with
+    `permissions`, else those a plain open() gives a new file); `path` names it in errors."""
     fd, tmp, made = _temporary(path, target)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        # mkstemp creates 0600; give the file the permissions it had, or those a plain
-        # open() would give a new one.
-        os.chmod(tmp, stat.S_IMODE(found.st_mode) if found else 0o666 & ~umask())
+        os.chmod(tmp, 0o666 & ~umask() if permissions is None else permissions)
         os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
@@ -120,30 +131,6 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         remove_empty(made)  # a failed write leaves no folders made for it
         # A file system error of our file; one naming another file (say, reading an input)
         # or from the network (a download written through us) is the caller's.
-        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
-            raise write_error(path, e) from None
-        raise
-    finally:
-        _WRITING.discard(tmp)
-
-
-_WRITING: set[str] = set()  # atomic_write's temporaries being written now
-
-
-def _replace(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
-    """`atomic_write` of a file of a folder mtkit owns: a new file renamed over the name."""
-    fd, tmp, made = _temporary(path, path)
-    try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        remove_empty(made)
         if isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename in (None, tmp):
             raise write_error(path, e) from None
         raise
