@@ -98,6 +98,11 @@ def train(
     resume: Annotated[bool, flag(
         "--resume", help="Continue the run in the run directory from its last.pt (same "
         "recipe).")] = False,
+    init_from: Annotated[str | None, typer.Option(
+        "--init-from", metavar="RUN_OR_CHECKPOINT", help="Start a new run from this run's "
+        "best.pt (else last.pt) or checkpoint file: its weights, with a fresh optimizer, "
+        "schedule and best score (fine-tuning; needs the parent's vocabulary, "
+        "data.spm.from_run).")] = None,
     device: Annotated[str | None, typer.Option(
         "--device", metavar="DEVICE", help="auto (CUDA, then MPS, then CPU), cpu, cuda, "
         "cuda:N or mps; sets train.device (default: the recipe's).")] = None,
@@ -125,7 +130,8 @@ def train(
     named = {f"train.{name[2:]}={value}": f"{name} {value}"
              for name, value in flags.items() if value is not None}
     rec = load_recipe(recipe, list(overrides or []) + list(named), flags=named)
-    result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
+    result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume,
+                          init_from=init_from, mirror=mirror,
                           console=Console(stderr=True, soft_wrap=True),
                           device_option="train.device" if device is None else "--device")
     if result.reason == "interrupted":

@@ -124,6 +124,10 @@ class SpmConfig:
     joint: bool = True  # one model for both languages (needed to share embeddings)
     character_coverage: float = _rng(1.0, gt=0.0, le=1.0)
     input_sentence_size: int = _rng(2_000_000, ge=0, le=2**63 - 1)  # 0 = every sentence
+    # A run directory (relative to the current one, as --run-dir) whose sentencepiece
+    # model(s) prep reuses instead of training: a fine-tuned child must use its parent's
+    # vocabulary. The fields above must then be the ones that run trained its model with.
+    from_run: str | None = None
 
 
 @dataclass(frozen=True)

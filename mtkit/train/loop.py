@@ -32,7 +32,7 @@ from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
 from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter, duration
-from mtkit.train.setup import Setup
+from mtkit.train.setup import CARRIED, FRESH, Setup
 from mtkit.train.signals import GracefulStop
 from mtkit.train.step import Guide, finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
@@ -108,6 +108,8 @@ class Trainer:
                  len(self.s.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
                  self.device, f" ({self.s.amp.dtype})" if self.s.amp.dtype else "")
+        if self.s.init_from is not None and not self.resumed:
+            self._log_init()
         if self.max_time is not None:
             log.info("train.max_time %s holds the whole run: training stops early enough for "
                      "the closing validation and checkpoint, judged by the latest ones",
@@ -115,6 +117,14 @@ class Trainer:
         if self.s.amp.dtype is None and self.cfg.precision != "fp32":
             log.info("train.precision %s applies to CUDA only: on %s this run trains in fp32",
                      self.cfg.precision, self.device.type)
+
+    def _log_init(self) -> None:
+        meta = self.s.init_from
+        assert meta is not None
+        log.info("--init-from %s (update %s, sha256 %s): carried over: %s; fresh: %s",
+                 meta["checkpoint"], meta["update"], meta["sha256"][:16], ", ".join(CARRIED),
+                 ", ".join(FRESH))
+        self.rep.record("init_from", **meta, carried=CARRIED, fresh=FRESH)
 
     # ------------------------------------------------------------------ the loop
 
@@ -351,6 +361,8 @@ class Trainer:
                      "schedule": self.s.schedule.state_dict(),
                      "scaler": self.s.amp.scaler.state_dict() if self.s.amp.scaler else None,
                      "progress": progress, "rng": rngs}
+            if self.s.init_from is not None:  # a fine-tuned run keeps naming its parent
+                state["init_from"] = self.s.init_from
             self.last_checkpoint = ckpt.write_run_checkpoint(
                 self.run_dir, state, update=p.update, keep_last=self.cfg.keep_last,
                 is_best=self.best_unsaved and p.valid_update == p.update)
