@@ -286,6 +286,9 @@ class TrainConfig:
     patience: int = _rng(0, ge=0)  # validations without improvement before stopping; 0 = off
     keep_last: int = _rng(3, ge=1)  # last-k checkpoints kept besides best.pt
     checkpoint_every: int = _rng(0, ge=0)  # updates between checkpoints; 0 = at each validation
+    # wall-clock between checkpoints besides those ("10m", as max_time); null = none: bounds
+    # the work a killed or preempted job loses
+    checkpoint_every_time: str | None = None
     average_last: int = _rng(0, ge=0)  # average the last k checkpoints at the end; 0 = off
     max_nonfinite: int = _rng(5, ge=1)  # consecutive non-finite losses before aborting
     # TensorBoard event files under tensorboard/: auto when the package is installed
@@ -302,6 +305,13 @@ class TrainConfig:
                                 "max_time) for no limit"))
             except ValueError as e:
                 out.append(("max_time", str(e)))
+        if self.checkpoint_every_time is not None and valid("checkpoint_every_time"):
+            try:
+                if parse_duration(self.checkpoint_every_time) == 0:
+                    out.append(("checkpoint_every_time", "0 would save after every update; "
+                                "null for no time-based checkpoints"))
+            except ValueError as e:
+                out.append(("checkpoint_every_time", str(e)))
         if valid("device") and not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             out.append(("device", f"expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}"))
         if valid("betas") and not all(0.0 <= b < 1.0 for b in self.betas):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 
@@ -13,7 +14,7 @@ from mtkit.config import Recipe
 from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import ConfigError
-from mtkit.run import check_writable_run_dir, remove_stale_temporaries
+from mtkit.run import LAST, check_writable_run_dir, remove_stale_temporaries
 from mtkit.run_lock import run_lock
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
@@ -29,7 +30,7 @@ from mtkit.train.setup import (
 log = logging.getLogger(__name__)
 
 
-def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
+def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"] = False,
           init_from: str | Path | None = None, mirror: str | Path | None = None,
           console: Console | None = None,
           device_option: str = "train.device") -> TrainResult:
@@ -38,9 +39,10 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
     lock from start to end (`mtkit.run_lock`). A device that is not there is an error naming
     `device_option`: the recipe key, or the command-line flag that set it. `init_from` (a
     run directory or checkpoint) starts a new run from its weights (`init_state`)."""
-    if resume and init_from is not None:
+    if resume is True and init_from is not None:
         raise ConfigError("--init-from starts a new run from another run's weights; --resume "
-                          "continues this one: give one of them")
+                          "continues this one: give one of them (or --resume auto, which "
+                          "takes the weights only when the run starts)")
     run_dir, console = Path(run_dir), console or Console(stderr=True, soft_wrap=True)
     dist = dist_from_env()
     device = resolve_device(recipe.train.device, option=device_option,
@@ -57,8 +59,10 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
 
             # the other ranks wait in each broadcast of main_result: rank 0's error ends them
             dist.main_result(claim, "rank 0 cannot use the run directory (its error says why)")
-            state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
-            init = init_state(recipe, Path(init_from)) if init_from is not None else None
+            state = _start_state(recipe, run_dir, resume,
+                                 console if dist.is_main else None)
+            init = (init_state(recipe, Path(init_from))
+                    if init_from is not None and state is None else None)
             changed = changed_settings(state, recipe) if state is not None else []
 
             def prepare_data() -> bool:  # on rank 0, while the other ranks wait
@@ -77,6 +81,19 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
                            console=console).run()
     finally:
         destroy_process_group(dist)
+
+
+def _start_state(recipe: Recipe, run_dir: Path, resume: bool | Literal["auto"],
+                 console: Console | None) -> dict | None:
+    """The checkpoint state to continue from, or None for a new run (after the checks);
+    what `--resume auto` chose is said on `console`."""
+    if resume == "auto":
+        resume = (run_dir / LAST).is_file()
+        if console is not None:
+            console.print(f"--resume auto: {run_dir / LAST} found, resuming" if resume else
+                          f"--resume auto: no checkpoint in {run_dir}, starting a new run",
+                          highlight=False, soft_wrap=True)
+    return resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
 
 
 def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path | None,
