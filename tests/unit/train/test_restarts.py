@@ -3,10 +3,13 @@ every `train.checkpoint_every_time` of wall-clock, on the toy recipe."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from rich.console import Console
 
 from mtkit.config import load_recipe
 from mtkit.errors import CheckpointError, ConfigError
+from mtkit.run import load_checkpoint
 from mtkit.train import loop, session
 from tests.conftest import REPO
 from tests.helpers import run_mtkit
@@ -106,3 +110,36 @@ def test_a_two_process_run_resumed_in_one_keeps_the_global_batch(tmp_path: Path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (run / "train.log").read_text().count(
         "global batch: 1 process(es) x update_freq 2 x 512 tokens") == 2
+
+
+def test_sigterm_to_the_torchrun_agent_leaves_a_checkpoint_that_resumes(tmp_path: Path
+                                                                        ) -> None:
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.is_file() or not torch.distributed.is_gloo_available():
+        pytest.skip("torchrun with gloo is not available")
+    run = tmp_path / "run"
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "mtkit", "train",
+           str(TOY), "--run-dir", str(run), "--resume", "auto", "--set", "train.max_time=null",
+           "--set", "train.valid_every=100000", "--set", "train.log_every=2", "--set",
+           "train.max_updates=100000"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:  # however the test ends, no training is left running
+        deadline = time.monotonic() + 180
+        while not ((run / "metrics.jsonl").exists() and '"train"' in (
+                run / "metrics.jsonl").read_text()) and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    saved = load_checkpoint(run / "last.pt")["progress"]["update"]
+    assert saved >= 2
+    again = subprocess.run(cmd[:-1] + [f"train.max_updates={saved + 2}"], capture_output=True,
+                           text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming at update {saved}" in (run / "train.log").read_text()
