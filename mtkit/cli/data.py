@@ -103,9 +103,10 @@ def train(
     run_dir: RunDirOpt = None,
     mirror: MirrorOpt = None,
     resume: Annotated[str | None, typer.Option(
-        "--resume", metavar="[auto]", parser=_resume_mode, help="Continue the run in the run "
-        "directory from its last.pt (same recipe). --resume auto: resume when it has a "
-        "checkpoint, start when it has none (a restarted job's unchanged command line).")] = None,
+        "--resume", metavar="MODE", parser=_resume_mode, help="Continue the run in the run "
+        "directory from its last.pt (same recipe); MODE is optional. --resume auto: resume "
+        "when it has a checkpoint, start when it has none (a restarted job's unchanged "
+        "command line).")] = None,
     init_from: Annotated[str | None, typer.Option(
         "--init-from", metavar="RUN_OR_CHECKPOINT", help="Start a new run from this run's "
         "best.pt (else last.pt) or checkpoint file: its weights, with a fresh optimizer, "
