@@ -128,6 +128,7 @@ def _main() -> None:
     if empty:
         typer.echo(f"mtkit: error: {empty}", err=True)
         sys.exit(2)
+    sys.argv[1:] = _optional_resume(sys.argv[1:])
     stdout_was = _stdout_file()
     try:
         rc = app(standalone_mode=False)
@@ -183,6 +184,26 @@ def _empty_argument(argv: list[str]) -> str | None:
         if re.fullmatch(r"--[a-z][\w-]*=", arg):
             return f"{arg[:-1]}: an empty value; expected a value"
     return None
+
+
+def _optional_resume(argv: list[str]) -> list[str]:
+    """`train --resume` takes an optional value, `auto`, which click cannot parse: a bare
+    `--resume` is given as `--resume=last`, and `--resume auto` as `--resume=auto`."""
+    if next((a for a in argv if not a.startswith("-")), None) != "train":
+        return argv
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--":  # what follows is no option
+            return out + argv[i:]
+        if argv[i] != "--resume":
+            out.append(argv[i])
+        elif i + 1 < len(argv) and argv[i + 1] == "auto":
+            out.append("--resume=auto")
+            i += 1
+        else:
+            out.append("--resume=last")
+        i += 1
+    return out
 
 
 def _command_path() -> str:

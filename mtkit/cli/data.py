@@ -90,14 +90,28 @@ def prep(
         bars.close()
 
 
+def _resume_mode(value: str) -> str:
+    """`--resume` (given as `last` by `mtkit.cli._optional_resume`) or `--resume auto`."""
+    if value not in ("last", "auto"):
+        raise typer.BadParameter(f"expected no value or `auto`, got {value!r}")
+    return value
+
+
 def train(
     recipe: RecipeArg,
     overrides: SetOpt = None,
     run_dir: RunDirOpt = None,
     mirror: MirrorOpt = None,
-    resume: Annotated[bool, flag(
-        "--resume", help="Continue the run in the run directory from its last.pt (same "
-        "recipe).")] = False,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", metavar="MODE", parser=_resume_mode, help="Continue the run in the run "
+        "directory from its last.pt (same recipe); MODE is optional. --resume auto: resume "
+        "when it has a checkpoint, start when it has none (a restarted job's unchanged "
+        "command line).")] = None,
+    init_from: Annotated[str | None, typer.Option(
+        "--init-from", metavar="RUN_OR_CHECKPOINT", help="Start a new run from this run's "
+        "best.pt (else last.pt) or checkpoint file: its weights, with a fresh optimizer, "
+        "schedule and best score (fine-tuning; needs the parent's vocabulary, "
+        "data.spm.from_run).")] = None,
     device: Annotated[str | None, typer.Option(
         "--device", metavar="DEVICE", help="auto (CUDA, then MPS, then CPU), cpu, cuda, "
         "cuda:N or mps; sets train.device (default: the recipe's).")] = None,
@@ -125,7 +139,9 @@ def train(
     named = {f"train.{name[2:]}={value}": f"{name} {value}"
              for name, value in flags.items() if value is not None}
     rec = load_recipe(recipe, list(overrides or []) + list(named), flags=named)
-    result = run_training(rec, run_dir_for(rec.name, run_dir), resume=resume, mirror=mirror,
+    result = run_training(rec, run_dir_for(rec.name, run_dir),
+                          resume="auto" if resume == "auto" else resume is not None,
+                          init_from=init_from, mirror=mirror,
                           console=Console(stderr=True, soft_wrap=True),
                           device_option="train.device" if device is None else "--device")
     if result.reason == "interrupted":

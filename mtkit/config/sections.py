@@ -124,6 +124,10 @@ class SpmConfig:
     joint: bool = True  # one model for both languages (needed to share embeddings)
     character_coverage: float = _rng(1.0, gt=0.0, le=1.0)
     input_sentence_size: int = _rng(2_000_000, ge=0, le=2**63 - 1)  # 0 = every sentence
+    # A run directory (relative to the current one, as --run-dir) whose sentencepiece
+    # model(s) prep reuses instead of training: a fine-tuned child must use its parent's
+    # vocabulary. The fields above must then be the ones that run trained its model with.
+    from_run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,9 @@ class TrainConfig:
     patience: int = _rng(0, ge=0)  # validations without improvement before stopping; 0 = off
     keep_last: int = _rng(3, ge=1)  # last-k checkpoints kept besides best.pt
     checkpoint_every: int = _rng(0, ge=0)  # updates between checkpoints; 0 = at each validation
+    # wall-clock between checkpoints besides those ("10m", as max_time); null = none: bounds
+    # the work a killed or preempted job loses
+    checkpoint_every_time: str | None = None
     average_last: int = _rng(0, ge=0)  # average the last k checkpoints at the end; 0 = off
     max_nonfinite: int = _rng(5, ge=1)  # consecutive non-finite losses before aborting
     # TensorBoard event files under tensorboard/: auto when the package is installed
@@ -298,6 +305,13 @@ class TrainConfig:
                                 "max_time) for no limit"))
             except ValueError as e:
                 out.append(("max_time", str(e)))
+        if self.checkpoint_every_time is not None and valid("checkpoint_every_time"):
+            try:
+                if parse_duration(self.checkpoint_every_time) == 0:
+                    out.append(("checkpoint_every_time", "0 would save after every update; "
+                                "null for no time-based checkpoints"))
+            except ValueError as e:
+                out.append(("checkpoint_every_time", str(e)))
         if valid("device") and not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             out.append(("device", f"expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}"))
         if valid("betas") and not all(0.0 <= b < 1.0 for b in self.betas):

@@ -24,8 +24,18 @@ FORMAT = 1  # bump when the layout of the data directory changes
 
 def data_hash(data: DataConfig) -> str:
     """A hash of the data section: any change in it means the data must be prepared again."""
-    text = json.dumps(without_unset_align(recipe_to_dict(data)), sort_keys=True)
+    text = json.dumps(without_unset(recipe_to_dict(data)), sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def without_unset(data: dict) -> dict:
+    """The data section dict less the keys added since manifests were first written, where
+    unset (`align`, `spm.from_run`): prepared data stays up to date across versions."""
+    out = without_unset_align(data)
+    spm = out.get("spm")
+    if isinstance(spm, dict) and spm.get("from_run", 0) is None:
+        out["spm"] = {k: v for k, v in spm.items() if k != "from_run"}
+    return out
 
 
 def without_unset_align(value: Any) -> Any:
@@ -138,7 +148,7 @@ def only_evaluation_changed(recipe: Recipe, run_dir: Path) -> bool:
 
     def training(data: dict) -> str:
         part = {k: v for k, v in data.items() if k not in ("valid", "test")}
-        return json.dumps(without_unset_align(part), sort_keys=True)
+        return json.dumps(without_unset(part), sort_keys=True)
 
     def split(inputs: dict) -> tuple[dict, dict]:  # (the training split's, the others')
         train = {k: v for k, v in inputs.items() if k.startswith(("train.", "train["))}

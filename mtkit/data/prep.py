@@ -33,7 +33,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mtkit.config import DataConfig, Recipe, dump_recipe, recipe_to_dict
+from mtkit.config import (
+    DataConfig,
+    Recipe,
+    SpmConfig,
+    dump_recipe,
+    recipe_from_yaml_text,
+    recipe_to_dict,
+)
 from mtkit.data import sources, store
 from mtkit.data.alignments import AlignStats
 from mtkit.data.clean import CleanStats
@@ -151,6 +158,8 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
         key = f"data.{split_inputs(data)['train'][0][0]}"
         raise DataError(f"{files['train'][0].src}: the training split ({key}.src) is empty; "
                         "training needs sentence pairs")
+    if tokenizer is None and data.spm.from_run is not None:
+        tokenizer = parent_tokenizer(data.spm)
     tok = tokenizer or _train_tokenizer(scan.samples, recipe)
     phases["sentencepiece"] = time.perf_counter() - t0 - phases["read"]
     ddir = data_dir(run_dir)
@@ -222,6 +231,25 @@ def _check_evalsplits(data: DataConfig, files: dict[str, list[Corpus]],
             key = f"data.{split_inputs(data)[name][0][0]}"
             raise DataError(f"{corpora[0].src}: the {name} split ({key}.src) is empty; "
                             "validation and test need at least one sentence pair")
+
+
+def parent_tokenizer(cfg: SpmConfig) -> Tokenizer:
+    """The sentencepiece model(s) of the run `data.spm.from_run` names, after checking that
+    this recipe's other `data.spm` fields are the ones they were trained with (else they
+    would be accepted and mean nothing)."""
+    assert cfg.from_run is not None
+    parent = Path(cfg.from_run).expanduser()
+    saved = parent / RECIPE
+    if not saved.is_file():
+        raise DataError(f"data.spm.from_run: {parent} is not a prepared mtkit run (no {saved})")
+    was = recipe_from_yaml_text(saved.read_text(encoding="utf-8"), source=str(saved)).data.spm
+    before, now = (recipe_to_dict(c) for c in (was, cfg))
+    for key, value in now.items():
+        if key != "from_run" and before.get(key) != value:
+            raise DataError(f"data.spm.{key} is {json.dumps(value)} but {parent}'s sentencepiece "
+                            f"model was trained with {json.dumps(before.get(key))}; set it to "
+                            "that value (the model is reused, not trained)")
+    return Tokenizer.load(data_dir(parent))
 
 
 def _train_tokenizer(samples: list[Reservoir], recipe: Recipe) -> Tokenizer:

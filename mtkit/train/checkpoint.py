@@ -216,9 +216,9 @@ def first_difference(before: object, now: object, key: str) -> str | None:
     return None if before == now else key
 
 
-def _weights_shape(model: dict) -> dict:
+def weights_shape(model: dict) -> dict:
     """A recipe's model section without what leaves the weights' meaning alone (dropout)."""
-    return {k: _weights_shape(v) if isinstance(v, dict) else v for k, v in model.items()
+    return {k: weights_shape(v) if isinstance(v, dict) else v for k, v in model.items()
             if "dropout" not in k}
 
 
@@ -234,7 +234,7 @@ def check_averageable(paths: list[Path], data_vocab: dict) -> None:
     for p in paths:
         state = load_checkpoint(p, mmap=True)
         recipe = recipe_from_yaml_text(state["recipe"], source=f"{p} (its recipe)")
-        model = _weights_shape(recipe_to_dict(recipe.model))
+        model = weights_shape(recipe_to_dict(recipe.model))
         # where training stood (None: an average's): one run's checkpoint saved once
         at = None if "progress" not in state else json.dumps(state["progress"], sort_keys=True)
         if first is None:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from mtkit.config import Recipe, parse_duration
+from mtkit.config import Recipe, parse_duration, recipe_from_yaml_text
 from mtkit.data.batch import Batch, iterate_batches
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
@@ -32,7 +32,7 @@ from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
 from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter, duration
-from mtkit.train.setup import Setup
+from mtkit.train.setup import CARRIED, FRESH, Setup
 from mtkit.train.signals import GracefulStop
 from mtkit.train.step import Guide, finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
@@ -49,11 +49,18 @@ class Trainer:
         self.recipe, self.cfg, self.run_dir, self.s = recipe, recipe.train, run_dir, setup
         self.dist, self.device, self.console = dist, device, console
         self.max_time = parse_duration(self.cfg.max_time) if self.cfg.max_time else None
+        self.save_every_s = (parse_duration(self.cfg.checkpoint_every_time)
+                             if self.cfg.checkpoint_every_time else None)
+        self.saved_at = time.monotonic()  # of the latest checkpoint, or the start
         # Reading device values back stalls a GPU's queue; on a CPU it costs nothing.
         self.sync_every = self.cfg.log_every if device.type == "cuda" else 1
         # (update, UpdateSums.packed(), target tokens, linked target pieces, lr) per update
         self.pending: list[tuple[int, torch.Tensor, int, int, float]] = []
         self.p = Progress()
+        # batches per update on this rank: the recipe's, or what keeps a resumed run's
+        # global batch when it comes back on another number of processes (`_restore`)
+        self.update_freq = self.cfg.update_freq
+        self.notes: list[tuple[int, str]] = []  # (level, line) of the restore, logged at start
         self.closing = Closing()  # kept inside train.max_time
         self.last_checkpoint: Path | None = None
         self.last_good_checkpoint: Path | None = None  # written after a finite update
@@ -79,6 +86,7 @@ class Trainer:
             with self.rep, self.stop:
                 self._log_start()
                 self.t0, self.session_update0 = time.monotonic(), self.p.update
+                self.saved_at = self.t0
                 self.window = Window()
                 return self._finish(self._loop())
         except WriteError as e:  # disk full, read-only: say what is still usable
@@ -88,7 +96,9 @@ class Trainer:
     def _restore(self, state: dict) -> None:
         """Progress and random generators of a resumed run (weights: `build_setup`)."""
         saved_world = state["progress"].pop("world_size")
+        saved_uf = state["progress"].pop("update_freq", None)
         self.p = Progress(**state["progress"])
+        self.update_freq = self._keep_global_batch(state, saved_world, saved_uf)
         self.last_checkpoint = numbered_checkpoint(self.run_dir, self.p.update)
         if self.p.nonfinite_run == 0:
             self.last_good_checkpoint = self.last_checkpoint
@@ -99,6 +109,32 @@ class Trainer:
                         self.dist.world_size, saved_world, self.p.epoch + 1)
             self.p.epoch, self.p.position = self.p.epoch + 1, 0
 
+    def _keep_global_batch(self, state: dict, saved_world: int, saved_uf: int | None) -> int:
+        """The update_freq that keeps the global batch (processes x update_freq batches of
+        train.batch_tokens) of a resumed run, said in the log when the number of processes
+        changed. A recipe whose update_freq changed since the checkpoint asks for its own.
+        """
+        was = recipe_from_yaml_text(state["recipe"], source="last.pt (its recipe)")
+        saved_uf = saved_uf or was.train.update_freq
+        if was.train.update_freq != self.cfg.update_freq:
+            return self.cfg.update_freq
+        world = self.dist.world_size
+        if world == saved_world:  # what an earlier resume on another world size chose
+            return saved_uf
+        batches = saved_world * saved_uf
+        uf = max(1, round(batches / world))
+        tokens = f"{batches} x {self.cfg.batch_tokens:,} tokens"
+        if uf * world == batches:
+            self.notes.append((logging.INFO, f"resuming {world} process(es) from a run of "
+                               f"{saved_world}: update_freq {uf} (was {saved_uf}) keeps the "
+                               f"global batch at {tokens}"))
+        else:
+            self.notes.append((logging.WARNING, f"resuming {world} process(es) from a run of "
+                               f"{saved_world}: the global batch of {tokens} is not a multiple"
+                               f" of {world}; update_freq {uf} makes it {uf * world} x "
+                               f"{self.cfg.batch_tokens:,} tokens"))
+        return uf
+
     def _log_start(self) -> None:
         counts = self.s.model.parameter_counts()
         what = (f"resuming at update {self.p.update:,}" if self.resumed else "training") + (
@@ -108,6 +144,12 @@ class Trainer:
                  len(self.s.sampler), self.cfg.batch_tokens,
                  f" per rank x {self.dist.world_size}" if self.dist.enabled else "",
                  self.device, f" ({self.s.amp.dtype})" if self.s.amp.dtype else "")
+        for level, line in self.notes:
+            log.log(level, "%s", line)
+        log.info("global batch: %d process(es) x update_freq %d x %s tokens",
+                 self.dist.world_size, self.update_freq, f"{self.cfg.batch_tokens:,}")
+        if self.s.init_from is not None and not self.resumed:
+            self._log_init()
         if self.max_time is not None:
             log.info("train.max_time %s holds the whole run: training stops early enough for "
                      "the closing validation and checkpoint, judged by the latest ones",
@@ -116,10 +158,18 @@ class Trainer:
             log.info("train.precision %s applies to CUDA only: on %s this run trains in fp32",
                      self.cfg.precision, self.device.type)
 
+    def _log_init(self) -> None:
+        meta = self.s.init_from
+        assert meta is not None
+        log.info("--init-from %s (update %s, sha256 %s): carried over: %s; fresh: %s",
+                 meta["checkpoint"], meta["update"], meta["sha256"][:16], ", ".join(CARRIED),
+                 ", ".join(FRESH))
+        self.rep.record("init_from", **meta, carried=CARRIED, fresh=FRESH)
+
     # ------------------------------------------------------------------ the loop
 
     def _loop(self) -> str:
-        uf = self.cfg.update_freq
+        uf = self.update_freq
         spent = "patience" if self._patience_spent() else None
         if reason := self._limit_reached() or spent or self._stop_requested():  # before any
             if self.resumed and reason != "interrupted":
@@ -197,6 +247,7 @@ class Trainer:
         synced = bool(u % self.sync_every == 0 or valid_now or save_now or limit)
         if synced:
             self._sync()
+            save_now = save_now or self._save_time_due()
         patience_out = self._validate_or_save() if valid_now else False
         if save_now:
             self._save()
@@ -264,7 +315,8 @@ class Trainer:
         w, now = self.window, time.monotonic()
         rate = (self.p.update - self.session_update0) / max(now - self.t0, 1e-9)
         tok_s = self.tok_s or w.all_tokens / max(now - w.start, 1e-9)
-        planned = planned_updates(self.p, self.cfg, len(self.s.sampler))
+        planned = planned_updates(self.p, self.cfg, len(self.s.sampler),
+                                  update_freq=self.update_freq)
         etas = [(planned - self.p.update) / rate] if planned and rate > 0 else []
         if self.max_time is not None:
             etas.append(self.max_time - self._elapsed())
@@ -286,6 +338,13 @@ class Trainer:
         return {0.0: None, 1.0: "max_time", 2.0: "interrupted"}[local]
 
     # ------------------------------------------------------------------ validate, save
+
+    def _save_time_due(self) -> bool:
+        """train.checkpoint_every_time has passed since the latest checkpoint (rank 0's
+        clock decides for every rank: saving is a collective)."""
+        if self.save_every_s is None:
+            return False
+        return bool(self.dist.broadcast(time.monotonic() - self.saved_at >= self.save_every_s))
 
     def _validate_or_save(self) -> bool:
         """`_validate`; should validation fail, the updates since the last checkpoint are
@@ -344,19 +403,23 @@ class Trainer:
         p = self.p
         if self.dist.is_main:
             progress = {**dataclasses.asdict(p), "seconds": self._elapsed(),
-                        "saved_update": p.update, "world_size": self.dist.world_size}
+                        "saved_update": p.update, "world_size": self.dist.world_size,
+                        "update_freq": self.update_freq}
             state = {"recipe": self.s.recipe_text, "vocab": self.s.vocab_info,
                      "model": self.s.model.state_dict(),
                      "optimizer": self.s.optimizer.state_dict(),
                      "schedule": self.s.schedule.state_dict(),
                      "scaler": self.s.amp.scaler.state_dict() if self.s.amp.scaler else None,
                      "progress": progress, "rng": rngs}
+            if self.s.init_from is not None:  # a fine-tuned run keeps naming its parent
+                state["init_from"] = self.s.init_from
             self.last_checkpoint = ckpt.write_run_checkpoint(
                 self.run_dir, state, update=p.update, keep_last=self.cfg.keep_last,
                 is_best=self.best_unsaved and p.valid_update == p.update)
             if p.nonfinite_run == 0:
                 self.last_good_checkpoint = self.last_checkpoint
         p.saved_update = p.update
+        self.saved_at = time.monotonic()
         self.best_unsaved = False
         self.closing.save = time.monotonic() - start
 

@@ -84,12 +84,13 @@ class Closing:
         return (self.valid + self.save) * (2 if averaging else 1)
 
 
-def planned_updates(p: Progress, cfg: TrainConfig, batches_per_epoch: int) -> int | None:
+def planned_updates(p: Progress, cfg: TrainConfig, batches_per_epoch: int, *,
+                    update_freq: int) -> int | None:
     """The update training stops at, if a limit in updates or epochs says so."""
-    per_epoch = -(-batches_per_epoch // cfg.update_freq)
+    per_epoch = -(-batches_per_epoch // update_freq)
     limits = [cfg.max_updates] if cfg.max_updates else []
     if cfg.max_epochs:
         left = cfg.max_epochs - p.epoch + 1
-        done = -(-p.position // cfg.update_freq)
+        done = -(-p.position // update_freq)
         limits.append(p.update + left * per_epoch - done)
     return min(limits) if limits else None

@@ -6,29 +6,43 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 
 from mtkit.config import Recipe
 from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
-from mtkit.run import check_writable_run_dir, remove_stale_temporaries
+from mtkit.errors import ConfigError
+from mtkit.run import LAST, check_writable_run_dir, remove_stale_temporaries
 from mtkit.run_lock import run_lock
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
-from mtkit.train.setup import build_setup, changed_settings, check_fresh, resume_state
+from mtkit.train.setup import (
+    build_setup,
+    changed_settings,
+    check_fresh,
+    init_state,
+    resume_state,
+)
 
 log = logging.getLogger(__name__)
 
 
-def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
-          mirror: str | Path | None = None, console: Console | None = None,
+def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"] = False,
+          init_from: str | Path | None = None, mirror: str | Path | None = None,
+          console: Console | None = None,
           device_option: str = "train.device") -> TrainResult:
     """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
     data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
     lock from start to end (`mtkit.run_lock`). A device that is not there is an error naming
-    `device_option`: the recipe key, or the command-line flag that set it."""
+    `device_option`: the recipe key, or the command-line flag that set it. `init_from` (a
+    run directory or checkpoint) starts a new run from its weights (`init_state`)."""
+    if resume is True and init_from is not None:
+        raise ConfigError("--init-from starts a new run from another run's weights; --resume "
+                          "continues this one: give one of them (or --resume auto, which "
+                          "takes the weights only when the run starts)")
     run_dir, console = Path(run_dir), console or Console(stderr=True, soft_wrap=True)
     dist = dist_from_env()
     device = resolve_device(recipe.train.device, option=device_option,
@@ -45,7 +59,10 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
 
             # the other ranks wait in each broadcast of main_result: rank 0's error ends them
             dist.main_result(claim, "rank 0 cannot use the run directory (its error says why)")
-            state = resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
+            state = _start_state(recipe, run_dir, resume,
+                                 console if dist.is_main else None)
+            init = (init_state(recipe, Path(init_from))
+                    if init_from is not None and state is None else None)
             changed = changed_settings(state, recipe) if state is not None else []
 
             def prepare_data() -> bool:  # on rank 0, while the other ranks wait
@@ -58,11 +75,25 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool = False,
 
             dist.main_result(prepare_data, "rank 0 stopped before training (its error says "
                              "why)")
-            setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state)
+            setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state,
+                                init=init)
             return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
                            console=console).run()
     finally:
         destroy_process_group(dist)
+
+
+def _start_state(recipe: Recipe, run_dir: Path, resume: bool | Literal["auto"],
+                 console: Console | None) -> dict | None:
+    """The checkpoint state to continue from, or None for a new run (after the checks);
+    what `--resume auto` chose is said on `console`."""
+    if resume == "auto":
+        resume = (run_dir / LAST).is_file()
+        if console is not None:
+            console.print(f"--resume auto: {run_dir / LAST} found, resuming" if resume else
+                          f"--resume auto: no checkpoint in {run_dir}, starting a new run",
+                          highlight=False, soft_wrap=True)
+    return resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
 
 
 def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path | None,

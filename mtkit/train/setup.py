@@ -8,6 +8,7 @@ changes while it trains (progress, windows, the newest checkpoint).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from mtkit.config import Recipe, dump_recipe, recipe_from_yaml_text, recipe_to_d
 from mtkit.data.batch import Batch
 from mtkit.data.prep import data_dir
 from mtkit.data.sampler import TokenBatchSampler
-from mtkit.data.spm import Tokenizer
+from mtkit.data.spm import Tokenizer, model_files
 from mtkit.data.store import ParallelData, text_path
 from mtkit.device import Amp
 from mtkit.errors import CheckpointError, ConfigError, DataError
@@ -34,10 +35,12 @@ from mtkit.run import (
     LAST,
     check_vocab,
     load_checkpoint,
+    resolve_checkpoint,
+    same_vocab,
     vocab_info,
     weights_mismatch,
 )
-from mtkit.train.checkpoint import first_difference, numbered_checkpoints
+from mtkit.train.checkpoint import first_difference, numbered_checkpoints, weights_shape
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import Schedule, build_optimizer
 from mtkit.train.validate import valid_batches
@@ -61,6 +64,8 @@ class Setup:
     optimizer: torch.optim.Optimizer
     schedule: Schedule
     amp: Amp
+    # the checkpoint this run's weights started from (--init-from): path, sha256, update
+    init_from: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- resume checks
@@ -138,18 +143,70 @@ def changed_settings(state: dict, recipe: Recipe) -> list[str]:
     return out
 
 
+# --------------------------------------------------------------------------- init from
+
+# What `--init-from` carries over from the parent and what starts afresh: said at start.
+CARRIED = ["model weights"]
+FRESH = ["optimizer state", "learning-rate schedule (update 0)", "best score and patience",
+         "epochs and batch order", "training settings (this recipe's train section)"]
+
+
+def init_state(recipe: Recipe, source: Path) -> dict:
+    """The checkpoint `--init-from` names (a run's best.pt, else its last.pt, or a file),
+    after checking that `recipe` builds the same architecture: only its weights are used."""
+    path = resolve_checkpoint(source)
+    state = load_checkpoint(path)
+    saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
+    before, now = (weights_shape(recipe_to_dict(r.model)) for r in (saved, recipe))
+    key = first_difference(before, now, "model")
+    if key is not None:
+        was, is_ = (_at(d, key) for d in (before, now))
+        raise CheckpointError(f"--init-from: {key} is {json.dumps(is_)} in this recipe but "
+                              f"{json.dumps(was)} in {path}'s; the architecture must be the "
+                              "parent's (set it to the parent's value)")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    progress = state.get("progress") or {}
+    return {"model": state["model"], "vocab": state["vocab"],
+            "meta": {"checkpoint": str(path.resolve()), "sha256": digest.hexdigest(),
+                     "update": progress.get("update")}}
+
+
+def _at(d: dict, key: str) -> object:
+    """The value at dotted `key` (its first part the section's name) of a section dict."""
+    for part in key.split(".")[1:]:
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _check_init_vocab(init: dict, vocab: dict, ddir: Path, joint: bool) -> None:
+    if same_vocab(init["vocab"], vocab):
+        return
+    ckpt = Path(init["meta"]["checkpoint"])
+    names = ", ".join(model_files(joint))
+    raise CheckpointError(f"--init-from: {ckpt} was trained with the sentencepiece model(s) "
+                          f"in {ckpt.parent / 'data'}, but this run's {ddir} holds other ones "
+                          f"({names}); set data.spm.from_run: {ckpt.parent} so that prep "
+                          "reuses the parent's")
+
+
 # --------------------------------------------------------------------------- building
 
 
 def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.device,
-                state: dict | None) -> Setup:
+                state: dict | None, init: dict | None = None) -> Setup:
     """Load the prepared data, build model, optimizer and schedule (from `state` when
-    resuming: weights, optimizer moments, schedule and gradient scaler)."""
+    resuming: weights, optimizer moments, schedule and gradient scaler; with `init`, from
+    `init_state`, its weights only)."""
     cfg, ddir = recipe.train, data_dir(run_dir)
     tokenizer = Tokenizer.load(ddir)
     vocab = vocab_info(tokenizer)
     if state is not None:
         check_vocab(state["vocab"], vocab, ddir=ddir, what=f"--resume: {run_dir / LAST}")
+    if init is not None:
+        _check_init_vocab(init, vocab, ddir, tokenizer.joint)
     # Guided alignment reads the gold links stored with the training split.
     train_data = ParallelData.load(ddir, "train", links=recipe.train.guided_alignment.enabled)
     sampler = TokenBatchSampler(
@@ -173,6 +230,8 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     optimizer = build_optimizer(model, cfg, device)
     schedule = Schedule(cfg, model_size=recipe.model.size)
     amp = Amp.for_device(device, cfg.precision)
+    if init is not None:
+        model.load_state_dict(init["model"])
     if state is not None:
         try:
             model.load_state_dict(state["model"])
@@ -198,7 +257,8 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
         valid_batches=valid_batches(ParallelData.load(ddir, "valid"), recipe),
         valid_refs=read_lines(text_path(ddir, "valid", "tgt")), model=model, net=net,
         params=[p for p in model.parameters() if p.requires_grad], optimizer=optimizer,
-        schedule=schedule, amp=amp)
+        schedule=schedule, amp=amp,
+        init_from=init["meta"] if init is not None else (state or {}).get("init_from"))
 
 
 def seed_all(seed: int) -> None:

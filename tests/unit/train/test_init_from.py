@@ -1,0 +1,118 @@
+"""`mtkit train --init-from` (fine-tuning) and `data.spm.from_run` on the toy recipe: what a
+child run carries over from its parent and what starts afresh, and the one-line refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mtkit.config import load_recipe
+from mtkit.errors import CheckpointError, ConfigError, DataError
+from mtkit.run import load_checkpoint
+from mtkit.train import loop, session
+from mtkit.train.checkpoint import weights_digest
+from tests.conftest import REPO
+from tests.helpers import run_mtkit
+
+TOY = REPO / "recipes" / "toy.yaml"
+
+
+def _train(run_dir: Path, *sets: str, init_from: Path | None = None, resume: bool = False):
+    recipe = load_recipe(TOY, ["train.max_time=null", *sets])
+    return session.train(recipe, run_dir, init_from=init_from, resume=resume,
+                         console=Console(file=io.StringIO()))
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("init") / "parent"
+    _train(run, "train.max_updates=20", "train.valid_every=10")
+    return run
+
+
+def _child_sets(parent: Path) -> list[str]:
+    return [f"data.spm.from_run={parent}", "train.lr=0.0001", "train.warmup=5"]
+
+
+def test_spm_from_run_reuses_the_parents_sentencepiece_model(parent: Path,
+                                                             tmp_path: Path) -> None:
+    child = tmp_path / "child"
+    _train(child, *_child_sets(parent), "train.max_updates=1", "train.valid_every=1000",
+           init_from=parent)
+    assert (child / "data/spm.model").read_bytes() == (parent / "data/spm.model").read_bytes()
+    # its other fields are the parent's, or refused: they would be accepted and mean nothing
+    with pytest.raises(DataError, match=r"data\.spm\.vocab_size is 40 but .* trained with 51"):
+        _train(tmp_path / "other", f"data.spm.from_run={parent}", "data.spm.vocab_size=40")
+
+
+def test_init_from_carries_the_weights_only(parent: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    built = {}
+
+    class Capture(loop.Trainer):
+        def run(self):  # the state a child starts from, before its first update
+            built["progress"], built["lr"] = dataclasses.replace(self.p), self.lr
+            return super().run()
+
+    monkeypatch.setattr(session, "Trainer", Capture)
+    child = tmp_path / "child"
+    _train(child, *_child_sets(parent), "train.max_updates=2", "train.valid_every=1000",
+           init_from=parent)
+    p, best = built["progress"], load_checkpoint(parent / "best.pt")
+    assert p.update == 0 and p.best is None and p.bad == 0 and p.epoch == 1
+    assert built["lr"] == pytest.approx(0.0001 / 5)  # the child's schedule, at update 1
+    # the run has trained 2 updates since: the saved state proves what it started from
+    first = load_checkpoint(child / "checkpoint_2.pt")
+    assert first["progress"]["update"] == 2
+    assert first["init_from"]["sha256"] and first["init_from"]["checkpoint"] == str(
+        (parent / "best.pt").resolve())
+    recs = [json.loads(line) for line in (child / "metrics.jsonl").read_text().splitlines()]
+    init = next(r for r in recs if r["kind"] == "init_from")
+    assert init["carried"] == ["model weights"] and "optimizer state" in init["fresh"]
+    assert init["update"] == best["progress"]["update"]
+    assert "--init-from" in (child / "train.log").read_text()
+
+
+def test_init_from_weights_equal_the_parents_and_optimizer_is_empty(
+        parent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def capture(recipe, run_dir, setup, **kwargs):
+        seen["digest"] = weights_digest(setup.model.state_dict())
+        seen["optimizer"] = setup.optimizer.state_dict()["state"]
+        seen["schedule"] = setup.schedule.state_dict()
+        raise SystemExit(0)
+
+    monkeypatch.setattr(session, "Trainer", capture)
+    with pytest.raises(SystemExit):
+        _train(tmp_path / "child", *_child_sets(parent), init_from=parent / "last.pt")
+    assert seen["digest"] == weights_digest(load_checkpoint(parent / "last.pt")["model"])
+    assert seen["optimizer"] == {}
+    assert seen["schedule"] == {"kind": "inverse_sqrt", "scale": 1.0, "best": None, "bad": 0}
+
+
+def test_init_from_refuses_another_vocabulary_or_architecture(parent: Path,
+                                                              tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"model\.transformer\.ffn_dim is 64 in this "
+                       r"recipe but 128 in .*best\.pt's; the architecture must be"):
+        _train(tmp_path / "a", *_child_sets(parent), "model.transformer.ffn_dim=64",
+               init_from=parent)
+    with pytest.raises(CheckpointError, match=r"set data\.spm\.from_run: "):
+        _train(tmp_path / "b", "data.spm.vocab_size=40", init_from=parent)
+    with pytest.raises(ConfigError, match="give one of them"):
+        _train(parent, init_from=parent, resume=True)
+
+
+def test_init_from_mismatch_is_one_line_with_exit_2(parent: Path, tmp_path: Path) -> None:
+    proc = run_mtkit("train", str(TOY), "--run-dir", str(tmp_path / "c"), "--init-from",
+                     str(parent), "--set", "data.spm.vocab_size=40", "--set",
+                     "train.max_time=null", timeout=300)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("mtkit: error: --init-from: ") and "Traceback" not in proc.stderr
+    assert "data.spm.from_run" in lines[-1]
