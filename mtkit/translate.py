@@ -230,6 +230,15 @@ class LineTranslator:
                 future.cancel()
             wait(started)
 
+    def close(self) -> None:
+        """End the workers' threads (after the batches they hold), for this translator and
+        its `configured` copies; a later run starts new ones."""
+        with self._pools_lock:
+            pools = list(self._pools.values())
+            self._pools.clear()
+        for pool in pools:
+            pool.shutdown(wait=True)
+
     def _pool(self) -> ThreadPoolExecutor | None:
         """The workers' threads, made once and shared by the translator's `configured`
         copies (a server's requests do not start threads of their own)."""

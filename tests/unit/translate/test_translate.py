@@ -153,9 +153,7 @@ def test_a_failing_batch_stops_the_batch_running_beside_it(toy_model, test_lines
     out = io.StringIO()
     with pytest.raises(RuntimeError, match="boom"):
         worker.run([line + "\n" for line in lines], out)
-    for thread in threading.enumerate():  # whatever still runs, let it end
-        if thread.name.startswith("mtkit-decode"):
-            thread.join(30)
+    worker.close()  # whatever still runs, let it end
     assert beside == [[2]]  # its 3rd step never ran
     assert out.getvalue() == ""
 
@@ -192,9 +190,7 @@ def test_a_reader_gone_stops_the_decoding_at_its_next_step(toy_model, test_lines
     os.close(read_end)  # the reader has gone before anything is written
     with os.fdopen(write_end, "w") as out, pytest.raises(BrokenPipeError):
         worker.run([line + "\n" for line in test_lines[:60]], out)
-    for thread in threading.enumerate():  # whatever still runs, let it end
-        if thread.name.startswith("mtkit-decode"):
-            thread.join(30)
+    worker.close()  # whatever still runs, let it end
     assert len(steps) <= workers  # every batch's second step was refused
 
 
