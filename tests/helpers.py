@@ -44,10 +44,13 @@ def reversal_batch(n: int, vocab: int, g: torch.Generator, *, lo: int = 3,
 
 
 def run_cli(*args: object, input: str | bytes | None = None, env: dict[str, str] | None = None):
-    """`mtkit ARGS` in this process (typer's runner): exit_code, stdout, stderr separately."""
-    from mtkit.cli import app
+    """`mtkit ARGS` in this process (typer's runner): exit_code, stdout, stderr separately.
+    The arguments go through what the console script does to them first (`train --resume`'s
+    optional value)."""
+    from mtkit.cli import _optional_resume, app
 
-    return CliRunner().invoke(app, [str(a) for a in args], input=input, env=env)
+    return CliRunner().invoke(app, _optional_resume([str(a) for a in args]), input=input,
+                              env=env)
 
 
 def run_mtkit(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
