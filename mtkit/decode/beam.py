@@ -34,9 +34,8 @@ from mtkit.models.base import Encoded, State, Translator
 
 # Finished sentences leave the batch once they are at least 1/PRUNE_SHARE of it: dropping them
 # copies the encoder's tensors (the state's rows go with the next step's `order`), which at
-# every finish cost more than their rows. Test2016, beam 5 (issue 14): decoder rows stepped
-# 85,820 at 1/4, 84,125 at 1/8, 83,140 dropping at every finish, at ~0.12 ms a row; the
-# drops took 0.03, 0.07 and 0.17 s in all (1/8 and every finish both ~0.17 s faster than 1/4).
+# every finish cost more than their rows; 1/8 was as fast as dropping at every finish and
+# faster than 1/4 on test2016 (bench/RESULTS.md, "Batches in parallel, a cheaper top-k").
 PRUNE_SHARE = 8
 # Columns per chunk of `row_topk` (64: a whole number of vector registers; 8,000 = 125 x 64).
 CHUNK = 64
@@ -113,7 +112,7 @@ def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
     n_alive = beam.scores.size(0)
     # The 2K best of a sentence's K x V sums are among the 2K best tokens of each row (a
     # row's score is the same for all its tokens), so the sums are formed for K x 2K tokens
-    # only: no (Ba, K x V) tensor is written and read again (issue 14).
+    # only: no (Ba, K x V) tensor is written and read again (bench/RESULTS.md).
     width = min(2 * k, lp.size(1))
     row_lp, row_tok = row_topk(lp, width)  # (Ba*K, W)
     cand = (row_lp.view(n_alive, k, width) + beam.scores.unsqueeze(2)).view(n_alive, -1)

@@ -68,9 +68,8 @@ class _Attention(nn.Module):
         incremental: a decoding step (T is 1, or a beam's few queries per row)."""
         p = self.dropout if self.training else 0.0
         # On CPU, a decoding step's few queries per row go faster through two batched matmuls
-        # than through the fused kernel, which is tiled for long query blocks: beam 5 over 216
-        # sentences, 4 heads, one layer's step: cross-attention 6.2 -> 4.5 ms, self-attention
-        # over 20 cached positions 6.8 -> 5.2 ms (issue 14); outputs agree within 1e-6.
+        # than through the fused kernel, which is tiled for long query blocks (bench/RESULTS.md,
+        # "Attention of a decoding step on a CPU"); outputs agree within 1e-6.
         if need_weights or (incremental and q.device.type == "cpu"):
             scores = (q @ k.transpose(-2, -1)).div_(math.sqrt(q.size(-1)))
             if mask is not None:
