@@ -42,6 +42,10 @@ LOCK = ".mtkit.lock"
 # The first line of every recipe.yaml that mtkit writes into a run directory: the proof that
 # mtkit may replace it.
 RECIPE_HEADER = "# Written by mtkit: the resolved recipe of this run (replaced by each prep)."
+# The line after it in a run that `train --init-from` started: the parent checkpoint (path,
+# update, sha256) as JSON in a comment, so that recipe.yaml stays a recipe that --resume,
+# data.spm.from_run and a user's next run load unchanged.
+INIT_FROM_PREFIX = "# init_from: "
 # Hidden names mtkit itself leaves in a run directory: its lock, prep's staging folders and
 # the temporary files of interrupted atomic writes.
 _OWN_LEFTOVERS = re.compile(r"\.mtkit\.lock|\.data\.(tmp|old)-.*|\..*\.tmp")
@@ -73,6 +77,25 @@ def is_mtkit_manifest(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(man, dict) and {"format", "data_hash", "files"} <= man.keys()
+
+
+def run_recipe_text(recipe_yaml: str, init_from: dict[str, Any] | None) -> str:
+    """What a run's recipe.yaml holds: the header, the parent checkpoint `init_from` of
+    `train --init-from` (a comment; none when None), the resolved recipe `recipe_yaml`."""
+    parent = f"{INIT_FROM_PREFIX}{json.dumps(init_from)}\n" if init_from is not None else ""
+    return f"{RECIPE_HEADER}\n{parent}{recipe_yaml}"
+
+
+def recorded_init_from(run_dir: str | Path) -> dict[str, Any] | None:
+    """The parent checkpoint `run_dir`'s recipe.yaml records (`run_recipe_text`), or None."""
+    try:
+        with open(Path(run_dir) / RECIPE, encoding="utf-8") as f:
+            header, line = f.readline().rstrip("\n"), f.readline()
+        record = json.loads(line.removeprefix(INIT_FROM_PREFIX))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    ours = header == RECIPE_HEADER and line.startswith(INIT_FROM_PREFIX)
+    return record if ours and isinstance(record, dict) else None
 
 
 def _has_mtkit_recipe(run_dir: Path) -> bool:

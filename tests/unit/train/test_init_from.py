@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from mtkit.config import load_recipe
+from mtkit.config import dump_recipe, load_recipe
+from mtkit.data.prep import prepare
 from mtkit.errors import CheckpointError, ConfigError, DataError
-from mtkit.run import load_checkpoint
+from mtkit.run import load_checkpoint, recorded_init_from
 from mtkit.train import loop, session
 from mtkit.train.checkpoint import weights_digest
 from tests.conftest import REPO
@@ -76,6 +77,29 @@ def test_init_from_carries_the_weights_only(parent: Path, tmp_path: Path,
     assert init["carried"] == ["model weights"] and "optimizer state" in init["fresh"]
     assert init["update"] == best["progress"]["update"]
     assert "--init-from" in (child / "train.log").read_text()
+
+
+def test_the_parent_is_recorded_in_the_run_recipe_which_resumes(parent: Path,
+                                                                tmp_path: Path) -> None:
+    child, sets = tmp_path / "child", [*_child_sets(parent), "train.valid_every=1000"]
+    _train(child, *sets, "train.max_updates=2", init_from=parent)
+    record = load_checkpoint(child / "last.pt")["init_from"]
+    assert recorded_init_from(child) == record
+    assert record["update"] == load_checkpoint(parent / "best.pt")["progress"]["update"]
+    text = (child / "recipe.yaml").read_text()
+    assert text.splitlines()[1] == f"# init_from: {json.dumps(record)}"
+    # it stays a recipe, compared on --resume as before; resuming and `mtkit prep` keep it
+    assert dump_recipe(load_recipe(child / "recipe.yaml")) == text.split("\n", 2)[2]
+    assert _train(child, *sets, "train.max_updates=3", resume=True).update == 3
+    assert recorded_init_from(child) == record
+    prepare(load_recipe(TOY, sets), child, batching=False)
+    assert recorded_init_from(child) == record
+    # a run started afresh in a folder prep made for a child records no parent
+    fresh = tmp_path / "fresh"
+    prepare(load_recipe(TOY, sets), fresh, batching=False, init_from=record)
+    _train(fresh, *sets, "train.max_updates=1")
+    assert recorded_init_from(fresh) is None and "init_from" not in (
+        fresh / "recipe.yaml").read_text()
 
 
 def test_init_from_weights_equal_the_parents_and_optimizer_is_empty(
