@@ -87,6 +87,22 @@ def dist_from_env() -> Dist:
     return Dist(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def shared_store_warning() -> str | None:
+    """Why torchrun's restarts of this job may fail, or None. Its agent shares one rendezvous
+    store with every attempt's workers (unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which the
+    c10d rendezvous honours and the static one does not), and the store keeps each attempt's
+    gloo/NCCL addresses under the same keys: a restarted worker can read its peer's address
+    from the attempt before, then fail to connect, or wait for a connection that never comes
+    until the process group's timeout (PyTorch issue 135712; bench/RESULTS.md)."""
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if not shared or int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) == 0:
+        return None
+    return ("torchrun may restart this job (--max-restarts) with the rendezvous store shared "
+            "between attempts: a restarted attempt may fail to connect or hang; start torchrun "
+            "with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and a c10d rendezvous (--standalone or "
+            "--rdzv-backend c10d)")
+
+
 def init_process_group(dist: Dist, device: torch.device) -> None:
     """NCCL between GPUs, gloo between CPU processes."""
     if dist.enabled and not torch_dist.is_initialized():

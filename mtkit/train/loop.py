@@ -29,7 +29,7 @@ from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
 from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
-from mtkit.train.distributed import Dist
+from mtkit.train.distributed import Dist, shared_store_warning
 from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter, duration
 from mtkit.train.setup import CARRIED, FRESH, Setup
@@ -148,6 +148,8 @@ class Trainer:
             log.log(level, "%s", line)
         log.info("global batch: %d process(es) x update_freq %d x %s tokens",
                  self.dist.world_size, self.update_freq, f"{self.cfg.batch_tokens:,}")
+        if self.dist.enabled and self.dist.is_main and (hazard := shared_store_warning()):
+            log.warning("%s", hazard)
         if self.s.init_from is not None and not self.resumed:
             self._log_init()
         if self.max_time is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from mtkit.config import load_recipe
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.run import load_checkpoint
 from mtkit.train import loop, session
+from mtkit.train.distributed import shared_store_warning
 from tests.conftest import REPO
 from tests.helpers import run_mtkit
 
@@ -83,46 +86,92 @@ def test_checkpoint_every_time_saves_by_the_clock(tmp_path: Path,
         load_recipe(TOY, ["train.checkpoint_every_time=soon"])
 
 
-def test_a_two_process_run_resumed_in_one_keeps_the_global_batch(tmp_path: Path) -> None:
+# torchrun's environment for the tests: one thread per process (two share this machine), and
+# the rendezvous store made afresh for each attempt, as README's multi-node section says
+# (the agent's shared one keeps the previous attempt's gloo addresses: `shared_store_warning`)
+TORCHRUN_ENV = {"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def _torchrun() -> Path:
     torchrun = Path(sys.executable).parent / "torchrun"
     if not torchrun.is_file() or not torch.distributed.is_gloo_available():
         pytest.skip("torchrun with gloo is not available")
+    return torchrun
+
+
+def _worker_pid(agent: int, rank: int) -> int | None:
+    """The pid of torchrun agent `agent`'s worker of `rank`, or None (not started yet)."""
+    for task in Path(f"/proc/{agent}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):  # a worker that ended meanwhile
+                if f"RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes(
+                        ).split(b"\0"):
+                    return int(pid)
+    return None
+
+
+def _trained_to(run: Path) -> int:
+    """The latest update metrics.jsonl has a train record of (0 before the first)."""
+    path = run / "metrics.jsonl"
+    lines = path.read_text().split("\n")[:-1] if path.exists() else []  # whole lines only
+    return max((json.loads(line)["update"] for line in lines if '"kind": "train"' in line),
+               default=0)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds workers in /proc")
+def test_a_killed_worker_is_restarted_and_resumed_and_one_process_keeps_the_global_batch(
+        tmp_path: Path) -> None:
+    """The elastic test: SIGKILL to one of two workers mid-training; torchrun restarts both,
+    `--resume auto` continues from the last checkpoint to the planned update. Then the run,
+    resumed on one process, keeps its global batch."""
     run = tmp_path / "run"
     sets = ["--set", "train.max_time=null", "--set", "train.valid_every=100000", "--set",
-            "train.log_every=5"]
-    two = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc_per_node=2", "--max-restarts=1", "-m",
-         "mtkit", "train", str(TOY), "--run-dir", str(run), "--resume", "auto", *sets,
-         "--set", "train.max_updates=10"], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert two.returncode == 0, two.stderr[-3000:]
-    one = run_mtkit("train", str(TOY), "--run-dir", str(run), "--resume", "auto", *sets,
-                    "--set", "train.max_updates=14")
-    assert one.returncode == 0, one.stderr[-3000:]
+            "train.log_every=1", "--set", "train.checkpoint_every=4"]
+    output = tmp_path / "torchrun.out"
+    with open(output, "w") as out:
+        agent = subprocess.Popen(
+            [str(_torchrun()), "--standalone", "--nproc_per_node=2", "--max-restarts=1", "-m",
+             "mtkit", "train", str(TOY), "--run-dir", str(run), "--resume", "auto", *sets,
+             "--set", "train.max_updates=20"], stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, **TORCHRUN_ENV}, start_new_session=True)
+    try:  # however the test ends, no training is left running
+        deadline = time.monotonic() + 120
+        while _trained_to(run) < 6:  # past the checkpoint of update 4
+            assert agent.poll() is None and time.monotonic() < deadline, output.read_text()
+            time.sleep(0.02)
+        os.kill(_worker_pid(agent.pid, rank=1), signal.SIGKILL)
+        agent.wait(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+    assert agent.returncode == 0, output.read_text()[-3000:]
     log = (run / "train.log").read_text()
-    assert "global batch: 2 process(es) x update_freq 1 x 512 tokens" in log
+    resumed = [int(u) for u in re.findall(r"resuming at update (\d+)", log)]
+    assert len(resumed) == 1 and 4 <= resumed[0] < 20 and resumed[0] % 4 == 0, log
+    assert load_checkpoint(run / "last.pt")["progress"]["update"] == 20
+
+    # in this process (one, without torchrun's environment), as a restart on one node would
+    _, said = _train(run, *sets[1::2], "train.max_updates=24", resume="auto")
+    log = (run / "train.log").read_text()
+    assert log.count("global batch: 2 process(es) x update_freq 1 x 512 tokens") == 2
     assert ("resuming 1 process(es) from a run of 2: update_freq 2 (was 1) keeps the global "
             "batch at 2 x 512 tokens") in log
     assert "global batch: 1 process(es) x update_freq 2 x 512 tokens" in log
     # and a resume on the same single process keeps it (the checkpoint records update_freq 2)
-    again = run_mtkit("train", str(TOY), "--run-dir", str(run), "--resume", "auto", *sets,
-                      "--set", "train.max_updates=16")
-    assert again.returncode == 0, again.stderr[-3000:]
+    _train(run, *sets[1::2], "train.max_updates=26", resume="auto")
     assert (run / "train.log").read_text().count(
         "global batch: 1 process(es) x update_freq 2 x 512 tokens") == 2
 
 
 def test_sigterm_to_the_torchrun_agent_leaves_a_checkpoint_that_resumes(tmp_path: Path
                                                                         ) -> None:
-    torchrun = Path(sys.executable).parent / "torchrun"
-    if not torchrun.is_file() or not torch.distributed.is_gloo_available():
-        pytest.skip("torchrun with gloo is not available")
     run = tmp_path / "run"
-    cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "mtkit", "train",
+    cmd = [str(_torchrun()), "--standalone", "--nproc_per_node=2", "-m", "mtkit", "train",
            str(TOY), "--run-dir", str(run), "--resume", "auto", "--set", "train.max_time=null",
            "--set", "train.valid_every=100000", "--set", "train.log_every=2", "--set",
            "train.max_updates=100000"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **TORCHRUN_ENV}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     try:  # however the test ends, no training is left running
@@ -143,3 +192,15 @@ def test_sigterm_to_the_torchrun_agent_leaves_a_checkpoint_that_resumes(tmp_path
                            text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming at update {saved}" in (run / "train.log").read_text()
+
+
+def test_restarts_over_the_agents_shared_store_are_warned_of(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in shared_store_warning()
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")  # never restarted: nothing to fear
+    assert shared_store_warning() is None
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "3")  # a store of each attempt's own
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")
+    assert shared_store_warning() is None
