@@ -23,6 +23,11 @@ RUN_DIR=${2:?usage: sbatch docs/slurm-train.sh RECIPE RUN_DIR}
 HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 PORT=29500
 
+# One store per attempt: torchrun's agent otherwise shares its rendezvous store with every
+# attempt's workers, and a restarted attempt may read the previous one's addresses from it
+# (fails to connect, or hangs; README, multi-node section).
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+
 # --nnodes 1:N lets an attempt start with fewer nodes than asked for (a node lost);
 # --max-restarts restarts every worker with this same command line, which --resume auto
 # turns into a resume from the last checkpoint (or a start, on the first attempt). A resume
