@@ -18,7 +18,7 @@ class CheckpointError(MtkitError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (`mtkit.cli.startup.handle_termination`): the command stops as on
+    """SIGTERM or SIGHUP (`mtkit.process.startup.handle_termination`): the command stops as on
     Ctrl-C, its unfinished outputs dropped, and exits with 128 + the signal's number."""
 
     def __init__(self, signum: int) -> None:

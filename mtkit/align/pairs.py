@@ -17,7 +17,6 @@ import torch
 from mtkit import fileio
 from mtkit.align.matrix import AlignMatrix, Level, Words, from_attention, line_words
 from mtkit.align.readout import Readout, select_rows
-from mtkit.batches import token_batches
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
 from mtkit.data.spm import Tokenizer
@@ -25,6 +24,7 @@ from mtkit.decode import decode_batch
 from mtkit.errors import DataError
 from mtkit.fileio import InvalidUtf8
 from mtkit.models.base import AttentionChoice, AttentionKind, Translator
+from mtkit.translation.batching import token_batches
 
 
 @dataclass

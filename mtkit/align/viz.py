@@ -24,7 +24,7 @@ from rich.text import Text
 
 from mtkit.align.matrix import AlignMatrix
 from mtkit.errors import MtkitError
-from mtkit.figure import save_figure
+from mtkit.fileio import save_figure
 
 FORMATS = ("png", "svg", "pdf")
 DEFAULT_DPI = 100

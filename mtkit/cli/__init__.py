@@ -19,9 +19,10 @@ import typer
 from typer.core import TyperCommand
 
 from mtkit import __version__
-from mtkit.cli import align, data, score, serve, startup, translate
+from mtkit.cli import align, data, score, serve, translate
 from mtkit.cli.options import HelpOpt, flag
 from mtkit.errors import MtkitError, Terminated
+from mtkit.process import startup
 
 # How the help reads. Markdown: a source line break inside a paragraph is a space, in the
 # command list too (typer's "rich" mode keeps it there, and breaks sentences).

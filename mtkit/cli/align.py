@@ -20,8 +20,8 @@ from mtkit.cli.options import (
     refuse,
     search_method,
 )
-from mtkit.cli.startup import collector_paused
 from mtkit.errors import ConfigError, MtkitError
+from mtkit.process.startup import collector_paused
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ def align(
 
     Without -t: mtkit align runs/en-de-multi30k -s test.en --beam 5 --print --heatmap maps/
     """
-    with collector_paused():  # see mtkit/cli/startup.py
+    with collector_paused():  # see mtkit/process/startup.py
         import torch
         from rich.console import Console
 

@@ -21,7 +21,6 @@ from typer.testing import CliRunner
 from mtkit.align import AlignMatrix, parse_links, score_links
 from mtkit.align import run as ar
 from mtkit.align.viz import DEFAULT_DPI, figure_size
-from mtkit.batches import token_batches
 from mtkit.cli import app
 from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe
 from mtkit.data.batch import collate
@@ -30,6 +29,7 @@ from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
 from mtkit.run import load_model, save_checkpoint
+from mtkit.translation.batching import token_batches
 from tests.conftest import REPO
 from tests.helpers import run_cli
 

@@ -21,7 +21,7 @@ from mtkit.config import (
 from mtkit.data.batch import collate
 from mtkit.decode import decode_batch, forced
 from mtkit.errors import ConfigError, DataError, MtkitError
-from mtkit.translate import pharaoh_aligner
+from mtkit.translation.lines import pharaoh_aligner
 from tests.conftest import RECIPES
 from tests.helpers import tiny_model
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 from mtkit.errors import Terminated
 from mtkit.fileio import remove_temporaries
-from mtkit.signal_echo import SignalEcho
+from mtkit.process.signals import SignalEcho
 
 _OWNED = {"process": False}
 
@@ -70,12 +70,12 @@ def handle_termination() -> None:
     clean-up runs (waiting for an engine's running batches), has the default effect at once,
     after removing `atomic_write`'s temporaries of the outputs being written (a staging
     folder of prep's is removed by the next prep); the same signal within a second of the
-    first is its echo (`mtkit.signal_echo`) and ignored.
+    first is its echo (`mtkit.process.signals`) and ignored.
     A signal ignored when mtkit started (`nohup`) stays ignored; training installs its own
     handlers (a graceful stop with a checkpoint)."""
     def terminate(signum: int, frame: object) -> None:
         if _ECHO.is_echo(signum):
-            return  # the first one's echo (`mtkit.signal_echo`): its clean-up goes on
+            return  # the first one's echo (`mtkit.process.signals`): its clean-up goes on
         if TERMINATED:  # the second: the default action, now
             remove_temporaries()
             signal.signal(signum, signal.SIG_DFL)

@@ -1,6 +1,6 @@
 """The arithmetic every search shares: length penalty, length limits, the masking of tokens
 that may not be produced at a step, and the making of what they return (`Hypothesis`,
-defined in `mtkit.hypothesis`).
+defined in `mtkit.translation.hypothesis`).
 
 Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 """
@@ -13,7 +13,7 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.hypothesis import Hypothesis
+from mtkit.translation.hypothesis import Hypothesis
 
 __all__ = ["Hypothesis", "Scratch", "as_lengths", "length_penalty", "max_lengths", "source_lengths",
            "step_logprobs", "to_hypotheses"]
