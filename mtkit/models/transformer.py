@@ -270,8 +270,9 @@ def _generate(generator: nn.Linear, h: torch.Tensor, spare: torch.Tensor
     """A step's logits generator(h) (B', V) from h (B', d), and the spare memory for the next
     step's. On CPU they are written into the spare: (B', V) floats are tens of MB for a
     beam, which glibc maps fresh for every allocation and the kernel then faults in and
-    zeroes; with the bias copied into them first (how addmm adds it), the projection took
-    44 ms fresh against 33 ms in reused memory, for 1,080 rows (issue 14). The logits are
+    zeroes; with the bias copied into them first (how addmm adds it), the projection runs
+    a quarter faster in reused memory (bench/RESULTS.md, "Figures behind the code's
+    comments"). The logits are
     valid until the next step of the state they came with (`Translator.step`)."""
     if h.device.type != "cpu" or torch.is_grad_enabled():  # out= is not differentiable
         return generator(h), spare

@@ -2,8 +2,9 @@
 
 Loading a model imports torch and builds the model: some 170,000 Python objects that live as
 long as the process. While they are made, the collector runs again and again and scans all of
-them, finding next to nothing (185 objects freed in an `import torch`): with it paused,
-`import torch` took 1.29 s instead of 1.47 (median of 10, 2 cores, issue 14).
+them, finding next to nothing (185 objects freed in an `import torch`), so `import torch`
+alone runs about a tenth faster with it paused (bench/RESULTS.md, "Start-up without the
+collector's scans").
 
 Paused only, the work is deferred, not saved: the first collections after loading scanned
 everything made meanwhile (230 ms in `mtkit translate`), and the collections of the

@@ -363,11 +363,11 @@ def test_sighup_stops_with_a_checkpoint(tmp_path: Path) -> None:
 
 def test_a_second_signal_stops_at_once_as_its_own_kind(monkeypatch) -> None:
     """A second SIGTERM raised KeyboardInterrupt: the command exited 130, as on Ctrl-C."""
-    from mtkit.process import signals as signal_echo
     from mtkit.errors import Terminated
+    from mtkit.process import signals
     from mtkit.process.signals import GracefulStop
 
-    monkeypatch.setattr(signal_echo, "REPEAT_WINDOW", 0.0)  # however soon: not an echo here
+    monkeypatch.setattr(signals, "REPEAT_WINDOW", 0.0)  # however soon: not an echo here
     for sig, kind in ((signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)):
         with GracefulStop() as stop:
             os.kill(os.getpid(), sig)
