@@ -20,7 +20,7 @@ from typer.core import TyperCommand
 
 from mtkit import __version__
 from mtkit.cli import align, data, score, serve, translate
-from mtkit.cli.options import HelpOpt, flag
+from mtkit.cli.options import HelpOpt, flag, message_of
 from mtkit.errors import MtkitError, Terminated
 from mtkit.process import startup
 
@@ -66,7 +66,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except MtkitError as e:
             if _DEBUG["on"]:
                 raise
-            typer.echo(f"mtkit: error: {e}", err=True)
+            typer.echo(f"mtkit: error: {message_of(e)}", err=True)
             raise typer.Exit(2) from None
         except BrokenPipeError:
             # `mtkit translate ... | head` closes our stdout early: not an error.
