@@ -66,6 +66,7 @@ from mtkit.data.sources import DownloadProgress
 from mtkit.data.spm import Tokenizer, train_spm
 from mtkit.errors import DataError
 from mtkit.fileio import WRITE_ERRNOS, InvalidUtf8, atomic_write, umask, write_error
+from mtkit.process.lock import run_lock
 from mtkit.run import (
     DATA_DIR,
     MANIFEST,
@@ -75,7 +76,6 @@ from mtkit.run import (
     recorded_init_from,
     run_recipe_text,
 )
-from mtkit.run_lock import run_lock
 
 log = logging.getLogger(__name__)
 
