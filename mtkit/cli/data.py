@@ -112,6 +112,10 @@ def train(
         "best.pt (else last.pt) or checkpoint file: its weights, with a fresh optimizer, "
         "schedule and best score (fine-tuning; needs the parent's vocabulary, "
         "data.spm.from_run).")] = None,
+    init_fresh: Annotated[list[str] | None, typer.Option(
+        "--init-fresh", metavar="PART", help="With --init-from: re-initialize this part of "
+        "the model instead of taking the parent's (src_embeddings, tgt_embeddings or output; "
+        "repeat for several; all three allow another vocabulary).")] = None,
     device: Annotated[str | None, typer.Option(
         "--device", metavar="DEVICE", help="auto (CUDA, then MPS, then CPU), cpu, cuda, "
         "cuda:N or mps; sets train.device (default: the recipe's).")] = None,
@@ -141,7 +145,7 @@ def train(
     rec = load_recipe(recipe, list(overrides or []) + list(named), flags=named)
     result = run_training(rec, run_dir_for(rec.name, run_dir),
                           resume="auto" if resume == "auto" else resume is not None,
-                          init_from=init_from, mirror=mirror,
+                          init_from=init_from, init_fresh=init_fresh or (), mirror=mirror,
                           console=Console(stderr=True, soft_wrap=True),
                           device_option="train.device" if device is None else "--device")
     if result.reason == "interrupted":

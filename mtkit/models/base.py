@@ -27,6 +27,10 @@ State = dict[str, torch.Tensor]
 # Which attention to read: decoder-over-source, or the encoder's or the decoder's own.
 AttentionKind = Literal["cross", "encoder", "decoder"]
 KINDS: tuple[str, ...] = get_args(AttentionKind)
+# The parts of a model whose shapes follow the vocabularies (`Translator.vocabulary_parts`):
+# what fine-tuning may re-initialize instead of taking from the parent (`train --init-fresh`).
+VocabularyPart = Literal["src_embeddings", "tgt_embeddings", "output"]
+VOCABULARY_PARTS: tuple[str, ...] = get_args(VocabularyPart)
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,11 @@ def host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device, non_blocking=True)
 
 
+def parameter_names(prefix: str, module: nn.Module) -> list[str]:
+    """The state_dict names of `module`'s parameters, held by a model at `prefix`."""
+    return [f"{prefix}.{name}" for name, _ in module.named_parameters(remove_duplicate=False)]
+
+
 def reorder(state: State, idx: torch.Tensor) -> State:
     """Select (tile or reorder) batch rows of every tensor in a state: idx (B',) -> (B', ...).
     The result is a copy, sharing no memory with `state`."""
@@ -190,6 +199,12 @@ class Translator(nn.Module):
         "encoder" (B, S, S) or "decoder" (B, T, T) self-attention, where T counts tgt_in's
         tokens (BOS first). One forward pass, the mean over heads included. Rows at padded
         query positions carry no meaning; slice them off by length."""
+        raise NotImplementedError
+
+    def vocabulary_parts(self) -> dict[str, list[str]]:
+        """The state_dict names of each `VocabularyPart`'s parameters: the source and the
+        target token embeddings and the output layer. Tied parts (shared embeddings) name the
+        one tensor each under its own names."""
         raise NotImplementedError
 
     def parameter_counts(self) -> dict[str, int]:

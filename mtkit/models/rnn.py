@@ -40,6 +40,7 @@ from mtkit.models.base import (
     Step,
     Translator,
     host_to_device,
+    parameter_names,
     reorder,
     source_mask,
 )
@@ -337,6 +338,11 @@ class RNNTranslator(Translator):
         self.bridge = bridge
         self.decoder = decoder
         self.has_attention = decoder.attention is not None
+
+    def vocabulary_parts(self) -> dict[str, list[str]]:
+        return {"src_embeddings": parameter_names("encoder.embed", self.encoder.embed),
+                "tgt_embeddings": parameter_names("decoder.embed", self.decoder.embed),
+                "output": parameter_names("decoder.generator", self.decoder.generator)}
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         memory, final, final_c = self.encoder(src, src_lens)

@@ -36,6 +36,7 @@ from mtkit.models.base import (
     State,
     Step,
     Translator,
+    parameter_names,
     source_mask,
 )
 from mtkit.models.embedding import ScaledEmbedding
@@ -306,6 +307,11 @@ class Transformer(Translator):
         self.heads = decoder.layers[0].self_attn.heads
         self.align_layer = align_layer % len(decoder.layers)
         self.align_head = align_head
+
+    def vocabulary_parts(self) -> dict[str, list[str]]:
+        return {"src_embeddings": parameter_names("src_embed.tokens", self.src_embed.tokens),
+                "tgt_embeddings": parameter_names("tgt_embed.tokens", self.tgt_embed.tokens),
+                "output": parameter_names("generator", self.generator)}
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         mask = source_mask(src, src_lens)

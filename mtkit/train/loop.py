@@ -33,7 +33,7 @@ from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist, shared_store_warning
 from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter, duration
-from mtkit.train.setup import CARRIED, FRESH, Setup
+from mtkit.train.setup import Setup, carried_and_fresh
 from mtkit.train.step import Guide, finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 
@@ -163,10 +163,11 @@ class Trainer:
     def _log_init(self) -> None:
         meta = self.s.init_from
         assert meta is not None
+        carried, fresh = carried_and_fresh(meta)
         log.info("--init-from %s (update %s, sha256 %s): carried over: %s; fresh: %s",
-                 meta["checkpoint"], meta["update"], meta["sha256"][:16], ", ".join(CARRIED),
-                 ", ".join(FRESH))
-        self.rep.record("init_from", **meta, carried=CARRIED, fresh=FRESH)
+                 meta["checkpoint"], meta["update"], meta["sha256"][:16], ", ".join(carried),
+                 ", ".join(fresh))
+        self.rep.record("init_from", **meta, carried=carried, fresh=fresh)
 
     # ------------------------------------------------------------------ the loop
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +24,7 @@ from mtkit.train.setup import (
     build_setup,
     changed_settings,
     check_fresh,
+    check_init_fresh,
     init_state,
     resume_state,
 )
@@ -31,18 +33,21 @@ log = logging.getLogger(__name__)
 
 
 def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"] = False,
-          init_from: str | Path | None = None, mirror: str | Path | None = None,
+          init_from: str | Path | None = None, init_fresh: Sequence[str] = (),
+          mirror: str | Path | None = None,
           console: Console | None = None,
           device_option: str = "train.device") -> TrainResult:
     """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
     data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
     lock from start to end (`mtkit.process.lock`). A device that is not there is an error naming
     `device_option`: the recipe key, or the command-line flag that set it. `init_from` (a
-    run directory or checkpoint) starts a new run from its weights (`init_state`)."""
+    run directory or checkpoint) starts a new run from its weights (`init_state`), but for the
+    model parts named in `init_fresh` (`VocabularyPart`s), which start afresh."""
     if resume is True and init_from is not None:
         raise ConfigError("--init-from starts a new run from another run's weights; --resume "
                           "continues this one: give one of them (or --resume auto, which "
                           "takes the weights only when the run starts)")
+    init_fresh = check_init_fresh(init_fresh, init_from)
     run_dir, console = Path(run_dir), console or Console(stderr=True, soft_wrap=True)
     dist = dist_from_env()
     device = resolve_device(recipe.train.device, option=device_option,
@@ -61,7 +66,7 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
             dist.main_result(claim, "rank 0 cannot use the run directory (its error says why)")
             state = _start_state(recipe, run_dir, resume,
                                  console if dist.is_main else None)
-            init = (init_state(recipe, Path(init_from))
+            init = (init_state(recipe, Path(init_from), reinitialize=init_fresh)
                     if init_from is not None and state is None else None)
             changed = changed_settings(state, recipe) if state is not None else []
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,9 @@ from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer, model_files
 from mtkit.data.store import ParallelData, text_path
 from mtkit.device import Amp
-from mtkit.errors import CheckpointError, ConfigError, DataError
+from mtkit.errors import CheckpointError, ConfigError, DataError, OptionError
 from mtkit.fileio import read_lines
-from mtkit.models.base import Translator
+from mtkit.models.base import VOCABULARY_PARTS, Translator
 from mtkit.models.build import build_model
 from mtkit.run import (
     BEST,
@@ -151,9 +152,34 @@ FRESH = ["optimizer state", "learning-rate schedule (update 0)", "best score and
          "epochs and batch order", "training settings (this recipe's train section)"]
 
 
-def init_state(recipe: Recipe, source: Path) -> dict:
+def carried_and_fresh(meta: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What a run started from `meta` (`init_state`'s) carried over and what started afresh,
+    the model parts it re-initialized named in both."""
+    parts = meta.get("reinitialized") or []
+    if not parts:
+        return CARRIED, FRESH
+    return ([f"model weights but {', '.join(parts)}"],
+            [f"{', '.join(parts)} (re-initialized)", *FRESH])
+
+
+def check_init_fresh(init_fresh: Sequence[str], init_from: object) -> list[str]:
+    """The model parts `init_fresh` names (`VocabularyPart`s), each once, in their order;
+    OptionError for another name, or without `init_from` to take the other parts from."""
+    unknown = [p for p in init_fresh if p not in VOCABULARY_PARTS]
+    if unknown:
+        raise OptionError.one("init_fresh", "not a part of a model; choose from "
+                              f"{', '.join(VOCABULARY_PARTS)}", value=unknown[0])
+    if init_fresh and init_from is None:
+        raise OptionError.one("init_fresh", "re-initializes parts of the model {0} loads; "
+                              "give {0}", others=("init_from",))
+    return [p for p in VOCABULARY_PARTS if p in init_fresh]
+
+
+def init_state(recipe: Recipe, source: Path, *, reinitialize: Sequence[str] = ()) -> dict:
     """The checkpoint `--init-from` names (a run's best.pt, else its last.pt, or a file),
-    after checking that `recipe` builds the same architecture: only its weights are used."""
+    after checking that `recipe` builds the same architecture: only its weights are used,
+    but for the `reinitialize` parts (`check_init_fresh`'s), which keep this run's own
+    initialization (`build_setup`)."""
     path = resolve_checkpoint(source)
     state = load_checkpoint(path)
     saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
@@ -169,9 +195,11 @@ def init_state(recipe: Recipe, source: Path) -> dict:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     progress = state.get("progress") or {}
-    return {"model": state["model"], "vocab": state["vocab"],
-            "meta": {"checkpoint": str(path.resolve()), "sha256": digest.hexdigest(),
-                     "update": progress.get("update")}}
+    meta = {"checkpoint": str(path.resolve()), "sha256": digest.hexdigest(),
+            "update": progress.get("update")}
+    if reinitialize:
+        meta["reinitialized"] = list(reinitialize)
+    return {"model": state["model"], "vocab": state["vocab"], "meta": meta}
 
 
 def _at(d: dict, key: str) -> object:
@@ -182,14 +210,18 @@ def _at(d: dict, key: str) -> object:
 
 
 def _check_init_vocab(init: dict, vocab: dict, ddir: Path, joint: bool) -> None:
-    if same_vocab(init["vocab"], vocab):
+    """Another vocabulary than the parent's is refused, unless every part whose shape follows
+    it is re-initialized."""
+    if same_vocab(init["vocab"], vocab) or set(VOCABULARY_PARTS) <= set(
+            init["meta"].get("reinitialized", [])):
         return
     ckpt = Path(init["meta"]["checkpoint"])
     names = ", ".join(model_files(joint))
     raise CheckpointError(f"--init-from: {ckpt} was trained with the sentencepiece model(s) "
                           f"in {ckpt.parent / 'data'}, but this run's {ddir} holds other ones "
                           f"({names}); set data.spm.from_run: {ckpt.parent} so that prep "
-                          "reuses the parent's")
+                          "reuses the parent's (or re-initialize what depends on the "
+                          f"vocabulary: --init-fresh {' '.join(VOCABULARY_PARTS)})")
 
 
 # --------------------------------------------------------------------------- building
@@ -231,7 +263,7 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     schedule = Schedule(cfg, model_size=recipe.model.size)
     amp = Amp.for_device(device, cfg.precision)
     if init is not None:
-        model.load_state_dict(init["model"])
+        _load_init(model, init)
     if state is not None:
         try:
             model.load_state_dict(state["model"])
@@ -259,6 +291,26 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
         params=[p for p in model.parameters() if p.requires_grad], optimizer=optimizer,
         schedule=schedule, amp=amp,
         init_from=init["meta"] if init is not None else (state or {}).get("init_from"))
+
+
+def _load_init(model: Translator, init: dict) -> None:
+    """The parent's weights (`init_state`) into `model`, but for the parts it re-initializes:
+    those keep `model`'s seeded initialization. A part tied to one that is carried over
+    (shared embeddings) is refused: it cannot be both."""
+    parts = model.vocabulary_parts()
+    fresh = init["meta"].get("reinitialized", [])
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for part in fresh:
+        for other in VOCABULARY_PARTS:
+            if other not in fresh and any(params[a] is params[b] for a in parts[part]
+                                          for b in parts[other]):
+                raise OptionError.one("init_fresh", f"{part} shares its weights with {other} "
+                                      "(tied embeddings in the recipe's model section); "
+                                      "re-initialize both, or neither")
+    skipped = {name for part in fresh for name in parts[part]}
+    missing, unexpected = model.load_state_dict(
+        {k: v for k, v in init["model"].items() if k not in skipped}, strict=False)
+    assert set(missing) == skipped and not unexpected, (missing, unexpected)
 
 
 def seed_all(seed: int) -> None:

@@ -16,7 +16,7 @@ from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.vocab import BOS_ID, PAD_ID
 from mtkit.errors import ConfigError, MtkitError
 from mtkit.models import kv_cache
-from mtkit.models.base import AttentionChoice, reorder
+from mtkit.models.base import VOCABULARY_PARTS, AttentionChoice, reorder
 from mtkit.models.build import build_model
 from mtkit.models.rnn import rnn_step
 from tests.helpers import tiny_model
@@ -598,3 +598,18 @@ def test_transformer_steps_under_autograd_and_gradients_flow():
         state = out.state
     total.backward()
     assert model.decoder.layers[0].self_attn.qkv.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_vocabulary_parts_name_every_weight_a_vocabulary_sizes(name):
+    """What `train --init-fresh` re-initializes: the weights sized by a vocabulary, and only
+    those (the two vocabularies differ in size here)."""
+    model = _model(CASES[name])
+    params, parts = dict(model.named_parameters(remove_duplicate=False)), model.vocabulary_parts()
+    assert list(parts) == list(VOCABULARY_PARTS)
+    tgt = model_vocab(model)  # a joint vocabulary (tied embeddings): the source's
+    size = {"src_embeddings": SRC_V, "tgt_embeddings": tgt, "output": tgt}
+    named = {n: part for part, names in parts.items() for n in names}
+    for n, p in params.items():
+        assert (n in named) == (SRC_V in p.shape or TGT_V in p.shape), n
+        assert n not in named or p.shape[0] == size[named[n]], n

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 from mtkit.config import dump_recipe, load_recipe
@@ -23,10 +24,11 @@ from tests.helpers import run_mtkit
 TOY = REPO / "recipes" / "toy.yaml"
 
 
-def _train(run_dir: Path, *sets: str, init_from: Path | None = None, resume: bool = False):
+def _train(run_dir: Path, *sets: str, init_from: Path | None = None, resume: bool = False,
+           init_fresh: tuple[str, ...] = ()):
     recipe = load_recipe(TOY, ["train.max_time=null", *sets])
     return session.train(recipe, run_dir, init_from=init_from, resume=resume,
-                         console=Console(file=io.StringIO()))
+                         init_fresh=init_fresh, console=Console(file=io.StringIO()))
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +142,70 @@ def test_init_from_mismatch_is_one_line_with_exit_2(parent: Path, tmp_path: Path
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("mtkit: error: --init-from: ") and "Traceback" not in proc.stderr
     assert "data.spm.from_run" in lines[-1]
+
+
+def _weights_at_start(monkeypatch: pytest.MonkeyPatch, run: Path, *sets: str,
+                      **kwargs) -> dict[str, torch.Tensor]:
+    """The weights a run starts training from (it stops before its first update)."""
+    seen = {}
+
+    def capture(recipe, run_dir, setup, **_):
+        seen.update(setup.model.state_dict())
+        raise SystemExit(0)
+
+    with monkeypatch.context() as m, pytest.raises(SystemExit):
+        m.setattr(session, "Trainer", capture)
+        _train(run, *sets, **kwargs)
+    return seen
+
+
+def test_init_fresh_output_takes_every_other_weight_from_the_parent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    untied = ["model.transformer.share_embeddings=false", "train.valid_every=1000"]
+    parent = tmp_path / "parent"
+    _train(parent, *untied, "train.max_updates=3")
+    was = load_checkpoint(parent / "last.pt")["model"]
+    child = [*untied, *_child_sets(parent)]
+    fresh = _weights_at_start(monkeypatch, tmp_path / "fresh", *child)  # no parent
+    now = _weights_at_start(monkeypatch, tmp_path / "child", *child, init_from=parent,
+                            init_fresh=("output",))
+    output = {"generator.weight", "generator.bias"}
+    for name, value in now.items():
+        torch.testing.assert_close(value, (fresh if name in output else was)[name])
+    assert not torch.equal(was["generator.weight"], fresh["generator.weight"])
+    # said at start and recorded
+    _train(tmp_path / "run", *child, "train.max_updates=1", init_from=parent,
+           init_fresh=("output",))
+    said = (tmp_path / "run" / "train.log").read_text()
+    assert "carried over: model weights but output; fresh: output (re-initialized), " in said
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["init_from"]["reinitialized"] == [
+        "output"]
+    assert recorded_init_from(tmp_path / "run")["reinitialized"] == ["output"]
+
+
+def test_init_fresh_of_every_vocabulary_part_allows_another_vocabulary(
+        parent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    every = ("tgt_embeddings", "output", "src_embeddings")
+    now = _weights_at_start(monkeypatch, tmp_path / "child", "data.spm.vocab_size=40",
+                            init_from=parent, init_fresh=every)
+    was = load_checkpoint(parent / "best.pt")["model"]
+    assert now["src_embed.tokens.weight"].shape[0] == 40 != was["src_embed.tokens.weight"
+                                                                 ].shape[0]
+    torch.testing.assert_close(now["encoder.layers.0.self_attn.qkv.weight"],
+                               was["encoder.layers.0.self_attn.qkv.weight"])
+    # tied embeddings (the toy recipe's) are one tensor: all of them, or none
+    with pytest.raises(ConfigError, match="init_fresh: output shares its weights with "
+                       "src_embeddings"):
+        _train(tmp_path / "tied", *_child_sets(parent), init_from=parent,
+               init_fresh=("output",))
+    with pytest.raises(ConfigError, match="init_fresh: re-initializes parts of the model "
+                       "init_from loads"):
+        _train(tmp_path / "alone", init_fresh=every)
+
+
+def test_init_fresh_names_the_parts_on_the_command_line(parent: Path, tmp_path: Path) -> None:
+    proc = run_mtkit("train", str(TOY), "--run-dir", str(tmp_path / "c"), "--init-from",
+                     str(parent), "--init-fresh", "decoder")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        "mtkit: error: --init-fresh decoder: not a part of a model; choose from "
+        "src_embeddings, tgt_embeddings, output")
