@@ -84,12 +84,12 @@ __all__ = ["DATA_DIR", "MANIFEST", "PrepReport", "data_dir", "is_prepared", "pre
 def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = None,
             console: Console | None = None, on_download: DownloadProgress | None = None,
             force: bool = False, batching: bool = True,
-            init_from: dict[str, Any] | None | Literal["recorded"] = "recorded"
-            ) -> PrepReport:
+            parent: dict[str, Any] | None | Literal["recorded"] = "recorded") -> PrepReport:
     """Prepare ``run_dir/data`` for `recipe` unless it is up to date (or `force`), write
     ``run_dir/recipe.yaml``, and report (to `console`, if given) what was done. recipe.yaml
-    records `init_from`, the parent checkpoint training started from (`run_recipe_text`):
-    training says which (None: none), `mtkit prep` keeps the recorded one. With
+    records `parent`, the checkpoint training started from with --init-from
+    (`run_recipe_text`): training says which (None: none), `mtkit prep` keeps the recorded
+    one. With
     `batching`, also cut the training batches once to report their count and padding
     efficiency (seconds on 10M pairs: training, which cuts its own, skips it when it prints
     no report).
@@ -112,9 +112,9 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
             report = _build(recipe, run_dir, mirror=mirror, console=console,
                             on_download=on_download,
                             tokenizer=Tokenizer.load(data_dir(run_dir)) if keep else None)
-        if init_from == "recorded":
-            init_from = recorded_init_from(run_dir)
-        _write_if_changed(run_dir / RECIPE, run_recipe_text(dump_recipe(recipe), init_from))
+        if parent == "recorded":
+            parent = recorded_init_from(run_dir)
+        _write_if_changed(run_dir / RECIPE, run_recipe_text(dump_recipe(recipe), parent))
     if batching:
         _add_batching(report, recipe)
     if console is not None:

@@ -73,7 +73,7 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
             def prepare_data() -> bool:  # on rank 0, while the other ranks wait
                 # recipe.yaml records the parent checkpoint: this start's, or the resumed run's
                 parent = init["meta"] if init is not None else (state or {}).get("init_from")
-                _prepare(recipe, run_dir, resumed=state is not None, init_from=parent,
+                _prepare(recipe, run_dir, resumed=state is not None, parent=parent,
                          mirror=mirror, console=console)
                 if changed:
                     console.print("resuming with settings changed since the last checkpoint: "
@@ -103,12 +103,12 @@ def _start_state(recipe: Recipe, run_dir: Path, resume: bool | Literal["auto"],
     return resume_state(recipe, run_dir) if resume else check_fresh(run_dir)
 
 
-def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, init_from: dict | None,
+def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, parent: dict | None,
              mirror: str | Path | None, console: Console) -> None:
     prepared = is_prepared(recipe, run_dir)
     # Data prepared already (by `mtkit prep`, which printed its report): one line.
     prepare(recipe, run_dir, mirror=mirror, console=None if prepared else console,
-            batching=not prepared, init_from=init_from)
+            batching=not prepared, parent=parent)
     if resumed and not prepared:  # said once done: prep may refuse (changed inputs)
         log.warning("%s was missing or damaged: prepared again from the recipe's inputs "
                     "before resuming", data_dir(run_dir))

@@ -98,7 +98,7 @@ def test_the_parent_is_recorded_in_the_run_recipe_which_resumes(parent: Path,
     assert recorded_init_from(child) == record
     # a run started afresh in a folder prep made for a child records no parent
     fresh = tmp_path / "fresh"
-    prepare(load_recipe(TOY, sets), fresh, batching=False, init_from=record)
+    prepare(load_recipe(TOY, sets), fresh, batching=False, parent=record)
     _train(fresh, *sets, "train.max_updates=1")
     assert recorded_init_from(fresh) is None and "init_from" not in (
         fresh / "recipe.yaml").read_text()

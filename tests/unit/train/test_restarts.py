@@ -99,15 +99,34 @@ def _torchrun() -> Path:
     return torchrun
 
 
+def _workers(agent: int) -> list[int]:
+    """The pids of torchrun agent `agent`'s workers."""
+    return [int(pid) for task in Path(f"/proc/{agent}/task").iterdir()
+            for pid in (task / "children").read_text().split()]
+
+
 def _worker_pid(agent: int, rank: int) -> int | None:
     """The pid of torchrun agent `agent`'s worker of `rank`, or None (not started yet)."""
-    for task in Path(f"/proc/{agent}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            with contextlib.suppress(OSError):  # a worker that ended meanwhile
-                if f"RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes(
-                        ).split(b"\0"):
-                    return int(pid)
+    for pid in _workers(agent):
+        with contextlib.suppress(OSError):  # a worker that ended meanwhile
+            if f"RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(
+                    b"\0"):
+                return pid
     return None
+
+
+def _end(agent: subprocess.Popen) -> None:
+    """Kill a torchrun agent that is still running, then its workers: each is in a session of
+    its own, out of the agent's process group, and a worker waiting for a peer would wait for
+    the process group's timeout (an hour)."""
+    if agent.poll() is None:
+        workers = _workers(agent.pid) if Path("/proc/self/task").is_dir() else []
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(agent.pid, signal.SIGKILL)  # first: it restarts no worker after this
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    agent.wait()
 
 
 def _trained_to(run: Path) -> int:
@@ -142,9 +161,7 @@ def test_a_killed_worker_is_restarted_and_resumed_and_one_process_keeps_the_glob
         os.kill(_worker_pid(agent.pid, rank=1), signal.SIGKILL)
         agent.wait(timeout=180)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(agent.pid, signal.SIGKILL)
-        agent.wait()
+        _end(agent)
     assert agent.returncode == 0, output.read_text()[-3000:]
     log = (run / "train.log").read_text()
     resumed = [int(u) for u in re.findall(r"resuming at update (\d+)", log)]
@@ -183,9 +200,7 @@ def test_sigterm_to_the_torchrun_agent_leaves_a_checkpoint_that_resumes(tmp_path
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _end(proc)
     saved = load_checkpoint(run / "last.pt")["progress"]["update"]
     assert saved >= 2
     again = subprocess.run(cmd[:-1] + [f"train.max_updates={saved + 2}"], capture_output=True,
