@@ -758,7 +758,8 @@ def test_training_start_skips_the_report_batching(tmp_path: Path, monkeypatch) -
 
     monkeypatch.setattr(prep_mod, "TokenBatchSampler", no_sampler)
     assert prepare(recipe, run, batching=False).train_batches == 0
-    session._prepare(recipe, run, resumed=False, mirror=None, console=Console(file=io.StringIO()))
+    session._prepare(recipe, run, resumed=False, parent=None, mirror=None,
+                     console=Console(file=io.StringIO()))
 
 
 def test_prep_leaves_an_unchanged_recipe_yaml_alone(tmp_path: Path, monkeypatch) -> None:
