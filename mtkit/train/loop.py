@@ -29,6 +29,7 @@ from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
 from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
+from mtkit.train.choose import choose_model
 from mtkit.train.distributed import Dist
 from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter, duration
@@ -466,6 +467,8 @@ class Trainer:
                         **res.as_dict())
         log.info("averaged %d checkpoints (%s) into %s: valid BLEU %.2f, chrF %.2f, ppl %.2f",
                  len(paths), ", ".join(q.name for q in paths), out, res.bleu, res.chrf, res.ppl)
+        choose_model(self.run_dir, self.rep, metric=self.cfg.valid_metric, best=self.p.best,
+                     best_update=self.p.best_update, averaged=res, update=self.p.update)
         return out
 
     def _check_ranks_agree(self) -> None:

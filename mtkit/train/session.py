@@ -14,7 +14,13 @@ from mtkit.config import Recipe
 from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import ConfigError
-from mtkit.run import LAST, check_writable_run_dir, remove_stale_temporaries
+from mtkit.run import (
+    CHOICE,
+    LAST,
+    check_writable_run_dir,
+    clear_choice,
+    remove_stale_temporaries,
+)
 from mtkit.run_lock import run_lock
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
@@ -71,6 +77,10 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
                 if changed:
                     console.print("resuming with settings changed since the last checkpoint: "
                                   + ", ".join(changed), highlight=False, soft_wrap=True)
+                if clear_choice(run_dir):  # it named a model that training now changes
+                    log.info("%s: forgotten: training changes the run's checkpoints (the "
+                             "end of training chooses again with train.average_last; tune "
+                             "the length again with mtkit tune-length)", run_dir / CHOICE)
                 return True
 
             dist.main_result(prepare_data, "rank 0 stopped before training (its error says "
