@@ -38,6 +38,7 @@ LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
 # What was chosen after training: the run's model (best.pt or averaged.pt) and the decoding
 # defaults tuned for it (`RunChoice`); translate, score --run and align follow it.
 CHOICE = "model.json"
+METRICS = "metrics.jsonl"  # training's records, one JSON object a line, and the length sweep's
 NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")  # training's checkpoint_<update>.pt
 EXPORT_MARKER = "mtkit-export.json"  # what `mtkit export` wrote into a folder (mtkit.export)
 DATA_DIR = "data"

@@ -97,7 +97,8 @@ class _Command(TyperCommand):
                 for piece in super().collect_usage_pieces(ctx)]
 
 
-_COMMANDS = (data.prep, data.train, data.average, score.score, translate.translate,
+_COMMANDS = (data.prep, data.train, data.average, score.score, score.tune_length,
+             translate.translate,
              translate.export, align.align, serve.serve)
 for _command in _COMMANDS:
     app.command(add_help_option=False, cls=_Command)(user_errors(_command))
