@@ -195,7 +195,10 @@ class Trainer:
 
     def _update(self, group: list[np.ndarray]) -> None:
         """One update on the batches `group` (arrays of sentence indices)."""
-        batches = list(iterate_batches(self.s.train_data, group, self.recipe.data.max_len))
+        batches = list(iterate_batches(self.s.train_data, group, self.recipe.data.max_len)
+                       if self.s.resegment is None else self.s.resegment.batches(
+                           self.s.train_data, group, epoch=self.p.epoch,
+                           position=self.p.position))
         ntok = sum(b.num_tgt_tokens for b in batches)
         normalizer = token_normalizer(ntok, dist=self.dist, device=self.device)
         guide, rows = self._guide(batches)
@@ -204,7 +207,8 @@ class Trainer:
             fb = forward_backward(
                 self.s.net, batches, device=self.device, amp=self.s.amp,
                 smoothing=self.cfg.label_smoothing, normalizer=normalizer, guide=guide,
-                no_sync=self.s.net.no_sync if self.dist.enabled else None)
+                no_sync=self.s.net.no_sync if self.dist.enabled else None,
+                rdrop=self.cfg.rdrop.weight)
             sums = finish_update(self.s.params, self.s.optimizer, self.s.amp,
                                  clip_norm=self.cfg.clip_norm, loss_sum=fb.loss,
                                  nll_sum=fb.nll, align_sum=fb.align, dist=self.dist)
