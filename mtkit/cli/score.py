@@ -165,7 +165,8 @@ def score(
     json_out: Annotated[bool, flag("--json", help="Print JSON instead of tables.")] = False,
     run: Annotated[Path | None, typer.Option(
         "--run", metavar="RUN_OR_CHECKPOINT", help="Score a run: translate the --split "
-        "with its best checkpoint (or the checkpoint given, e.g. RUN_DIR/averaged.pt) and "
+        "with the run's model (best.pt, or averaged.pt where train.average_last chose it) and "
+        "decoding (tune-length's), or the checkpoint given (e.g. RUN_DIR/averaged.pt), and "
         "score it against the split's reference; a translation made earlier by the same "
         "checkpoint, source and decoding is reused. HYP files given too are compared with "
         "it.")] = None,
