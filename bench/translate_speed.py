@@ -101,7 +101,7 @@ def _read(path: Path, n: int) -> list[str]:
 def time_search(loaded: tuple, lines: list[str], device: torch.device, **decode) -> dict:
     """Translate `lines` with the loaded (model, recipe, tokenizer), the recipe's decode
     section changed by `decode`."""
-    from mtkit.translate import StreamTranslator
+    from mtkit.translation.lines import StreamTranslator
 
     model, recipe, tok = loaded
     cfg = dataclasses.replace(recipe.decode, **decode)
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     untrained = args.run is None
     run = untrained_run(args.work, mirror) if untrained else args.run
     lines = _read(mirror / TEST_SRC, args.sentences)
-    from mtkit.translate import load_translator
+    from mtkit.translation.lines import load_translator
 
     loaded = load_translator([run], device)  # once: loading is not what is timed
     for line in _header(run, untrained, device, lines, loaded):

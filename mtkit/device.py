@@ -84,9 +84,9 @@ def host_memory_defaults() -> None:
     transparent huge pages when THP_MEM_ALLOC_ENABLE=1 (off by default, as it may cost a
     little memory). Decoding allocates tensors of tens of MB at every step (logits and
     log-probabilities over the vocabulary for every beam row); glibc maps such blocks fresh
-    each time, and the kernel faults in and zeroes them 4 kB at a time. Measured on a 2-core
-    machine: filling a new (1500, 8000) float tensor took 34-42 ms with 4 kB pages, 8-10 ms
-    with 2 MB pages (issue 14, under load 3.6-4.3). The variable is read once, at torch's first
+    each time, and the kernel faults in and zeroes them 4 kB at a time; with 2 MB pages a
+    fresh tensor of that size fills about four times faster (bench/RESULTS.md, "Figures
+    behind the code's comments"). The variable is read once, at torch's first
     CPU allocation, so call this before any tensor exists; a value the user set wins. It
     changes no number, only where memory comes from."""
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")

@@ -29,7 +29,7 @@ from mtkit.api.results import (
 )
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.errors import ConfigError, MtkitError
-from mtkit.translate import (
+from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
     Item,
@@ -39,8 +39,8 @@ from mtkit.translate import (
 )
 
 if TYPE_CHECKING:
-    from mtkit.hypothesis import Hypothesis
     from mtkit.models.base import AttentionChoice
+    from mtkit.translation.hypothesis import Hypothesis
 
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
 Engine = Literal["mtkit", "ctranslate2"]
@@ -223,7 +223,7 @@ class TranslationModel:
                               "none), so it gives no alignment")
         from mtkit.align import DEFAULT_METHOD, METHODS
         from mtkit.align.readout import check_readout, default_readout
-        from mtkit.translate import pharaoh_aligner
+        from mtkit.translation.lines import pharaoh_aligner
 
         methods = [m for m in METHODS if m != "threshold"]
         if method is not None and method not in methods:
@@ -374,8 +374,8 @@ def exported_model(paths: list[Path]) -> Any:
 def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str, Any],
                  origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
                  ) -> TranslationModel:
-    from mtkit.batches import decode_parallelism
     from mtkit.export.ct2_translate import CT2Translator, device_problems, engine_problems
+    from mtkit.translation.batching import decode_parallelism
 
     recipe = export.recipe
     if problems := device_problems(device):
@@ -411,14 +411,14 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     import torch
 
     from mtkit.device import inference_device
-    from mtkit.translate import StreamTranslator, load_translator
+    from mtkit.translation.lines import StreamTranslator, load_translator
 
     if threads > 0:
         torch.set_num_threads(threads)
     dev = inference_device(device)
     model, recipe, tok = load_translator(paths, dev, mode=mode)
-    from mtkit.batches import decode_parallelism
     from mtkit.run import resolve_checkpoint
+    from mtkit.translation.batching import decode_parallelism
 
     cfg = decode_options(recipe.decode, decode, origins=origins)
     workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",

@@ -15,13 +15,15 @@ from mtkit.cli.options import (
     InferenceDeviceOpt,
     InferenceThreadsOpt,
     flag,
+    flag_of,
+    message_of,
     model_files,
     output_problems,
     refuse,
     search_method,
 )
-from mtkit.cli.startup import collector_paused
 from mtkit.errors import ConfigError, MtkitError
+from mtkit.process.startup import collector_paused
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,13 @@ class AlignFlags:
         return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 2 else given)
 
     def problems(self) -> list[str]:
-        """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
-        from mtkit.align import DEFAULT_READOUT, METHODS
-        from mtkit.align.run import GOLD_LEVEL, reading_problems
-        from mtkit.align.viz import FORMATS, MIN_WIDTH
+        """Flags that `mtkit align` would otherwise accept and ignore, and choices its model
+        could not honour, before the model is loaded; the choices of outputs are checked by
+        their owner (`AlignOutputs.check`)."""
+        from mtkit.align import DEFAULT_READOUT
+        from mtkit.align.run import reading_problems
+        from mtkit.align.viz import MIN_WIDTH
+        from mtkit.models.base import KINDS
 
         fmt, method = self.heatmap_format, self.method
         checks = [
@@ -68,22 +73,15 @@ class AlignFlags:
              "apply only without -t (with -t the given targets are aligned, nothing is "
              "searched)"),
             (self.greedy and self.beam is not None, "--greedy and --beam exclude each other"),
-            (self.self_attention not in (None, "encoder", "decoder"), "--self-attention: "
+            (self.self_attention not in (None, *KINDS[1:]), "--self-attention: "
              f"invalid choice {self.self_attention!r}; expected encoder or decoder"),
             (fmt is not None and self.heatmap is None,
              "--heatmap-format applies to --heatmap DIR"),
-            (fmt not in (None, *FORMATS), f"--heatmap-format: invalid choice {fmt!r}; expected "
-             f"one of {', '.join(FORMATS)}"),
-            (method not in (None, *METHODS), f"--align-method: invalid choice {method!r}; "
-             f"expected one of {', '.join(METHODS)}"),
             (self.one_based and self.gold is None, "--one-based applies to --gold FILE"),
             (self.gold is not None and not self.forced, "--gold needs -t: gold links refer to "
              "given target sentences, not to translations"),
-            (self.gold is not None and self.level != "word", GOLD_LEVEL),
             ((method is not None or self.threshold is not None) and not self.links,
              "--align-method and --threshold apply to links: add --pharaoh, --json or --gold"),
-            (self.threshold is not None and method != "threshold",
-             "--threshold needs --align-method threshold"),
             (self.show and self.width < MIN_WIDTH, f"--print: the terminal is {self.width} "
              f"columns wide; its tables need {MIN_WIDTH} (widen it, or set COLUMNS)"),
             (self.show + self.stdout_links + self.stdout_json > 1,
@@ -98,11 +96,12 @@ class AlignFlags:
             (self.symmetrize is not None and not self.reverse,
              "--symmetrize combines the links of two models: add --reverse RUN"),
         ]
-        return [message for bad, message in checks if bad] + reading_problems(
+        reading = reading_problems(
             kind="cross" if self.self_attention is None else self.self_attention,
             readout=self.readout or DEFAULT_READOUT, reverse=self.reverse,
             symmetrize=self.symmetrize or "grow-diag-final", needs_links=self.links,
             level=self.level)
+        return [message for bad, message in checks if bad] + [p.text(flag_of) for p in reading]
 
 
 def _head(value: str | None) -> int | str | None:
@@ -130,7 +129,7 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     try:
         choice = ar.choose_attention(net, recipe, "cross", layer, head)
     except MtkitError as e:
-        raise ConfigError(f"--reverse {path}: {e}") from None
+        raise ConfigError(f"--reverse {path}: {message_of(e)}") from None
     return Reverse(net, tok, choice, readout or default_readout(recipe),  # type: ignore[arg-type]
                    symmetrize, resolve_checkpoint(path))  # type: ignore[arg-type]
 
@@ -254,7 +253,7 @@ def align(
 
     Without -t: mtkit align runs/en-de-multi30k -s test.en --beam 5 --print --heatmap maps/
     """
-    with collector_paused():  # see mtkit/cli/startup.py
+    with collector_paused():  # see mtkit/process/startup.py
         import torch
         from rich.console import Console
 

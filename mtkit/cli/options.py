@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import typer
 
-from mtkit.errors import ConfigError
+from mtkit.errors import ConfigError, MtkitError, OptionError
 from mtkit.fileio import writable
 
 if TYPE_CHECKING:
@@ -46,6 +46,23 @@ def _show_help(ctx: typer.Context, value: bool) -> None:
     if value:
         typer.echo(ctx.get_help(), color=ctx.color)
         raise typer.Exit()
+
+
+# Library fields (`mtkit.errors.Problem.option`) whose flag is not `--` + the field with
+# dashes; every other field is its flag so written (`heatmap_format` is --heatmap-format).
+_FLAGS = {"show": "--print", "heatmap_dir": "--heatmap", "method": "--align-method",
+          "kind": "--self-attention", "quantization": "--quantize",
+          "src": "-s", "tgt": "-t"}
+
+
+def flag_of(field: str) -> str:
+    """How a command line names a library option (`OptionError`'s fields)."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def message_of(error: MtkitError) -> str:
+    """A user error's message as the command line says it: options by their flags."""
+    return error.text(flag_of) if isinstance(error, OptionError) else str(error)
 
 
 def refuse(problems: list[str]) -> None:

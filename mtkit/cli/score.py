@@ -20,7 +20,7 @@ from mtkit.cli.options import (
 from mtkit.cli.translate import report_translation
 
 if TYPE_CHECKING:
-    from mtkit.split_translation import SplitTranslation
+    from mtkit.score.split_translation import SplitTranslation
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def score(
                          threads=threads).problems())
     hyps, refs = list(hyps or []), list(refs or [])
     if run is not None and split is not None:  # the split's texts; translated further down
-        from mtkit.split_translation import split_run, split_texts
+        from mtkit.score.split_translation import split_run, split_texts
 
         run_src, run_ref = split_texts(split_run(run)[0], split)
         refs, src = [run_ref], run_src if by_length else None
@@ -261,7 +261,7 @@ def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: boo
                          device: str | None, threads: int | None) -> SplitTranslation:
     """Translate (or reuse the translation of) a run's split for `score --run`."""
     from mtkit.device import inference_device
-    from mtkit.split_translation import translate_split
+    from mtkit.score.split_translation import translate_split
 
     decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam)
     done = translate_split(run, split, device=inference_device(device or "auto"),

@@ -22,11 +22,11 @@ from mtkit.cli.options import (
     refuse,
     search_method,
 )
-from mtkit.cli.startup import collector_paused
 from mtkit.errors import DataError
+from mtkit.process.startup import collector_paused
 
 if TYPE_CHECKING:
-    from mtkit.translate import OutputFormat, TranslateStats
+    from mtkit.translation.lines import OutputFormat, TranslateStats
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class TranslateFlags:
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
         from mtkit.config.guided import READOUTS
-        from mtkit.translate import FORMATS
+        from mtkit.translation.lines import FORMATS
 
         methods: list[str] = []
         if self.align_method is not None:  # mtkit.align imports numpy: only when named
@@ -155,8 +155,8 @@ def translate(
 
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
-    from mtkit import translate as tr
     from mtkit.fileio import is_terminal, missing_input, stdin_raw
+    from mtkit.translation import lines as tr
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
@@ -243,7 +243,6 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
     stderr when it is a terminal that translations are not printed to."""
     from contextlib import ExitStack
 
-    from mtkit.cli.startup import drop_stdout
     from mtkit.fileio import (
         InvalidUtf8,
         WriteError,
@@ -256,6 +255,7 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         stdin_binary,
         write_error,
     )
+    from mtkit.process.startup import drop_stdout
 
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
     if output is None and sys.stdout is None:  # `>&-`

@@ -65,6 +65,7 @@ from mtkit.data.sources import DownloadProgress
 from mtkit.data.spm import Tokenizer, train_spm
 from mtkit.errors import DataError
 from mtkit.fileio import WRITE_ERRNOS, InvalidUtf8, atomic_write, umask, write_error
+from mtkit.process.lock import run_lock
 from mtkit.run import (
     DATA_DIR,
     MANIFEST,
@@ -73,7 +74,6 @@ from mtkit.run import (
     check_writable_run_dir,
     data_dir,
 )
-from mtkit.run_lock import run_lock
 
 log = logging.getLogger(__name__)
 

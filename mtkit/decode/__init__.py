@@ -14,8 +14,8 @@ from mtkit.data.batch import Batch
 from mtkit.decode.beam import beam_search
 from mtkit.decode.forced import forced
 from mtkit.decode.greedy import greedy
-from mtkit.decode.hypothesis import Hypothesis, length_penalty, max_lengths
 from mtkit.decode.sampling import sample
+from mtkit.decode.scoring import Hypothesis, length_penalty, max_lengths
 from mtkit.models.base import Translator
 
 __all__ = ["Hypothesis", "beam_search", "decode_batch", "forced", "greedy", "length_penalty",

@@ -1,6 +1,6 @@
 """`mtkit translate DIR` for an exported directory: the same line handling as mtkit's own
-search (`mtkit.translate.LineTranslator`: streaming, input order, empty lines, n-best, jsonl,
---align), with CTranslate2 doing the search.
+search (`mtkit.translation.lines.LineTranslator`: streaming, input order, empty lines, n-best,
+jsonl, alignments), with CTranslate2 doing the search.
 
 How mtkit's decoding options map onto the engine's (`Translator.translate_batch`):
 - beam_size, nbest -> beam_size, num_hypotheses; greedy is beam_size 1;
@@ -42,8 +42,8 @@ from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
-from mtkit.hypothesis import Hypothesis
-from mtkit.translate import (
+from mtkit.translation.hypothesis import Hypothesis
+from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
     LineTranslator,

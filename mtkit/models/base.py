@@ -179,8 +179,8 @@ class Translator(nn.Module):
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
                          head: int | Literal["mean"] | None = None) -> AttentionChoice:
         """Check a choice of attention against this model, before any work, and fill in its
-        defaults (a Transformer: the top layer and the mean over heads). Raises ConfigError
-        naming the `mtkit align` option at fault (--self-attention, --layer, --head)."""
+        defaults (a Transformer: the top layer and the mean over heads). Raises OptionError
+        naming the argument at fault (kind, layer, head)."""
         raise NotImplementedError
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

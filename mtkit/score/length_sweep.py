@@ -95,7 +95,7 @@ def sweep(run: Path, *, split: str = "valid", alphas: Sequence[float] = DEFAULT_
 
     from mtkit.fileio import read_lines
     from mtkit.run import load_model, resolve_checkpoint
-    from mtkit.split_translation import translate_split
+    from mtkit.score.split_translation import translate_split
 
     if not Path(run).is_dir():
         raise ConfigError(f"{run}: expected a run directory (the length is chosen for the "
@@ -105,7 +105,7 @@ def sweep(run: Path, *, split: str = "valid", alphas: Sequence[float] = DEFAULT_
     if current.method != "beam":
         raise ConfigError(f"decode.method is {current.method}: the length penalty ranks the "
                           "hypotheses of beam search; set decode.method: beam")
-    from mtkit.run_lock import run_lock
+    from mtkit.process.lock import run_lock
 
     points = []
     with run_lock(run, "tune-length"):  # it writes model.json: not while training does

@@ -27,6 +27,7 @@ from mtkit.config import Recipe, parse_duration, recipe_from_yaml_text
 from mtkit.data.batch import Batch, iterate_batches
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
+from mtkit.process.signals import GracefulStop
 from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.choose import choose_model
@@ -34,7 +35,6 @@ from mtkit.train.distributed import Dist
 from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
 from mtkit.train.report import Reporter, duration
 from mtkit.train.setup import CARRIED, FRESH, Setup
-from mtkit.train.signals import GracefulStop
 from mtkit.train.step import Guide, finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 

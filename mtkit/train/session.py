@@ -14,6 +14,7 @@ from mtkit.config import Recipe
 from mtkit.data.prep import data_dir, is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import ConfigError
+from mtkit.process.lock import run_lock
 from mtkit.run import (
     CHOICE,
     LAST,
@@ -21,7 +22,6 @@ from mtkit.run import (
     clear_choice,
     remove_stale_temporaries,
 )
-from mtkit.run_lock import run_lock
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
@@ -42,7 +42,7 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
           device_option: str = "train.device") -> TrainResult:
     """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
     data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
-    lock from start to end (`mtkit.run_lock`). A device that is not there is an error naming
+    lock from start to end (`mtkit.process.lock`). A device that is not there is an error naming
     `device_option`: the recipe key, or the command-line flag that set it. `init_from` (a
     run directory or checkpoint) starts a new run from its weights (`init_state`)."""
     if resume is True and init_from is not None:

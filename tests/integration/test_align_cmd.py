@@ -21,7 +21,6 @@ from typer.testing import CliRunner
 from mtkit.align import AlignMatrix, parse_links, score_links
 from mtkit.align import run as ar
 from mtkit.align.viz import DEFAULT_DPI, figure_size
-from mtkit.batches import token_batches
 from mtkit.cli import app
 from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe
 from mtkit.data.batch import collate
@@ -30,6 +29,7 @@ from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
 from mtkit.run import load_model, save_checkpoint
+from mtkit.translation.batching import token_batches
 from tests.conftest import REPO
 from tests.helpers import run_cli
 
@@ -416,7 +416,7 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--align-method", "best"],
      "--align-method: invalid choice 'best'; expected one of argmax-tgt,"),
     (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--threshold", "0.3"],
-     "--threshold needs --align-method threshold"),
+     "--threshold: applies only to --align-method threshold"),
     (["-s", "{src}", "-t", "{tgt}", "--pharaoh", "-", "--align-method", "threshold",
       "--threshold", "2"], "--threshold 2.0: expected an attention weight in (0, 1]"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--align-method", "union"], "apply to links"),
@@ -435,7 +435,7 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "--print", "--greedy", "--alpha", "-1"], "--alpha (decode.alpha): out of"),
     # accepted and ignored before: gold word links scored against pieces, penalties unused
     (["-s", "{src}", "-t", "{tgt}", "--gold", "{gold}", "--level", "subword"],
-     "--gold links are between words: scoring them needs --level word"),
+     "--gold: links are between words: scoring them needs --level word"),
     (["-s", "{src}", "--print", "--greedy", "--length-penalty", "none"],
      "--length-penalty: with greedy search the length penalty changes only the score"),
     (["-s", "{src}", "--print", "--length-penalty", "average", "--alpha", "0.5"],

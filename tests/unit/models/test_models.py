@@ -353,9 +353,9 @@ def test_rnn_attention_maps():
         model.choose_attention("encoder")
     with pytest.raises(MtkitError, match="invalid choice 'self'; expected encoder or decoder"):
         model.choose_attention("self")
-    with pytest.raises(MtkitError, match="--layer and --head apply to Transformer"):
+    with pytest.raises(MtkitError, match="^layer and head apply to Transformer"):
         model.choose_attention(layer=0)
-    with pytest.raises(MtkitError, match="--layer and --head apply to Transformer"):
+    with pytest.raises(MtkitError, match="^layer and head apply to Transformer"):
         model.choose_attention(head="mean")
 
 
@@ -462,9 +462,9 @@ def test_transformer_attention_maps():
     dec_self = maps("decoder", layer=-1, head=3)
     assert dec_self.shape == (4, 6, 6)
     assert (dec_self.triu(1) == 0).all() and (dec_self.diagonal(dim1=1, dim2=2) > 0).all()
-    with pytest.raises(MtkitError, match="--layer 3: the model has 2 encoder layers"):
+    with pytest.raises(MtkitError, match="^layer 3: the model has 2 encoder layers"):
         model.choose_attention("encoder", layer=3)
-    with pytest.raises(MtkitError, match="--head 4: the model has 4 heads"):
+    with pytest.raises(MtkitError, match="^head 4: the model has 4 heads"):
         model.choose_attention(head=4)
 
 

@@ -1,5 +1,5 @@
 """Batch translation of a stream of lines: length-sorted token-bounded batches, output in
-input order, bounded memory (a run's own evaluation splits: `mtkit.split_translation`).
+input order, bounded memory (a run's own evaluation splits: `mtkit.score.split_translation`).
 
 Input is read in chunks of `chunk_lines` lines; each chunk is sorted by length, cut into batches
 of at most `DecodeConfig.batch_tokens` padded source tokens, decoded, and written back in input
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
-from mtkit.batches import parallel_batches
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError
-from mtkit.hypothesis import Hypothesis
-from mtkit.pipe_watch import watching_reader
+from mtkit.process.pipes import watching_reader
+from mtkit.translation.batching import parallel_batches
+from mtkit.translation.hypothesis import Hypothesis
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtkit.batches import decode_parallelism
 from mtkit.config import DecodeConfig, recipe_to_dict
 from mtkit.errors import CheckpointError, DataError
-from mtkit.translate import StreamTranslator, TranslateStats, load_translator
+from mtkit.translation.batching import decode_parallelism
+from mtkit.translation.lines import StreamTranslator, TranslateStats, load_translator
 
 if TYPE_CHECKING:
     import torch
