@@ -255,15 +255,25 @@ def read_choice(run_dir: str | Path) -> RunChoice | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):
-        log.warning("%s: unreadable; using %s and the recipe's decoding", path, BEST)
+        _warn_once(path, f"{path}: unreadable; using {BEST} and the recipe's decoding")
         return None
     ckpt = Path(run_dir) / choice.checkpoint
     if "/" in choice.checkpoint or not ckpt.is_file() or (
             file_fingerprint(ckpt) != choice.fingerprint):
-        log.warning("%s: %s is not the file chosen (written since, or gone); using %s and "
-                    "the recipe's decoding", path, choice.checkpoint, BEST)
+        _warn_once(path, f"{path}: {choice.checkpoint} is not the file chosen (written since, "
+                   f"or gone); using {BEST} and the recipe's decoding")
         return None
     return choice
+
+
+_warned: set[tuple[Path, str]] = set()
+
+
+def _warn_once(path: Path, line: str) -> None:
+    """A command resolves its run several times: the warning is said once."""
+    if (path, line) not in _warned:
+        _warned.add((path, line))
+        log.warning("%s", line)
 
 
 def write_choice(run_dir: str | Path, choice: RunChoice) -> Path:
