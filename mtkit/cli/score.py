@@ -310,14 +310,16 @@ def tune_length(
         values = [float(a) for a in alphas.split(",") if a.strip()]
     except ValueError:
         refuse([f"--alphas {alphas}: expected comma-separated numbers such as 0.6,1.0,1.5"])
-    typer.echo(f"mtkit: decoding {split} of {run} with each length penalty", err=True)
+    def starting(settings: list) -> None:
+        typer.echo(f"mtkit: decoding {split} of {run} with {len(settings)} length penalties",
+                   err=True)
 
     def said(p) -> None:
         typer.echo(f"  {p.setting.label():<16} BLEU {p.bleu:6.2f}  chrF {p.chrf:6.2f}  "
                    f"BP {p.brevity_penalty:.3f}  hyp/ref length {p.length_ratio:.3f}", err=True)
 
     res = sweep(run, split=split, alphas=values, device=inference_device(device or "auto"),
-                threads=threads or 0, progress=said)
+                threads=threads or 0, starting=starting, progress=said)
     c, was = res.chosen, res.current
     change = ("kept" if c.setting == was.setting else
               f"was {was.setting.label()}, BLEU {was.bleu:.2f}")

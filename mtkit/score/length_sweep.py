@@ -88,14 +88,16 @@ def grid(current: DecodeConfig, alphas: Sequence[float] = DEFAULT_ALPHAS) -> lis
 
 def sweep(run: Path, *, split: str = "valid", alphas: Sequence[float] = DEFAULT_ALPHAS,
           device: torch.device, threads: int = 0,
+          starting: Callable[[list[LengthSetting]], None] | None = None,
           progress: Callable[[SweepPoint], None] | None = None) -> SweepResult:
     """Decode `split` of the run directory `run` with its model and each setting of `grid`,
-    choose the best by BLEU and record it (`record`). `progress` hears each point."""
+    choose the best by BLEU and record it (`record`). `starting` hears the grid once the
+    request is checked, `progress` each point."""
     import sacrebleu
 
     from mtkit.fileio import read_lines
     from mtkit.run import load_model, resolve_checkpoint
-    from mtkit.score.split_translation import translate_split
+    from mtkit.score.split_translation import split_texts, translate_split
 
     if not Path(run).is_dir():
         raise ConfigError(f"{run}: expected a run directory (the length is chosen for the "
@@ -107,9 +109,13 @@ def sweep(run: Path, *, split: str = "valid", alphas: Sequence[float] = DEFAULT_
                           "hypotheses of beam search; set decode.method: beam")
     from mtkit.process.lock import run_lock
 
+    settings = grid(current, alphas)
+    split_texts(Path(run), split)  # a split that is not there, before anything is said
     points = []
     with run_lock(run, "tune-length"):  # it writes model.json: not while training does
-        for setting in grid(current, alphas):
+        if starting is not None:
+            starting(settings)
+        for setting in settings:
             done = translate_split(run, split, device=device, decode=setting.over,
                                    threads=threads)
             hyps, refs = read_lines(done.path), read_lines(done.reference)
