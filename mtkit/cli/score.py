@@ -1,4 +1,5 @@
-"""`mtkit score`: sacreBLEU metrics of hypothesis files, or of a run's translation of a split."""
+"""`mtkit score`: sacreBLEU metrics of hypothesis files, or of a run's translation of a split;
+`mtkit tune-length`: the length penalty of a run chosen on its validation split."""
 
 from __future__ import annotations
 
