@@ -87,3 +87,14 @@ def test_fit_keeps_a_batch_that_fits_and_cuts_one_that_does_not() -> None:
     parts = fit(seqs, seqs, 12, None)
     assert parts == [[3, 0], [2], [1]]  # along the widths: 2, 4 | 5 | 10
     assert fit(seqs, seqs, 12, 3) == [[3, 0, 1], [2]]  # truncated to 3: widths 2, 4, 4, 4
+
+
+def test_bpe_dropout_is_reproducible_and_varies_with_the_seed(multi30k_strict_run) -> None:
+    _, run, _ = multi30k_strict_run  # a 1,000-piece BPE model
+    tok = Tokenizer.load(data_dir(run))
+    lines = ["Two young, White males are outside near many bushes.",
+             "A man in an orange hat starring at something."] * 5
+    draw = {s: tok.sample_lines("src", lines, alpha=0.1, nbest_size=-1, seed=s) for s in (7, 8)}
+    assert draw[7] == tok.sample_lines("src", lines, alpha=0.1, nbest_size=-1, seed=7)
+    assert draw[7] != draw[8] and draw[7] != tok.encode_src_lines(lines)
+    assert [tok.decode_src(ids) for ids in draw[7]] == lines
