@@ -28,7 +28,7 @@ from mtkit.api.results import (
     Translation,
 )
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.errors import ConfigError, MtkitError
+from mtkit.errors import ConfigError, MtkitError, OptionError
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
@@ -379,7 +379,7 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
 
     recipe = export.recipe
     if problems := device_problems(device):
-        raise ConfigError("; ".join(problems))
+        raise OptionError(*problems)
     cfg = decode_options(recipe.decode, decode, origins=origins)
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(engine_problems(cfg), named):

@@ -14,6 +14,7 @@ from mtkit.cli.options import (
     HelpOpt,
     InferenceDeviceOpt,
     InferenceThreadsOpt,
+    decoding_option,
     flag,
     flag_of,
     message_of,
@@ -202,28 +203,14 @@ def align(
         "--gold", metavar="FILE", help="Gold links of the -t pairs (sure i-j, possible i?j "
         "or ipj), one line per pair: print AER, precision and recall.")] = None,
     one_based: Annotated[bool, flag("--one-based", help="Gold links count from 1.")] = False,
-    beam: Annotated[int | None, typer.Option(
-        "-b", "--beam", metavar="N", help="Without -t: beam size (default: the recipe's "
-        "decode.beam_size).")] = None,
-    greedy: Annotated[bool, flag("--greedy", help="Without -t: greedy search.")] = False,
-    length_penalty: Annotated[str | None, typer.Option(
-        "--length-penalty", metavar="PENALTY", help="Without -t: gnmt, average or none "
-        "(default: the recipe's decode.length_penalty).")] = None,
-    alpha: Annotated[float | None, typer.Option(
-        "--alpha", metavar="A", help="Without -t: exponent of the gnmt length penalty "
-        "(default: the recipe's decode.alpha).")] = None,
-    max_len_a: Annotated[float | None, typer.Option(
-        "--max-len-a", metavar="A", help="Without -t: output limit A·source length + B: A "
-        "(default: the recipe's decode.max_len_a).")] = None,
-    max_len_b: Annotated[int | None, typer.Option(
-        "--max-len-b", metavar="B", help="Without -t: output limit A·source length + B: B "
-        "(default: the recipe's decode.max_len_b).")] = None,
-    min_len: Annotated[int | None, typer.Option(
-        "--min-len", metavar="N", help="Without -t: tokens before the end of sentence "
-        "(default: the recipe's decode.min_len).")] = None,
-    batch_tokens: Annotated[int | None, typer.Option(
-        "--batch-tokens", metavar="N", help="Padded tokens per batch (default: the recipe's "
-        "decode.batch_tokens).")] = None,
+    beam: Annotated[int | None, decoding_option("beam", "Without -t: ")] = None,
+    greedy: Annotated[bool, decoding_option("greedy", "Without -t: ")] = False,
+    length_penalty: Annotated[str | None, decoding_option("length_penalty", "Without -t: ")] = None,
+    alpha: Annotated[float | None, decoding_option("alpha", "Without -t: ")] = None,
+    max_len_a: Annotated[float | None, decoding_option("max_len_a", "Without -t: ")] = None,
+    max_len_b: Annotated[int | None, decoding_option("max_len_b", "Without -t: ")] = None,
+    min_len: Annotated[int | None, decoding_option("min_len", "Without -t: ")] = None,
+    batch_tokens: Annotated[int | None, decoding_option("batch_tokens")] = None,
     device: InferenceDeviceOpt = "auto",
     threads: InferenceThreadsOpt = 0,
     _help: HelpOpt = False,

@@ -11,6 +11,13 @@ keeps its cache in reused buffers, `mtkit.models.kv_cache`), so a state is spent
 once stepped: step it once, or copy it first with `reorder` (which always copies) to go on
 from it twice. A search reorders rows (beam parents, finished sentences dropped) by passing
 `order` to the next step, which lets a model fuse the reorder with its cache update.
+
+A state may carry, beside what the model means (caches, recurrent states), scratch memory that
+the next step writes into rather than allocating (the Transformer's ``spare_*`` tensors, its
+logits' included): it travels with the state, so it has the state's one owner and is spent
+with it, and a search never reads it. A search's own scratch (`mtkit.decode.scoring.Scratch`,
+its log-probabilities) stays in the search. Logits a step returns are valid until the next
+step of the state they came with.
 """
 
 from __future__ import annotations

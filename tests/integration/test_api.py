@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mtkit
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError, MtkitError
+from mtkit.run import data_dir
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
