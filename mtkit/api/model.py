@@ -195,20 +195,7 @@ class TranslationModel:
                               "layer and head it was exported with only")
         if not self.info.has_attention:
             raise ConfigError("attention: this model has no attention")
-        n, heads = self.info.layers, self.info.heads
-        if n is None or heads is None:
-            raise ConfigError("layer and head: they choose among a Transformer's attention "
-                              "layers and heads; this model has one attention")
-        if layer is not None and not -n <= layer < n:
-            raise ConfigError(f"layer {layer}: the model has {n} decoder layers; expected "
-                              f"0..{n - 1} or -{n}..-1 (from the top)")
-        if head is not None and head != "mean" and not 0 <= head < heads:
-            raise ConfigError(f"head {head}: the model has {heads} heads; expected "
-                              f"0..{heads - 1} or mean")
-        tf = self.recipe.model.transformer
-        layer = tf.align_layer if layer is None else layer
-        head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
-        return self._model.choose_attention("cross", layer, head)
+        return self._model.choose_attention("cross", layer, head)  # validates both
 
     def _aligner(self, extras: Extras) -> AlignFn | None:
         """The Pharaoh aligner `extras` asks for, or None."""

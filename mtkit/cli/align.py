@@ -118,7 +118,6 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     """The --reverse model as an `mtkit.align.reverse.Reverse`: loaded, its direction checked
     against the forward recipe's data section, the same --layer/--head/--readout chosen on it
     (those not given: its own defaults, e.g. what its guided alignment supervised)."""
-    from mtkit.align import run as ar
     from mtkit.align.readout import default_readout
     from mtkit.align.reverse import Reverse, check_direction
     from mtkit.run import load_model, resolve_checkpoint
@@ -128,7 +127,7 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     if warning is not None:
         typer.echo(f"mtkit: warning: {warning}", err=True)
     try:
-        choice = ar.choose_attention(net, recipe, "cross", layer, head)
+        choice = net.choose_attention("cross", layer, head)  # type: ignore[arg-type]
     except MtkitError as e:
         raise ConfigError(f"--reverse {path}: {message_of(e)}") from None
     return Reverse(net, tok, choice, readout or default_readout(recipe),  # type: ignore[arg-type]
@@ -283,7 +282,8 @@ def align(
     dev = inference_device(device)
     with collector_paused():
         net, recipe, tok = load_model(model, dev)
-    choice = ar.choose_attention(net, recipe, self_attention or "cross", layer, _head(head))
+    choice = net.choose_attention(self_attention or "cross", layer,  # type: ignore[arg-type]
+                                  _head(head))
     backward = None
     if reverse is not None:
         backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),
