@@ -66,7 +66,7 @@ class AlignFlags:
         from mtkit.align import DEFAULT_READOUT
         from mtkit.align.run import reading_problems
         from mtkit.align.viz import MIN_WIDTH
-        from mtkit.models.base import KINDS
+        from mtkit.models.base import kind_problems
 
         fmt, method = self.heatmap_format, self.method
         checks = [
@@ -74,8 +74,6 @@ class AlignFlags:
              "apply only without -t (with -t the given targets are aligned, nothing is "
              "searched)"),
             (self.greedy and self.beam is not None, "--greedy and --beam exclude each other"),
-            (self.self_attention not in (None, *KINDS[1:]), "--self-attention: "
-             f"invalid choice {self.self_attention!r}; expected encoder or decoder"),
             (fmt is not None and self.heatmap is None,
              "--heatmap-format applies to --heatmap DIR"),
             (self.one_based and self.gold is None, "--one-based applies to --gold FILE"),
@@ -102,6 +100,8 @@ class AlignFlags:
             readout=self.readout or DEFAULT_READOUT, reverse=self.reverse,
             symmetrize=self.symmetrize or "grow-diag-final", needs_links=self.links,
             level=self.level)
+        if self.self_attention is not None:
+            reading += kind_problems(self.self_attention, self_only=True)
         return [message for bad, message in checks if bad] + [p.text(flag_of) for p in reading]
 
 

@@ -29,11 +29,21 @@ from typing import Literal, get_args
 import torch
 from torch import nn
 
+from mtkit.errors import Problem
+
 # A decoder state: a flat mapping of named tensors, each batch-first. Models choose the names.
 State = dict[str, torch.Tensor]
 # Which attention to read: decoder-over-source, or the encoder's or the decoder's own.
 AttentionKind = Literal["cross", "encoder", "decoder"]
 KINDS: tuple[str, ...] = get_args(AttentionKind)
+
+
+def kind_problems(kind: str, *, self_only: bool = False) -> list[Problem]:
+    """What is wrong with an attention kind (`choose_attention`'s `kind`); `self_only`: a
+    choice of self-attention (the cross-attention is what choosing none gives)."""
+    if kind in (KINDS[1:] if self_only else KINDS):
+        return []
+    return [Problem("kind", f"invalid choice {kind!r}; expected encoder or decoder")]
 
 
 @dataclass(frozen=True)

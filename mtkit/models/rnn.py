@@ -32,7 +32,6 @@ from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_pac
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.attention import Attention
 from mtkit.models.base import (
-    KINDS,
     AttentionChoice,
     Encoded,
     Output,
@@ -40,6 +39,7 @@ from mtkit.models.base import (
     Step,
     Translator,
     host_to_device,
+    kind_problems,
     reorder,
     source_mask,
 )
@@ -380,8 +380,8 @@ class RNNTranslator(Translator):
         if not self.has_attention:
             raise MtkitError("this model has no attention (model.rnn.attention: none; one "
                              "fixed context vector), so there is nothing to align")
-        if kind not in KINDS:
-            raise OptionError.one("kind", f"invalid choice {kind!r}; expected encoder or decoder")
+        if problems := kind_problems(kind):
+            raise OptionError(*problems)
         if kind != "cross":
             raise OptionError.one("kind", "an RNN model has no self-attention", value=kind)
         if layer is not None or head is not None:

@@ -29,13 +29,13 @@ from torch import nn
 from mtkit.errors import OptionError
 from mtkit.models import kv_cache
 from mtkit.models.base import (
-    KINDS,
     AttentionChoice,
     Encoded,
     Output,
     State,
     Step,
     Translator,
+    kind_problems,
     source_mask,
 )
 from mtkit.models.embedding import ScaledEmbedding
@@ -370,8 +370,8 @@ class Transformer(Translator):
         3 decoder layers (seeds 1-3), top 0.003-0.050 vs penultimate 0.022-0.080 vs bottom
         0.18-0.75. Garg et al. (2019) find the penultimate layer best on real language pairs;
         `layer` chooses. The recipes' align_layer defaults to -1 too."""
-        if kind not in KINDS:
-            raise OptionError.one("kind", f"invalid choice {kind!r}; expected encoder or decoder")
+        if problems := kind_problems(kind):
+            raise OptionError(*problems)
         n = len(self.encoder.layers if kind == "encoder" else self.decoder.layers)
         if kind == "cross":
             layer = self.default_cross[0] if layer is None else layer
