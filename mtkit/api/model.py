@@ -28,7 +28,7 @@ from mtkit.api.results import (
     Translation,
 )
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.errors import ConfigError, MtkitError, OptionError
+from mtkit.errors import ConfigError, OptionError
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
@@ -208,19 +208,14 @@ class TranslationModel:
         if not self.info.has_attention:
             raise ConfigError("align: this model has no attention (model.rnn.attention: "
                               "none), so it gives no alignment")
-        from mtkit.align import DEFAULT_METHOD, METHODS
-        from mtkit.align.readout import check_readout, default_readout
-        from mtkit.translation.lines import pharaoh_aligner
+        from mtkit.align import DEFAULT_METHOD
+        from mtkit.align.readout import default_readout
+        from mtkit.translation.lines import aligner_problems, pharaoh_aligner
 
-        methods = [m for m in METHODS if m != "threshold"]
-        if method is not None and method not in methods:
-            raise ConfigError(f"align_method: invalid choice {method!r}; expected one of "
-                              f"{', '.join(methods)}")
-        try:
-            read = default_readout(self.recipe) if readout is None else check_readout(readout)
-        except MtkitError as e:
-            raise ConfigError(f"readout: {e}") from None
-        return pharaoh_aligner(method or DEFAULT_METHOD, read)
+        if problems := aligner_problems(method, readout):
+            raise OptionError(*problems)
+        read = default_readout(self.recipe) if readout is None else readout
+        return pharaoh_aligner(method or DEFAULT_METHOD, read)  # type: ignore[arg-type]
 
     def _forced(self, items: list[Item], choice: AttentionChoice, batch_tokens: int
                 ) -> list[list[Any]]:

@@ -47,14 +47,8 @@ class TranslateFlags:
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
-        from mtkit.config.guided import READOUTS
-        from mtkit.translation.lines import FORMATS
+        from mtkit.translation.lines import FORMATS, aligner_problems
 
-        methods: list[str] = []
-        if self.align_method is not None:  # mtkit.align imports numpy: only when named
-            from mtkit.align import METHODS
-
-            methods = [m for m in METHODS if m != "threshold"]
         checks = [
             (self.greedy and self.sample, "--greedy and --sample exclude each other"),
             (self.beam is not None and (self.greedy or self.sample), "--beam is for beam "
@@ -62,17 +56,14 @@ class TranslateFlags:
             (self.fmt not in FORMATS,
              f"--format: invalid choice {self.fmt!r}; expected {' or '.join(FORMATS)}"),
             (self.align_method is not None and not self.align, "--align-method needs --align"),
-            (self.align_method not in (None, *methods), f"--align-method: invalid choice "
-             f"{self.align_method!r}; expected one of {', '.join(methods)}"),
             (self.readout is not None and not self.align, "--readout needs --align"),
-            (self.readout not in (None, *READOUTS), f"--readout: invalid choice "
-             f"{self.readout!r}; expected one of {', '.join(READOUTS)}"),
             (self.ensemble_mode is not None and self.models < 2,
              "--ensemble-mode: needs two or more models"),
             (self.ensemble_mode not in (None, "logprob", "prob"), "--ensemble-mode: invalid "
              f"choice {self.ensemble_mode!r}; expected logprob or prob"),
         ]
-        return [message for bad, message in checks if bad]
+        choices = aligner_problems(self.align_method, self.readout)
+        return [message for bad, message in checks if bad] + [p.text(flag_of) for p in choices]
 
 
 def translate(

@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import CheckpointError
+from mtkit.errors import CheckpointError, Problem
 from mtkit.process.pipes import watching_reader
 from mtkit.translation.batching import parallel_batches
 from mtkit.translation.hypothesis import Hypothesis
@@ -50,6 +50,22 @@ AlignFn = Callable[[list[str], list[str], "torch.Tensor", "Words | None"], str]
 # Lines per chunk: large enough for well-filled length-sorted batches, small enough that
 # memory stays flat and a pipe sees output early.
 CHUNK_LINES = 2000
+
+
+def aligner_problems(method: str | None, readout: str | None) -> list[Problem]:
+    """What is wrong with a choice of `pharaoh_aligner`'s method and read-out (None: its
+    default), named as the Python API's fields (align_method, readout)."""
+    from mtkit.config.guided import READOUTS
+
+    problems = []
+    if method is not None:  # mtkit.align imports numpy: only when named
+        from mtkit.align.links import link_problems
+
+        problems += link_problems(method, None, option="align_method", thresholds=False)
+    if readout is not None and readout not in READOUTS:
+        problems.append(Problem("readout", f"invalid choice {readout!r}; expected one of "
+                                f"{', '.join(READOUTS)}"))
+    return problems
 
 
 def pharaoh_aligner(method: str = "argmax-tgt", readout: Readout = "current") -> AlignFn:
