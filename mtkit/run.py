@@ -24,10 +24,15 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mtkit.errors import CheckpointError, DataError, MtkitError
 from mtkit.fileio import atomic_write, write_error
+
+if TYPE_CHECKING:  # torch and sentencepiece load only with a model
+    from mtkit.config import Recipe
+    from mtkit.data.spm import Tokenizer
+    from mtkit.models.base import Translator
 
 log = logging.getLogger(__name__)
 
@@ -274,9 +279,9 @@ def weights_mismatch(path: Path, e: RuntimeError) -> CheckpointError:
 class Loaded(NamedTuple):
     """A trained model ready for inference, with what it was trained from."""
 
-    model: Any  # the Translator, in eval mode on the device asked for
-    recipe: Any  # its Recipe
-    tokenizer: Any  # its Tokenizer
+    model: Translator  # in eval mode on the device asked for
+    recipe: Recipe
+    tokenizer: Tokenizer
 
 
 def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
