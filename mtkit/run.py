@@ -26,10 +26,15 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mtkit.errors import CheckpointError, DataError, MtkitError
 from mtkit.fileio import atomic_write, write_error
+
+if TYPE_CHECKING:  # torch and sentencepiece load only with a model
+    from mtkit.config import Recipe
+    from mtkit.data.spm import Tokenizer
+    from mtkit.models.base import Translator
 
 log = logging.getLogger(__name__)
 
@@ -376,9 +381,9 @@ def weights_mismatch(path: Path, e: RuntimeError) -> CheckpointError:
 class Loaded(NamedTuple):
     """A trained model ready for inference, with what it was trained from."""
 
-    model: Any  # the Translator, in eval mode on the device asked for
-    recipe: Any  # its Recipe
-    tokenizer: Any  # its Tokenizer
+    model: Translator  # in eval mode on the device asked for
+    recipe: Recipe
+    tokenizer: Tokenizer
 
 
 def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
@@ -422,3 +427,52 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
 
         cuda_defaults()
     return Loaded(model.to(device).eval(), recipe, tokenizer)
+
+
+def average_destination(inputs: list[Path], paths: list[Path], output: Path | None) -> Path:
+    """Where `mtkit average` of `paths` (chosen from `inputs`) writes: `output` (the option of
+    that name), else averaged.pt in the run directory or beside the first file. Refused before
+    anything is read: one of the checkpoints averaged, a folder, a file that is not a
+    checkpoint, a place without a data/ folder beside it (nothing could load the average),
+    and the names that are training's (last.pt, best.pt, the numbered checkpoints)."""
+    out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
+
+    def refused(why: str) -> MtkitError:
+        if output is not None:
+            return MtkitError.about("output", why, value=out)
+        return MtkitError.about(None, f"{out} (where the average goes without {{0}}): {why}",
+                                others=("output",))
+
+    if any(out.resolve() == p.resolve() or out.is_file() and out.samefile(p) for p in paths):
+        raise refused("is one of the checkpoints being averaged")
+    if out.is_dir():  # said before the checkpoints are read
+        raise refused("is a folder; expected a file name")
+    if out.exists() and not is_checkpoint_file(out):
+        raise refused("exists and is not a checkpoint; an average replaces only a checkpoint: "
+                      "give a new file name")
+    if not data_dir(out.parent).is_dir():
+        raise refused(f"{out.parent} has no data/ folder; translate, score and align read a "
+                      "checkpoint's tokenizer from the data/ folder beside it: write the "
+                      "average into the run directory")
+    if out.name in (LAST, BEST):
+        raise refused(f"the run's {out.name} is its training's ({LAST}: what training resumes "
+                      f"from; {BEST}: its best checkpoint), which an average is not; give "
+                      "another name")
+    if NUMBERED.fullmatch(out.name):
+        raise refused("the name of the run's numbered checkpoints, which `average --last` and "
+                      "training take as theirs; give another name")
+    return out
+
+
+def is_checkpoint_file(path: Path) -> bool:
+    """Whether `path` is a file torch.save wrote (a zip archive holding NAME/data.pkl); a
+    device or pipe is not opened."""
+    import zipfile
+
+    if not path.is_file():
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("/data.pkl") for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False

@@ -13,6 +13,7 @@ from mtkit.cli.options import (
     DecodeFlags,
     HelpOpt,
     at_least,
+    decoding_option,
     flag,
     output_problems,
     refuse,
@@ -174,10 +175,8 @@ def score(
     split: Annotated[str | None, typer.Option(
         "--split", metavar="NAME", help="With --run: a validation or test split of the run, "
         "e.g. test2016.")] = None,
-    beam: Annotated[int | None, typer.Option(
-        "--beam", "-b", metavar="N", help="With --run: beam size (default: the recipe's "
-        "decode.beam_size).")] = None,
-    greedy: Annotated[bool, flag("--greedy", help="With --run: greedy search.")] = False,
+    beam: Annotated[int | None, decoding_option("beam", "With --run: ")] = None,
+    greedy: Annotated[bool, decoding_option("greedy", "With --run: ")] = False,
     device: Annotated[str | None, typer.Option(
         "--device", metavar="DEVICE", help="With --run: auto, cpu, cuda, cuda:N or mps "
         "(default: auto).")] = None,

@@ -11,7 +11,7 @@ from typing import Literal
 from rich.console import Console
 
 from mtkit.config import Recipe
-from mtkit.data.prep import data_dir, is_prepared, prepare
+from mtkit.data.prep import is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import ConfigError
 from mtkit.process.lock import run_lock
@@ -20,6 +20,7 @@ from mtkit.run import (
     LAST,
     check_writable_run_dir,
     clear_choice,
+    data_dir,
     remove_stale_temporaries,
 )
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
@@ -46,9 +47,10 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
     `device_option`: the recipe key, or the command-line flag that set it. `init_from` (a
     run directory or checkpoint) starts a new run from its weights (`init_state`)."""
     if resume is True and init_from is not None:
-        raise ConfigError("--init-from starts a new run from another run's weights; --resume "
-                          "continues this one: give one of them (or --resume auto, which "
-                          "takes the weights only when the run starts)")
+        raise ConfigError.about(None, "{0} starts a new run from another run's weights; {1} "
+                                "continues this one: give one of them (or {1} auto, which "
+                                "takes the weights only when the run starts)",
+                                others=("init_from", "resume"))
     run_dir, console = Path(run_dir), console or Console(stderr=True, soft_wrap=True)
     dist = dist_from_env()
     device = resolve_device(recipe.train.device, option=device_option,
