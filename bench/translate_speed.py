@@ -74,10 +74,10 @@ def untrained_run(work: Path, mirror: Path) -> Path:
     """A run directory with recipes/en-de.yaml's data prepared and a freshly initialised model
     of its size saved as best.pt (made once, then reused)."""
     from mtkit.config import dump_recipe, load_recipe
-    from mtkit.data.prep import data_dir, prepare
+    from mtkit.data.prep import prepare
     from mtkit.data.spm import Tokenizer
     from mtkit.models.build import build_model
-    from mtkit.run import save_checkpoint
+    from mtkit.run import data_dir, save_checkpoint
 
     recipe = load_recipe(REPO / "recipes" / "en-de.yaml")
     if not (work / "best.pt").is_file():

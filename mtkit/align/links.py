@@ -88,13 +88,17 @@ def symmetrize(forward: set[Link], backward: set[Link], how: Symmetrization) -> 
                      f"{', '.join(SYMMETRIZATIONS)}")
 
 
-def link_problems(method: str, threshold: float | None) -> list[Problem]:
-    """What is wrong with a choice of link extraction (`extract_links`'s arguments)."""
-    if method not in METHODS:
-        return [Problem("method", f"invalid choice {method!r}; expected one of "
-                        f"{', '.join(METHODS)}")]
+def link_problems(method: str, threshold: float | None, *, option: str = "method",
+                  thresholds: bool = True) -> list[Problem]:
+    """What is wrong with a choice of link extraction (`extract_links`'s arguments), the
+    method named `option`; without `thresholds`, 'threshold' is not among the choices (the
+    caller offers no threshold)."""
+    methods = METHODS if thresholds else tuple(m for m in METHODS if m != "threshold")
+    if method not in methods:
+        return [Problem(option, f"invalid choice {method!r}; expected one of "
+                        f"{', '.join(methods)}")]
     if threshold is not None and method != "threshold":
-        return [Problem("threshold", "applies only to {0} threshold", others=("method",))]
+        return [Problem("threshold", "applies only to {0} threshold", others=(option,))]
     if threshold is not None and not 0.0 < threshold <= 1.0:
         return [Problem("threshold", "expected an attention weight in (0, 1]", value=threshold)]
     return []

@@ -68,7 +68,7 @@ from mtkit.align.pairs import (
 )
 from mtkit.align.reverse import Reverse, combined_links, reverse_matrices
 from mtkit.align.viz import FORMATS, HeatmapFormat, heatmap_name, print_matrix, write_heatmap
-from mtkit.config import DecodeConfig, Recipe
+from mtkit.config import DecodeConfig
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import DataError, OptionError, Problem
 from mtkit.fileio import InvalidUtf8, atomic_write
@@ -76,18 +76,6 @@ from mtkit.models.base import AttentionChoice, Translator
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.
 CHUNK_PAIRS = 1000
-
-
-def choose_attention(model: Translator, recipe: Recipe, kind: str, layer: int | None,
-                     head: int | str | None) -> AttentionChoice:
-    """`model.choose_attention`, except that a Transformer's cross-attention is by default the
-    one its recipe designates (model.transformer.align_layer and align_head: what `translate
-    --align` reads and guided alignment trains), not always the top layer's head mean."""
-    tf = recipe.model.transformer
-    if kind == "cross" and recipe.model.arch == "transformer":
-        layer = tf.align_layer if layer is None else layer
-        head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
-    return model.choose_attention(kind, layer, head)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- outputs

@@ -28,7 +28,7 @@ from mtkit.api.results import (
     Translation,
 )
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.errors import ConfigError, MtkitError
+from mtkit.errors import ConfigError, OptionError
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
@@ -195,20 +195,7 @@ class TranslationModel:
                               "layer and head it was exported with only")
         if not self.info.has_attention:
             raise ConfigError("attention: this model has no attention")
-        n, heads = self.info.layers, self.info.heads
-        if n is None or heads is None:
-            raise ConfigError("layer and head: they choose among a Transformer's attention "
-                              "layers and heads; this model has one attention")
-        if layer is not None and not -n <= layer < n:
-            raise ConfigError(f"layer {layer}: the model has {n} decoder layers; expected "
-                              f"0..{n - 1} or -{n}..-1 (from the top)")
-        if head is not None and head != "mean" and not 0 <= head < heads:
-            raise ConfigError(f"head {head}: the model has {heads} heads; expected "
-                              f"0..{heads - 1} or mean")
-        tf = self.recipe.model.transformer
-        layer = tf.align_layer if layer is None else layer
-        head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
-        return self._model.choose_attention("cross", layer, head)
+        return self._model.choose_attention("cross", layer, head)  # validates both
 
     def _aligner(self, extras: Extras) -> AlignFn | None:
         """The Pharaoh aligner `extras` asks for, or None."""
@@ -221,19 +208,14 @@ class TranslationModel:
         if not self.info.has_attention:
             raise ConfigError("align: this model has no attention (model.rnn.attention: "
                               "none), so it gives no alignment")
-        from mtkit.align import DEFAULT_METHOD, METHODS
-        from mtkit.align.readout import check_readout, default_readout
-        from mtkit.translation.lines import pharaoh_aligner
+        from mtkit.align import DEFAULT_METHOD
+        from mtkit.align.readout import default_readout
+        from mtkit.translation.lines import aligner_problems, pharaoh_aligner
 
-        methods = [m for m in METHODS if m != "threshold"]
-        if method is not None and method not in methods:
-            raise ConfigError(f"align_method: invalid choice {method!r}; expected one of "
-                              f"{', '.join(methods)}")
-        try:
-            read = default_readout(self.recipe) if readout is None else check_readout(readout)
-        except MtkitError as e:
-            raise ConfigError(f"readout: {e}") from None
-        return pharaoh_aligner(method or DEFAULT_METHOD, read)
+        if problems := aligner_problems(method, readout):
+            raise OptionError(*problems)
+        read = default_readout(self.recipe) if readout is None else readout
+        return pharaoh_aligner(method or DEFAULT_METHOD, read)  # type: ignore[arg-type]
 
     def _forced(self, items: list[Item], choice: AttentionChoice, batch_tokens: int
                 ) -> list[list[Any]]:
@@ -379,7 +361,7 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
 
     recipe = export.recipe
     if problems := device_problems(device):
-        raise ConfigError("; ".join(problems))
+        raise OptionError(*problems)
     cfg = decode_options(recipe.decode, decode, origins=origins)
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(engine_problems(cfg), named):

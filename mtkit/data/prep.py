@@ -109,8 +109,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
             if not keep:
                 refuse_orphaning_checkpoints(recipe, run_dir, force=force)
             refuse_replacing_foreign_files(run_dir)
-            report = _build(recipe, run_dir, mirror=mirror, console=console,
-                            on_download=on_download,
+            report = _build(recipe, run_dir, mirror=mirror, on_download=on_download,
                             tokenizer=Tokenizer.load(data_dir(run_dir)) if keep else None)
         if parent == "recorded":
             parent = recorded_init_from(run_dir)
@@ -150,7 +149,7 @@ def _add_batching(report: PrepReport, recipe: Recipe) -> None:
 
 
 def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
-           console: Console | None, on_download: DownloadProgress | None,
+           on_download: DownloadProgress | None,
            tokenizer: Tokenizer | None = None) -> PrepReport:
     """Prepare data/ afresh; with `tokenizer`, that one is kept rather than trained."""
     t0 = time.perf_counter()

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.errors import CheckpointError, ConfigError
+from mtkit.errors import CheckpointError, OptionError, Problem
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
 from mtkit.translation.hypothesis import Hypothesis
@@ -72,15 +72,15 @@ def engine_problems(cfg: DecodeConfig) -> list[tuple[str, str]]:
     return out
 
 
-def device_problems(device: str) -> list[str]:
+def device_problems(device: str) -> list[Problem]:
     """Why the engine cannot run on `device`, if it cannot."""
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        return [f"--device: an exported model runs on auto, cpu, cuda or cuda:N, "
-                f"got {device!r}"]
+        return [Problem("device", "an exported model runs on auto, cpu, cuda or cuda:N, "
+                        f"got {device!r}")]
     if device.startswith("cuda") and ctranslate2().get_cuda_device_count() == 0:
         # (the engine's own error blamed the driver's version)
-        return [f"--device: '{device}' requested but CTranslate2 sees no CUDA device; use "
-                "auto or cpu"]
+        return [Problem("device", f"'{device}' requested but CTranslate2 sees no CUDA device; "
+                        "use auto or cpu")]
     return []
 
 
@@ -145,7 +145,7 @@ class CT2Translator(LineTranslator):
                          max_out_len=self.max_target, fmt=fmt, align_fn=align_fn,
                          chunk_lines=chunk_lines, workers=workers)
         if problems:
-            raise ConfigError("; ".join(problems))
+            raise OptionError(*problems)
         self.engine = _load_engine(export.path, device, threads=threads, workers=workers)
         used = self.engine.compute_type
         self.load_notes: list[str] = []  # for the user, one line each

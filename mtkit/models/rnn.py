@@ -22,8 +22,6 @@ The RNN modules take (L, B, Hd); we transpose only at that call.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -32,7 +30,6 @@ from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_pac
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.attention import Attention
 from mtkit.models.base import (
-    KINDS,
     AttentionChoice,
     Encoded,
     Output,
@@ -40,6 +37,7 @@ from mtkit.models.base import (
     Step,
     Translator,
     host_to_device,
+    kind_problems,
     parameter_names,
     reorder,
     source_mask,
@@ -381,13 +379,13 @@ class RNNTranslator(Translator):
         return Output(logits, attn)
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
-                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+                         head: int | str | None = None) -> AttentionChoice:
         """An RNN has one cross-attention, without layers or heads."""
         if not self.has_attention:
             raise MtkitError("this model has no attention (model.rnn.attention: none; one "
                              "fixed context vector), so there is nothing to align")
-        if kind not in KINDS:
-            raise OptionError.one("kind", f"invalid choice {kind!r}; expected encoder or decoder")
+        if problems := kind_problems(kind):
+            raise OptionError(*problems)
         if kind != "cross":
             raise OptionError.one("kind", "an RNN model has no self-attention", value=kind)
         if layer is not None or head is not None:

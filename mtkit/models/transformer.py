@@ -20,7 +20,6 @@ memory a reordering step copies it into (`mtkit.models.kv_cache`), and "spare_lo
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -29,13 +28,13 @@ from torch import nn
 from mtkit.errors import OptionError
 from mtkit.models import kv_cache
 from mtkit.models.base import (
-    KINDS,
     AttentionChoice,
     Encoded,
     Output,
     State,
     Step,
     Translator,
+    kind_problems,
     parameter_names,
     source_mask,
 )
@@ -307,6 +306,8 @@ class Transformer(Translator):
         self.heads = decoder.layers[0].self_attn.heads
         self.align_layer = align_layer % len(decoder.layers)
         self.align_head = align_head
+        # the cross-attention a caller gets by default, as the recipe names it (-1: the top)
+        self.default_cross = (align_layer, "mean" if align_head is None else align_head)
 
     def vocabulary_parts(self) -> dict[str, list[str]]:
         return {"src_embeddings": parameter_names("src_embed.tokens", self.src_embed.tokens),
@@ -365,24 +366,28 @@ class Transformer(Translator):
         return Output(self.generator(x), None if cw is None else _pick_head(cw, self.align_head))
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
-                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
-        """Default: the top layer and the mean over heads. The top layer aligned best in every
-        model trained on the synthetic reversal and permutation tasks of
-        tests/system/test_align_learning.py (AER, d_model 64, seeds 1-4): 2 decoder layers, top
-        0.001-0.019 vs bottom 0.03-0.76; 3 decoder layers (seeds 1-3), top 0.003-0.050 vs
-        penultimate 0.022-0.080 vs bottom 0.18-0.75. Garg et al. (2019) find the
-        penultimate layer best on real language pairs; `layer` chooses. The recipes'
-        align_layer (what `translate --align` reads) defaults to -1 too."""
-        if kind not in KINDS:
-            raise OptionError.one("kind", f"invalid choice {kind!r}; expected encoder or decoder")
+                         head: int | str | None = None) -> AttentionChoice:
+        """Default: for the cross-attention, the model's own `align_layer` and `align_head`
+        (what its search returns, and what guided alignment trained); for self-attention, the
+        top layer and the mean over heads. The top layer aligned best in every model trained
+        on the synthetic reversal and permutation tasks of tests/system/test_align_learning.py
+        (AER, d_model 64, seeds 1-4): 2 decoder layers, top 0.001-0.019 vs bottom 0.03-0.76;
+        3 decoder layers (seeds 1-3), top 0.003-0.050 vs penultimate 0.022-0.080 vs bottom
+        0.18-0.75. Garg et al. (2019) find the penultimate layer best on real language pairs;
+        `layer` chooses. The recipes' align_layer defaults to -1 too."""
+        if problems := kind_problems(kind):
+            raise OptionError(*problems)
         n = len(self.encoder.layers if kind == "encoder" else self.decoder.layers)
+        if kind == "cross":
+            layer = self.default_cross[0] if layer is None else layer
+            head = self.default_cross[1] if head is None else head
         layer = -1 if layer is None else layer
         if not -n <= layer < n:
             side = "encoder" if kind == "encoder" else "decoder"
             raise OptionError.one("layer", f"the model has {n} {side} layers; expected "
                                   f"0..{n - 1} or -{n}..-1 (from the top)", value=layer)
         head = "mean" if head is None else head
-        if head != "mean" and not 0 <= head < self.heads:
+        if head != "mean" and not (isinstance(head, int) and 0 <= head < self.heads):
             raise OptionError.one("head", f"the model has {self.heads} heads; expected "
                                   f"0..{self.heads - 1} or mean", value=head)
         return AttentionChoice(kind, layer, head)  # type: ignore[arg-type]

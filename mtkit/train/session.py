@@ -12,11 +12,18 @@ from typing import Literal
 from rich.console import Console
 
 from mtkit.config import Recipe
-from mtkit.data.prep import data_dir, is_prepared, prepare
+from mtkit.data.prep import is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import ConfigError
 from mtkit.process.lock import run_lock
-from mtkit.run import LAST, check_writable_run_dir, remove_stale_temporaries
+from mtkit.run import (
+    CHOICE,
+    LAST,
+    check_writable_run_dir,
+    clear_choice,
+    data_dir,
+    remove_stale_temporaries,
+)
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
@@ -44,9 +51,10 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
     run directory or checkpoint) starts a new run from its weights (`init_state`), but for the
     model parts named in `init_fresh` (`VocabularyPart`s), which start afresh."""
     if resume is True and init_from is not None:
-        raise ConfigError("--init-from starts a new run from another run's weights; --resume "
-                          "continues this one: give one of them (or --resume auto, which "
-                          "takes the weights only when the run starts)")
+        raise ConfigError.about(None, "{0} starts a new run from another run's weights; {1} "
+                                "continues this one: give one of them (or {1} auto, which "
+                                "takes the weights only when the run starts)",
+                                others=("init_from", "resume"))
     init_fresh = check_init_fresh(init_fresh, init_from)
     run_dir, console = Path(run_dir), console or Console(stderr=True, soft_wrap=True)
     dist = dist_from_env()
@@ -78,12 +86,18 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
                 if changed:
                     console.print("resuming with settings changed since the last checkpoint: "
                                   + ", ".join(changed), highlight=False, soft_wrap=True)
+                if clear_choice(run_dir):  # it named a model that training now changes
+                    log.info("%s: forgotten: training changes the run's checkpoints (the "
+                             "end of training chooses again with train.average_last; tune "
+                             "the length again with mtkit tune-length)", run_dir / CHOICE)
                 return True
 
             dist.main_result(prepare_data, "rank 0 stopped before training (its error says "
                              "why)")
             setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state,
                                 init=init)
+            if dist.is_main:
+                _say_regularizers(recipe)
             return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
                            console=console).run()
     finally:
@@ -115,3 +129,17 @@ def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, parent: dict | Non
     if prepared:
         console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
                       soft_wrap=True)
+
+
+def _say_regularizers(recipe: Recipe) -> None:
+    """What the regularizers that change a batch's cost do to the log's figures."""
+    sw, rdrop = recipe.train.subword_sampling, recipe.train.rdrop
+    if sw.enabled:
+        what = "BPE-dropout" if recipe.data.spm.model_type == "bpe" else "unigram sampling"
+        log.info("train.subword_sampling: %s (alpha %g%s) of the %s of each training batch; "
+                 "tgt tokens count the sampled pieces", what, sw.alpha,
+                 "" if recipe.data.spm.model_type == "bpe" else f", nbest_size {sw.nbest_size}",
+                 "source and target" if sw.target else "source")
+    if rdrop.enabled:
+        log.info("train.rdrop: weight %g; each batch passes twice through the model (R-Drop), "
+                 "and tgt tok/s counts its tokens once, so it shows the cost", rdrop.weight)

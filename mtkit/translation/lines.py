@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import CheckpointError
+from mtkit.errors import CheckpointError, Problem
 from mtkit.process.pipes import watching_reader
 from mtkit.translation.batching import parallel_batches
 from mtkit.translation.hypothesis import Hypothesis
@@ -50,6 +50,22 @@ AlignFn = Callable[[list[str], list[str], "torch.Tensor", "Words | None"], str]
 # Lines per chunk: large enough for well-filled length-sorted batches, small enough that
 # memory stays flat and a pipe sees output early.
 CHUNK_LINES = 2000
+
+
+def aligner_problems(method: str | None, readout: str | None) -> list[Problem]:
+    """What is wrong with a choice of `pharaoh_aligner`'s method and read-out (None: its
+    default), named as the Python API's fields (align_method, readout)."""
+    from mtkit.config.guided import READOUTS
+
+    problems = []
+    if method is not None:  # mtkit.align imports numpy: only when named
+        from mtkit.align.links import link_problems
+
+        problems += link_problems(method, None, option="align_method", thresholds=False)
+    if readout is not None and readout not in READOUTS:
+        problems.append(Problem("readout", f"invalid choice {readout!r}; expected one of "
+                                f"{', '.join(READOUTS)}"))
+    return problems
 
 
 def pharaoh_aligner(method: str = "argmax-tgt", readout: Readout = "current") -> AlignFn:
@@ -83,9 +99,10 @@ class TranslateStats:
         return (f"{self.truncated} input line(s) longer than {self.max_src_len} source tokens "
                 "(the model's data.max_len) were truncated")
 
-    def capping(self) -> str:
-        return (f"{self.capped} output limit(s) (--max-len-a/--max-len-b) lowered to "
-                f"{self.max_out_len} tokens, the most the model's positions allow")
+    def capping(self, name: Callable[[str], str] = str) -> str:
+        """The note on capped output limits, the options named by `name` (of their fields)."""
+        return (f"{self.capped} output limit(s) ({name('max_len_a')}/{name('max_len_b')}) "
+                f"lowered to {self.max_out_len} tokens, the most the model's positions allow")
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -140,7 +157,7 @@ class LineTranslator:
                  align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
                  workers: int = 1) -> None:
         """max_out_len: the most tokens before EOS the model's positions allow (None: no
-        limit); a sentence's --max-len-a/b limit above it is lowered and counted."""
+        limit); a sentence's decode.max_len_a/b limit above it is lowered and counted."""
         assert fmt in FORMATS and chunk_lines >= 1 and workers >= 1, (fmt, chunk_lines, workers)
         self.tok = tokenizer
         self.cfg = cfg
@@ -409,21 +426,14 @@ def load_translator(paths: list[Path], device: torch.device, *, mode: str = "log
     their log-probabilities by `mode` (see `Ensemble`). Returns the model in eval mode, the
     first model's recipe and tokenizer."""
     from mtkit.models.ensemble import Ensemble
-    from mtkit.run import load_model
+    from mtkit.run import load_model, same_vocab, vocab_info
 
     loaded = [load_model(p, device) for p in paths]
     model, recipe, tok = loaded[0]
     if len(loaded) == 1:
         return model, recipe, tok
     for p, (_, _, other) in zip(paths[1:], loaded[1:], strict=True):
-        if not _same_vocab(tok, other):
+        if not same_vocab(vocab_info(tok), vocab_info(other)):
             raise CheckpointError(f"{p}: its vocabulary differs from {paths[0]}'s; an ensemble "
                                   "needs checkpoints trained on the same sentencepiece model")
     return Ensemble([m for m, _, _ in loaded], mode=mode).eval(), recipe, tok
-
-
-def _same_vocab(a: Tokenizer, b: Tokenizer) -> bool:
-    if (a.src_vocab_size, a.tgt_vocab_size) != (b.src_vocab_size, b.tgt_vocab_size):
-        return False
-    return (a.src_pieces(range(a.src_vocab_size)) == b.src_pieces(range(b.src_vocab_size))
-            and a.tgt_pieces(range(a.tgt_vocab_size)) == b.tgt_pieces(range(b.tgt_vocab_size)))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import MtkitError
+from mtkit.run import data_dir
 from mtkit.translation import lines as tr
 from tests.helpers import run_cli
 
