@@ -231,8 +231,8 @@ def _check_init_vocab(init: dict, vocab: dict, ddir: Path, joint: bool) -> None:
         f"{ckpt} was trained with the sentencepiece model(s) "
         f"in {ckpt.parent / 'data'}, but this run's {ddir} holds other ones "
         f"({names}); set data.spm.from_run: {ckpt.parent} so that prep "
-        "reuses the parent's (or re-initialize what depends on the vocabulary: {0} "
-        f"{' '.join(VOCABULARY_PARTS)})"), others=("init_fresh",))
+        "reuses the parent's (or re-initialize what depends on the vocabulary: {0} with "
+        f"each of {', '.join(VOCABULARY_PARTS)})"), others=("init_fresh",))
 
 
 # --------------------------------------------------------------------------- building
