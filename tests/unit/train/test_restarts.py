@@ -137,7 +137,6 @@ def _trained_to(run: Path) -> int:
                default=0)
 
 
-@pytest.mark.slow  # four process starts under torchrun: tens of seconds (bench/RESULTS.md)
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds workers in /proc")
 def test_a_killed_worker_is_restarted_and_resumed_and_one_process_keeps_the_global_batch(
         tmp_path: Path) -> None:
