@@ -29,7 +29,7 @@ from mtkit.batches import parallel_batches
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import CheckpointError
+from mtkit.errors import CheckpointError, DataError
 from mtkit.hypothesis import Hypothesis
 from mtkit.pipe_watch import watching_reader
 
@@ -105,6 +105,7 @@ class Item:
     nbest: list[Hypothesis] = field(default_factory=list)
     source: tuple[list[str], Words | None] | None = None  # pieces and words, made for --align
     truncated: bool = False  # cut to the model's longest source
+    prefix: list[int] = field(default_factory=list)  # target ids every output starts with
 
 
 def name_problems(problems: list[tuple[str, str]], origins: Mapping[str, str]) -> list[str]:
@@ -123,6 +124,36 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
             chunk = []
     if chunk:
         yield chunk
+
+
+class PrefixError(DataError):
+    """The prefixes do not fit the input or the model; `reason` says how, for a caller to
+    name where the prefixes came from (`prefix: ...` by default)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"prefix: {reason}")
+        self.reason = reason
+
+
+def _paired(lines: Iterable[str], prefixes: Iterable[str] | None, size: int
+            ) -> Iterator[tuple[list[str], list[str] | None]]:
+    """`_chunks` of the lines, each with the prefixes of its lines (one per line, in order;
+    None: no prefixes), read as far as the lines are."""
+    if prefixes is None:
+        for chunk in _chunks(lines, size):
+            yield chunk, None
+        return
+    more = iter(prefixes)
+    seen = 0
+    for chunk in _chunks(lines, size):
+        given = [p.rstrip("\r\n") for _, p in zip(range(len(chunk)), more, strict=False)]
+        seen += len(given)
+        if len(given) < len(chunk):
+            raise PrefixError(f"{seen} prefixes for more input lines; expected one per line "
+                              "(an empty one for none)")
+        yield chunk, given
+    if next(more, None) is not None:
+        raise PrefixError(f"more prefixes than the {seen} input lines; expected one per line")
 
 
 class LineTranslator:
@@ -178,9 +209,11 @@ class LineTranslator:
         return []
 
     def run(self, lines: Iterable[str], out: IO[str],
-            on_batch: Callable[[int], None] | None = None) -> TranslateStats:
+            on_batch: Callable[[int], None] | None = None,
+            prefixes: Iterable[str] | None = None) -> TranslateStats:
         """Translate every line, writing one output record per input line to `out`, flushed
-        after each chunk; `on_batch(n)` is called after each decoded batch of n sentences."""
+        after each chunk; `on_batch(n)` is called after each decoded batch of n sentences;
+        `prefixes`: as for `decoded`."""
         stats = TranslateStats(max_src_len=self.max_src_len, max_out_len=self.max_out_len)
         start = time.perf_counter()
         stop, gone = threading.Event(), threading.Event()
@@ -191,7 +224,8 @@ class LineTranslator:
 
         try:
             with watching_reader(out, reader_gone):
-                for items in self.decoded(lines, stats, stop=stop, on_batch=on_batch):
+                for items in self.decoded(lines, stats, stop=stop, on_batch=on_batch,
+                                          prefixes=prefixes):
                     out.write("".join(self._format(it) for it in items))
                     out.flush()
         except Stopped:
@@ -203,20 +237,24 @@ class LineTranslator:
 
     def decoded(self, lines: Iterable[str], stats: TranslateStats, *,
                 stop: threading.Event | None = None,
-                on_batch: Callable[[int], None] | None = None) -> Iterator[list[Item]]:
+                on_batch: Callable[[int], None] | None = None,
+                prefixes: Iterable[str] | None = None) -> Iterator[list[Item]]:
         """Every line decoded, a chunk of `Item`s at a time in input order, counted in
-        `stats`. Once `stop` is set, the search ends at its next step by raising `Stopped`
+        `stats`; `prefixes`: one target text per line that its outputs start with (empty:
+        none). Once `stop` is set, the search ends at its next step by raising `Stopped`
         (an engine's search runs to the end of its call)."""
         stop = threading.Event() if stop is None else stop
 
         def search(batch: list[Item]) -> list[list[Hypothesis]]:
-            return self._search([it.ids for it in batch], stop, [it.index for it in batch])
+            prefix = [it.prefix for it in batch] if any(it.prefix for it in batch) else None
+            return self._search([it.ids for it in batch], stop, [it.index for it in batch],
+                                prefix)
 
         pool = self._pool()
         started: list[Future[list[list[Hypothesis]]]] = []
         try:
-            for chunk in _chunks(lines, self.chunk_lines):
-                items = self._prepare(chunk, stats.sentences, stats)
+            for chunk, chunk_prefixes in _paired(lines, prefixes, self.chunk_lines):
+                items = self._prepare(chunk, stats.sentences, stats, chunk_prefixes)
                 self._decode_chunk(items, stats, search=search, stop=stop, on_batch=on_batch,
                                    pool=pool, started=started)
                 stats.sentences += len(items)
@@ -277,10 +315,12 @@ class LineTranslator:
                 on_batch(len(batch))
         started.clear()  # all consumed: their results are the items' now
 
-    def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats) -> list[Item]:
+    def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats,
+                 prefixes: list[str] | None = None) -> list[Item]:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
+        targets = self.prefix_ids(prefixes, offset) if prefixes else [[] for _ in chunk]
         items = []
-        for i, (line, ids) in enumerate(zip(chunk, encoded, strict=True)):
+        for i, (line, ids, prefix) in enumerate(zip(chunk, encoded, targets, strict=True)):
             truncated = len(ids) > self.max_src_len
             if truncated:
                 ids = ids[: self.max_src_len]
@@ -288,16 +328,29 @@ class LineTranslator:
             if (self.max_out_len is not None and ids
                     and self.cfg.output_limit(len(ids)) > self.max_out_len):
                 stats.capped += 1
-            items.append(Item(offset + i, line, ids, truncated=truncated))
+            items.append(Item(offset + i, line, ids, truncated=truncated,
+                              prefix=prefix if ids else []))
         return items
 
-    def _search(self, ids: list[list[int]], stop: threading.Event,
-                lines: list[int]) -> list[list[Hypothesis]]:
+    def prefix_ids(self, prefixes: list[str], offset: int = 0) -> list[list[int]]:
+        """Each prefix's target ids (`offset`: the first one's line, from 0); one the model's
+        positions cannot hold is refused (`PrefixError`)."""
+        out = self.tok.encode_tgt_lines(prefixes)
+        for i, ids in enumerate(out):
+            if self.max_out_len is not None and len(ids) > self.max_out_len:
+                raise PrefixError(f"line {offset + i + 1}'s has {len(ids)} target tokens, but "
+                                  f"the model's outputs end by {self.max_out_len} tokens (its "
+                                  "positions)")
+        return out
+
+    def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
+                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first;
         `lines`: their 0-based lines in the input (sampling draws a batch's own random stream
-        from the first). Called from `workers` threads at once: it may not change the
-        translator. Once `stop` is set, the search may end early by raising `Stopped` (its
-        result is not wanted)."""
+        from the first); `prefixes`: each sentence's forced first target ids (empty: none),
+        or None when no sentence has one. Called from `workers` threads at once: it may not
+        change the translator. Once `stop` is set, the search may end early by raising
+        `Stopped` (its result is not wanted)."""
         raise NotImplementedError
 
     def alignment(self, it: Item, hyp: Hypothesis | None, text: str) -> str:
@@ -368,18 +421,19 @@ class StreamTranslator(LineTranslator):
         self.device = device
         self.dtype = dtype
 
-    def _search(self, ids: list[list[int]], stop: threading.Event,
-                lines: list[int]) -> list[list[Hypothesis]]:
+    def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
+                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         import torch
 
-        from mtkit.data.batch import collate
+        from mtkit.data.batch import collate, padded_ids
         from mtkit.decode import decode_batch
 
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                     enabled=self.dtype is not None):
             b = collate(ids, None, lines).to(self.device, non_blocking=True)
+            prefix = None if prefixes is None else padded_ids(prefixes).to(self.device)
             return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
-                                need_attn=self.need_attn)
+                                need_attn=self.need_attn, prefix=prefix)
 
 
 class Stopped(Exception):

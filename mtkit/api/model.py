@@ -134,26 +134,45 @@ class TranslationModel:
         return self._base.configured(cfg, align_fn=align_fn, attention=attention,
                                      chunk_lines=chunk_lines)
 
-    def translate(self, text: str | Sequence[str], **options: Any) -> Any:
+    def translate(self, text: str | Sequence[str], *,
+                  prefix: str | Sequence[str] | None = None, **options: Any) -> Any:
         """The best translation of one sentence (a str) or of each of a list of sentences
-        (a list of str); `options`: DecodeConfig fields (beam_size=5, method='greedy', ...)."""
-        lines = [text] if isinstance(text, str) else list(text)
-        out = [t.text for t in self.translate_full(lines, **options)]
-        return out[0] if isinstance(text, str) else out
+        (a list of str); `prefix`: the target text each translation starts with (a str for
+        one sentence, one per sentence for a list, "" for none); `options`: DecodeConfig
+        fields (beam_size=5, method='greedy', ...)."""
+        one = isinstance(text, str)
+        lines = [text] if one else list(text)
+        if one and isinstance(prefix, str):
+            prefix = [prefix]
+        out = [t.text for t in self.translate_full(lines, prefix=prefix, **options)]
+        return out[0] if one else out
 
     def translate_full(self, lines: Iterable[str], *, align: bool = False,
                        attention: bool = False, layer: int | None = None,
                        head: int | Literal["mean"] | None = None,
                        align_method: str | None = None, readout: str | None = None,
-                       **options: Any) -> list[Translation]:
+                       prefix: Sequence[str] | None = None, **options: Any
+                       ) -> list[Translation]:
         """Every sentence's hypotheses (`options`: DecodeConfig fields; nbest=3 for three),
         with Pharaoh word links (`align`, by `align_method` from the rows of `readout`, as
         `mtkit translate --align`), and attention matrices (`attention`): the search's own
         (the model's alignment layer, heads averaged), or with `layer`/`head` that layer's
-        and head's (mtkit's own decoder only: one more forced pass)."""
+        and head's (mtkit's own decoder only: one more forced pass). `prefix`: one target
+        text per sentence that its hypotheses start with ("" for none): forced, scored and
+        given attention like the rest of the output."""
         extras = self.extras(align=align, attention=attention, layer=layer, head=head,
                              align_method=align_method, readout=readout)
-        return self.decode(lines, self.options(options), extras)
+        lines = list(lines)
+        return self.decode(lines, self.options(options), extras,
+                           prefixes=self.checked_prefixes(prefix, len(lines)))
+
+    def checked_prefixes(self, prefix: Any, n: int) -> list[str] | None:
+        """`prefix` as one target text for each of n sentences (None: none), checked against
+        this model's positions; a ConfigError or a `PrefixError` otherwise."""
+        prefixes = checked_prefixes(prefix, n)
+        if prefixes is not None:
+            self._base.prefix_ids(prefixes)
+        return prefixes
 
     def extras(self, *, align: bool = False, attention: bool = False,
                layer: int | None = None, head: int | Literal["mean"] | None = None,
@@ -171,15 +190,17 @@ class TranslationModel:
             self.attention_choice(layer, head)
         return extras
 
-    def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None
-               ) -> list[Translation]:
-        """`translate_full` with options already checked (`options`, `extras`)."""
+    def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None, *,
+               prefixes: Sequence[str] | None = None) -> list[Translation]:
+        """`translate_full` with options already checked (`options`, `extras`,
+        `checked_prefixes`)."""
         extras = extras or Extras()
         choice = self.attention_choice(extras.layer, extras.head) if extras.attention else None
         translator = self.translator(cfg, align_fn=self._aligner(extras),
                                      attention=extras.attention and choice is None)
         stats = TranslateStats(max_src_len=translator.max_src_len)
-        items = [it for chunk in translator.decoded(lines, stats) for it in chunk]
+        items = [it for chunk in translator.decoded(lines, stats, prefixes=prefixes)
+                 for it in chunk]
         forced = self._forced(items, choice, cfg.batch_tokens) if choice else None
         return [self._result(translator, it, attention=extras.attention, choice=choice,
                              forced=None if forced is None else forced[n])
@@ -292,6 +313,21 @@ class TranslationModel:
             return "cross-attention"
         head = "mean" if tf.align_head is None else tf.align_head
         return f"cross-attention, layer {tf.align_layer}, head {head}"
+
+
+def checked_prefixes(prefix: Any, n: int) -> list[str] | None:
+    """`prefix` as one target text per sentence (None: none), or a ConfigError."""
+    if prefix is None:
+        return None
+    if isinstance(prefix, str) or not all(isinstance(p, str) for p in prefix):
+        raise ConfigError("prefix: expected a list of strings, one per sentence")
+    prefixes = list(prefix)
+    if len(prefixes) != n:
+        raise ConfigError(f"prefix: {len(prefixes)} prefixes for {n} sentences; expected one "
+                          "per sentence (\"\" for none)")
+    if any("\n" in p or "\r" in p for p in prefixes):
+        raise ConfigError("prefix: a prefix is one line; found a line break")
+    return None if not any(prefixes) else prefixes
 
 
 def _matrix(weights: Any, src: Sequence[str], tgt: Sequence[str],

@@ -144,6 +144,10 @@ def translate(
         "--ensemble-mode", metavar="MODE", help="With several models: logprob, the average of "
         "the log-probabilities, renormalised; or prob, the average of the probabilities "
         "(default: logprob).")] = None,
+    prefix: Annotated[Path | None, typer.Option(
+        "--prefix", metavar="FILE", help="Target prefixes, one per input line (an empty line "
+        "for none): each translation starts with its line's prefix, which is forced and "
+        "scored like the rest, and the model continues it.")] = None,
     _help: HelpOpt = False,
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
@@ -164,6 +168,8 @@ def translate(
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
     if input is not None and (problem := missing_input(input, "input")):
         raise DataError(f"-i {problem}")
+    if prefix is not None and (problem := missing_input(prefix, "prefix")):
+        raise DataError(f"--prefix {problem}")
     from mtkit.api.model import exported_model, open_model
 
     exported = exported_model(list(models))
@@ -171,6 +177,8 @@ def translate(
         stdin_raw()  # closed: said now, before loading
     # The file on standard input (`< f`), too: `-o f` replaced it before it was read.
     source = {"the input file": input} if input else {"standard input,": Path("/dev/stdin")}
+    if prefix is not None:
+        source["the prefix file"] = prefix
     refuse(output_problems({"-o": output}, {**source, **model_files(models, exported)}))
     decoding = DecodeFlags(
         method=search_method(greedy=greedy, sample=sample, beam=beam), beam_size=beam,
@@ -203,7 +211,7 @@ def translate(
     worker.fmt = cast("OutputFormat", fmt)  # checked by TranslateFlags
     for note in getattr(worker, "notes", []):
         typer.echo(f"mtkit: note: {note}", err=True)
-    report_translation(_run_translation(worker, input, output))
+    report_translation(_run_translation(worker, input, output, prefix))
 
 
 def export(
@@ -238,9 +246,11 @@ def export(
                f"{report.quantization})", err=True)
 
 
-def _run_translation(worker: Any, input: Path | None, output: Path | None) -> Any:
-    """Run `worker` from `input` (else stdin) to `output` (else stdout), with a progress bar on
-    stderr when it is a terminal that translations are not printed to."""
+def _run_translation(worker: Any, input: Path | None, output: Path | None,
+                     prefix: Path | None = None) -> Any:
+    """Run `worker` from `input` (else stdin) to `output` (else stdout), each line with its
+    line of `prefix` if given, with a progress bar on stderr when it is a terminal that
+    translations are not printed to."""
     from contextlib import ExitStack
 
     from mtkit.cli.startup import drop_stdout
@@ -256,14 +266,18 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         stdin_binary,
         write_error,
     )
+    from mtkit.translate import PrefixError
 
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
+    invalid_prefix = InvalidUtf8(str(prefix))
     if output is None and sys.stdout is None:  # `>&-`
         raise WriteError("standard output is closed; give -o FILE or redirect it")
     with ExitStack() as stack:
         if output is None:
             sys.stdout.reconfigure(encoding="utf-8")
         raw = stack.enter_context(open_binary(input)) if input else stdin_binary()
+        prefixes = None if prefix is None else decode_lines(
+            stack.enter_context(open_binary(prefix)), invalid_prefix)
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         to_stdout = output is None or names_stdout(output)
         typed = sys.stdin.isatty() if input is None else is_terminal(input)
@@ -273,14 +287,18 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         if sys.stderr.isatty() and not shared:
             on_batch = _progress_bar(stack, count_lines(input or "/dev/stdin"))
         try:
-            stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
+            stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch,
+                               prefixes=prefixes)
+        except PrefixError as e:
+            raise DataError(f"--prefix {prefix}: {e.reason}") from None
         except OSError as e:  # a full disk under `> file` (no other error means a write)
             if output is not None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise
             drop_stdout()  # what is still buffered cannot go either
             raise write_error("standard output", e) from None
-    if invalid.found:
-        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
+    for report in (invalid, invalid_prefix):
+        if report.found:
+            typer.echo(f"mtkit: warning: {report.warning()}", err=True)
     return stats
 
 

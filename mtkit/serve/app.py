@@ -94,14 +94,17 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
     _middleware(app, settings, metrics)
     auth = Authorizer(settings.token)
 
-    async def translate(lines: list[str], changes: dict[str, Any], extras: Extras):
+    async def translate(lines: list[str], changes: dict[str, Any], extras: Extras,
+                        prefix: Any = None):
         _check_limits(lines, changes, settings)
         try:
             cfg = model.options(changes)
             extras = model.extras(**asdict(extras))
+            prefixes = model.checked_prefixes(prefix, len(lines))
         except MtkitError as e:
             raise ApiError(422, str(e)) from None
-        return await _decoded(state["batcher"], lines, cfg, extras, settings.timeout)
+        return await _decoded(state["batcher"], lines, cfg, extras, settings.timeout,
+                              prefixes)
 
     @app.post("/v1/translate", response_model=TranslateResponse, tags=["translate"],
               dependencies=[Depends(auth)])
@@ -112,7 +115,7 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
         request.state.sentences = len(lines)
         extras = Extras(req.align, req.align_method, req.readout, req.attention, req.layer,
                         req.head)
-        results = await translate(lines, req.decode_changes(), extras)
+        results = await translate(lines, req.decode_changes(), extras, req.prefixes())
         return {"model": model.info.name,
                 "translations": [{**r.to_dict(), "text": r.text} for r in results]}
 
@@ -186,10 +189,10 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
 
 
 async def _decoded(batcher: Batcher, lines: list[str], cfg: Any, extras: Extras,
-                   timeout: float) -> Any:
+                   timeout: float, prefixes: list[str] | None = None) -> Any:
     """The job's results, or 503 (queue full, shutting down) or 504 (past `timeout`)."""
     try:
-        job = batcher.submit(lines, cfg, extras)
+        job = batcher.submit(lines, cfg, extras, prefixes)
     except QueueFull:
         raise ApiError(503, "the translation queue is full; try again shortly",
                        {"Retry-After": "1"}) from None
