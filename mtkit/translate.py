@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from mtkit.align import Words
     from mtkit.models.base import Translator
+    from mtkit.terms import Glossary, Match
 
 OutputFormat = Literal["text", "jsonl"]
 FORMATS: tuple[str, ...] = get_args(OutputFormat)
@@ -106,6 +107,7 @@ class Item:
     source: tuple[list[str], Words | None] | None = None  # pieces and words, made for --align
     truncated: bool = False  # cut to the model's longest source
     prefix: list[int] = field(default_factory=list)  # target ids every output starts with
+    terms: list[Match] = field(default_factory=list)  # glossary terms found in the line
 
 
 def name_problems(problems: list[tuple[str, str]], origins: Mapping[str, str]) -> list[str]:
@@ -185,20 +187,24 @@ class LineTranslator:
         self._pools_lock = threading.Lock()
         self.chunk_lines = chunk_lines
         self.workers = workers
+        self.terms: Glossary | None = None  # terms every output must hold (mtkit.terms)
 
     def configured(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
-                   attention: bool = False, chunk_lines: int | None = None) -> LineTranslator:
-        """This translator with another decoding configuration, aligner (none by default)
-        and chunk size, sharing its model or engine: how a caller with per-request options
-        (`mtkit.api`) decodes. attention: searches return each hypothesis's attention even
-        without an aligner. `cfg` must have passed `decode_problems`. Sampling decodes one
-        batch at a time, since its draws depend on how a chunk is split."""
+                   attention: bool = False, chunk_lines: int | None = None,
+                   terms: Glossary | None = None) -> LineTranslator:
+        """This translator with another decoding configuration, aligner (none by default),
+        chunk size and glossary (none by default), sharing its model or engine: how a caller
+        with per-request options (`mtkit.api`) decodes. attention: searches return each
+        hypothesis's attention even without an aligner. `cfg` must have passed
+        `decode_problems`. Sampling decodes one batch at a time, since its draws depend on
+        how a chunk is split."""
         other = copy.copy(self)
         other.cfg = cfg
         other.align_fn = align_fn
         other.need_attn = attention or align_fn is not None
         other.chunk_lines = self.chunk_lines if chunk_lines is None else chunk_lines
         other.workers = 1 if cfg.method == "sample" else self.workers
+        other.terms = terms
         return other
 
     def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
@@ -246,17 +252,24 @@ class LineTranslator:
         stop = threading.Event() if stop is None else stop
 
         def search(batch: list[Item]) -> list[list[Hypothesis]]:
-            prefix = [it.prefix for it in batch] if any(it.prefix for it in batch) else None
-            return self._search([it.ids for it in batch], stop, [it.index for it in batch],
-                                prefix)
+            ids, where = [it.ids for it in batch], [it.index for it in batch]
+            if not any(it.prefix for it in batch):
+                return self._search(ids, stop, where)
+            return self._search(ids, stop, where, [it.prefix for it in batch])
 
         pool = self._pool()
         started: list[Future[list[list[Hypothesis]]]] = []
         try:
             for chunk, chunk_prefixes in _paired(lines, prefixes, self.chunk_lines):
                 items = self._prepare(chunk, stats.sentences, stats, chunk_prefixes)
-                self._decode_chunk(items, stats, search=search, stop=stop, on_batch=on_batch,
+                # Lines with terms are searched apart, with attention to place them: the
+                # others decode as they would without a glossary.
+                termed = self._find_terms(items)
+                plain = [it for it in items if not it.terms] if termed else items
+                self._decode_chunk(plain, stats, search=search, stop=stop, on_batch=on_batch,
                                    pool=pool, started=started)
+                if termed:
+                    self._place_terms(termed, stats, stop, on_batch)
                 stats.sentences += len(items)
                 stats.empty += sum(1 for it in items if not it.ids)
                 yield items
@@ -267,6 +280,57 @@ class LineTranslator:
             for future in started:
                 future.cancel()
             wait(started)
+
+    def _find_terms(self, items: list[Item]) -> list[Item]:
+        """The items whose lines hold glossary terms (each item's `terms` set)."""
+        if self.terms is None:
+            return []
+        for it in items:
+            if it.ids:
+                it.terms = self.terms.matches(it.line)
+        return [it for it in items if it.terms]
+
+    def _place_terms(self, items: list[Item], stats: TranslateStats, stop: threading.Event,
+                     on_batch: Callable[[int], None] | None) -> None:
+        from mtkit.terms import place_terms
+
+        assert self.terms is not None
+        with_attn = self.configured(self.cfg, align_fn=self.align_fn, attention=True,
+                                    chunk_lines=self.chunk_lines)
+        place_terms(with_attn, items, self.terms, stop)
+        stats.tokens += sum(len(it.nbest[0].tokens) for it in items)
+        if on_batch is not None:
+            on_batch(len(items))
+
+    def search_items(self, items: list[Item], stop: threading.Event) -> None:
+        """Search `items` (with their prefixes) again, in length-sorted batches, one at a
+        time; their `nbest` is replaced."""
+        for idx in parallel_batches([len(it.ids) + 1 for it in items], self.cfg.batch_tokens,
+                                    1):
+            batch = [items[i] for i in idx]
+            ids, where = [it.ids for it in batch], [it.index for it in batch]
+            found = self._search(ids, stop, where, [it.prefix for it in batch])
+            for it, nbest in zip(batch, found, strict=True):
+                it.nbest = nbest
+
+    def forced_items(self, items: list[Item], targets: list[list[int]],
+                     stop: threading.Event) -> list[Hypothesis]:
+        """Each item's source with its target (ids without EOS) scored by the model, as a
+        Hypothesis with the length penalty of `cfg` and attention when `need_attn`."""
+        out: list[Hypothesis | None] = [None] * len(items)
+        for idx in parallel_batches([len(it.ids) + 1 for it in items], self.cfg.batch_tokens,
+                                    1):
+            if stop.is_set():
+                raise Stopped
+            found = self._forced([items[i].ids for i in idx], [targets[i] for i in idx])
+            for i, hyp in zip(idx, found, strict=True):
+                out[i] = hyp
+        return [h for h in out if h is not None]
+
+    def _forced(self, ids: list[list[int]], targets: list[list[int]]) -> list[Hypothesis]:
+        """Source ids (without EOS) and target ids (without EOS) of one batch -> each pair's
+        Hypothesis as `forced_items` says."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """End the workers' threads (after the batches they hold), for this translator and
@@ -434,6 +498,21 @@ class StreamTranslator(LineTranslator):
             prefix = None if prefixes is None else padded_ids(prefixes).to(self.device)
             return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
                                 need_attn=self.need_attn, prefix=prefix)
+
+    def _forced(self, ids: list[list[int]], targets: list[list[int]]) -> list[Hypothesis]:
+        import torch
+
+        from mtkit.data.batch import collate
+        from mtkit.decode import forced, length_penalty
+
+        with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
+                                                    enabled=self.dtype is not None):
+            b = collate(ids, targets, range(len(ids))).to(self.device, non_blocking=True)
+            found = forced(self.model, b, need_attn=self.need_attn)
+        kind, alpha = self.cfg.length_penalty, self.cfg.alpha
+        return [Hypothesis(h.tokens, h.logprob / float(length_penalty(len(h.tokens) + 1, kind,
+                                                                      alpha)),
+                           h.logprob, h.token_logprobs, h.attn) for h in found]
 
 
 class Stopped(Exception):

@@ -41,6 +41,7 @@ from mtkit.translate import (
 if TYPE_CHECKING:
     from mtkit.hypothesis import Hypothesis
     from mtkit.models.base import AttentionChoice
+    from mtkit.terms import Glossary
 
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
 Engine = Literal["mtkit", "ctranslate2"]
@@ -127,43 +128,64 @@ class TranslationModel:
         return cfg
 
     def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
-                   attention: bool = False, chunk_lines: int | None = None
-                   ) -> LineTranslator:
-        """A `LineTranslator` of this model with `cfg` (from `options`): what `mtkit
-        translate` streams files through."""
+                   attention: bool = False, chunk_lines: int | None = None,
+                   terms: Glossary | None = None) -> LineTranslator:
+        """A `LineTranslator` of this model with `cfg` (from `options`) and a glossary (from
+        `glossary`): what `mtkit translate` streams files through."""
         return self._base.configured(cfg, align_fn=align_fn, attention=attention,
-                                     chunk_lines=chunk_lines)
+                                     chunk_lines=chunk_lines, terms=terms)
+
+    def glossary(self, terms: Any, method: str = "prefix", *, name: str = "terms"
+                 ) -> Glossary:
+        """A checked glossary for this model: `terms` a mapping of source term to target
+        term, or (source, target) pairs; `method` prefix or align (`mtkit.terms`); `name`
+        what errors call the terms."""
+        from mtkit.align.readout import default_readout
+        from mtkit.terms import as_pairs, glossary
+
+        if not self.info.has_attention:
+            raise ConfigError(f"{name}: terms are placed through the model's attention, and "
+                              "this model has none (model.rnn.attention: none)")
+        return glossary(as_pairs(terms), method=method, readout=default_readout(self.recipe),
+                        name=name)
 
     def translate(self, text: str | Sequence[str], *,
-                  prefix: str | Sequence[str] | None = None, **options: Any) -> Any:
+                  prefix: str | Sequence[str] | None = None, terms: Any = None,
+                  terms_method: str = "prefix", **options: Any) -> Any:
         """The best translation of one sentence (a str) or of each of a list of sentences
         (a list of str); `prefix`: the target text each translation starts with (a str for
-        one sentence, one per sentence for a list, "" for none); `options`: DecodeConfig
-        fields (beam_size=5, method='greedy', ...)."""
+        one sentence, one per sentence for a list, "" for none); `terms`, `terms_method`: as
+        for `translate_full`; `options`: DecodeConfig fields (beam_size=5, method='greedy',
+        ...)."""
         one = isinstance(text, str)
         lines = [text] if one else list(text)
         if one and isinstance(prefix, str):
             prefix = [prefix]
-        out = [t.text for t in self.translate_full(lines, prefix=prefix, **options)]
+        out = [t.text for t in self.translate_full(lines, prefix=prefix, terms=terms,
+                                                   terms_method=terms_method, **options)]
         return out[0] if one else out
 
     def translate_full(self, lines: Iterable[str], *, align: bool = False,
                        attention: bool = False, layer: int | None = None,
                        head: int | Literal["mean"] | None = None,
                        align_method: str | None = None, readout: str | None = None,
-                       prefix: Sequence[str] | None = None, **options: Any
-                       ) -> list[Translation]:
+                       prefix: Sequence[str] | None = None, terms: Any = None,
+                       terms_method: str = "prefix", **options: Any) -> list[Translation]:
         """Every sentence's hypotheses (`options`: DecodeConfig fields; nbest=3 for three),
         with Pharaoh word links (`align`, by `align_method` from the rows of `readout`, as
         `mtkit translate --align`), and attention matrices (`attention`): the search's own
         (the model's alignment layer, heads averaged), or with `layer`/`head` that layer's
         and head's (mtkit's own decoder only: one more forced pass). `prefix`: one target
         text per sentence that its hypotheses start with ("" for none): forced, scored and
-        given attention like the rest of the output."""
+        given attention like the rest of the output. `terms`: a glossary, source term ->
+        target term (a mapping or pairs), that every hypothesis of a sentence holding a
+        source term must use, placed by `terms_method` (prefix or align: `mtkit.terms`)."""
         extras = self.extras(align=align, attention=attention, layer=layer, head=head,
                              align_method=align_method, readout=readout)
         lines = list(lines)
-        return self.decode(lines, self.options(options), extras,
+        cfg = self.options(options)
+        found = None if terms is None else self.glossary(terms, terms_method)
+        return self.decode(lines, cfg, extras, terms=found,
                            prefixes=self.checked_prefixes(prefix, len(lines)))
 
     def checked_prefixes(self, prefix: Any, n: int) -> list[str] | None:
@@ -191,13 +213,15 @@ class TranslationModel:
         return extras
 
     def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None, *,
-               prefixes: Sequence[str] | None = None) -> list[Translation]:
+               prefixes: Sequence[str] | None = None, terms: Glossary | None = None
+               ) -> list[Translation]:
         """`translate_full` with options already checked (`options`, `extras`,
-        `checked_prefixes`)."""
+        `checked_prefixes`, `glossary`)."""
         extras = extras or Extras()
         choice = self.attention_choice(extras.layer, extras.head) if extras.attention else None
         translator = self.translator(cfg, align_fn=self._aligner(extras),
-                                     attention=extras.attention and choice is None)
+                                     attention=extras.attention and choice is None,
+                                     terms=terms)
         stats = TranslateStats(max_src_len=translator.max_src_len)
         items = [it for chunk in translator.decoded(lines, stats, prefixes=prefixes)
                  for it in chunk]

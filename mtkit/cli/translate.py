@@ -42,10 +42,13 @@ class TranslateFlags:
     align_method: str | None
     readout: str | None
     ensemble_mode: str | None
+    terms: bool = False
+    terms_method: str | None = None
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
         from mtkit.config.guided import READOUTS
+        from mtkit.terms import TERMS_METHODS
         from mtkit.translate import FORMATS
 
         methods: list[str] = []
@@ -69,6 +72,9 @@ class TranslateFlags:
              "--ensemble-mode: needs two or more models"),
             (self.ensemble_mode not in (None, "logprob", "prob"), "--ensemble-mode: invalid "
              f"choice {self.ensemble_mode!r}; expected logprob or prob"),
+            (self.terms_method is not None and not self.terms, "--terms-method needs --terms"),
+            (self.terms_method not in (None, *TERMS_METHODS), f"--terms-method: invalid "
+             f"choice {self.terms_method!r}; expected {' or '.join(TERMS_METHODS)}"),
         ]
         return [message for bad, message in checks if bad]
 
@@ -148,6 +154,16 @@ def translate(
         "--prefix", metavar="FILE", help="Target prefixes, one per input line (an empty line "
         "for none): each translation starts with its line's prefix, which is forced and "
         "scored like the rest, and the model continues it.")] = None,
+    terms: Annotated[Path | None, typer.Option(
+        "--terms", metavar="FILE", help="Glossary: lines of source term TAB target term "
+        "(whole words, matched without case or surrounding punctuation; # starts a comment). "
+        "Every translation of a line holding a source term uses its target term; lines "
+        "without one decode as without --terms.")] = None,
+    terms_method: Annotated[str | None, typer.Option(
+        "--terms-method", metavar="METHOD", help="How a missing term is placed where the "
+        "model's attention aligns its source: prefix, the translation up to there and the "
+        "term are forced and the rest translated again; or align, the aligned words are "
+        "replaced (one search, no rewording) (default: prefix).")] = None,
     _help: HelpOpt = False,
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
@@ -165,11 +181,14 @@ def translate(
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
-        align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
+        align_method=align_method, readout=readout, ensemble_mode=ensemble_mode,
+        terms=terms is not None, terms_method=terms_method).problems())
     if input is not None and (problem := missing_input(input, "input")):
         raise DataError(f"-i {problem}")
     if prefix is not None and (problem := missing_input(prefix, "prefix")):
         raise DataError(f"--prefix {problem}")
+    if terms is not None and (problem := missing_input(terms, "terms")):
+        raise DataError(f"--terms {problem}")
     from mtkit.api.model import exported_model, open_model
 
     exported = exported_model(list(models))
@@ -207,7 +226,8 @@ def translate(
 
         align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
                                       readout or default_readout(loaded.recipe))
-    worker = loaded.translator(cfg, align_fn=align_fn)
+    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
+    worker = loaded.translator(cfg, align_fn=align_fn, terms=found)
     worker.fmt = cast("OutputFormat", fmt)  # checked by TranslateFlags
     for note in getattr(worker, "notes", []):
         typer.echo(f"mtkit: note: {note}", err=True)
@@ -244,6 +264,16 @@ def export(
         typer.echo(f"mtkit: note: {report.note}", err=True)
     typer.echo(f"mtkit: exported {report.checkpoint} to {report.out} (CTranslate2, "
                f"{report.quantization})", err=True)
+
+
+def _glossary(loaded: Any, path: Path, method: str) -> Any:
+    """The --terms file as the model's glossary; a problem named by the flag and file."""
+    from mtkit.fileio import InvalidUtf8, read_lines
+    from mtkit.terms import parse_tsv
+
+    name = f"--terms {path}"
+    pairs = parse_tsv(read_lines(path, InvalidUtf8(str(path))), name)
+    return loaded.glossary(pairs, method, name=name)
 
 
 def _run_translation(worker: Any, input: Path | None, output: Path | None,

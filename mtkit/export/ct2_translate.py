@@ -330,6 +330,29 @@ class CT2Translator(LineTranslator):
             out.append(ranked[:self.cfg.nbest] if beam else ranked)
         return out
 
+    def _forced(self, ids: list[list[int]], targets: list[list[int]]) -> list[Hypothesis]:
+        """Pairs scored by the engine (score_batch), with the attention of the targets forced
+        as a prefix when asked for (one step past each, for its EOS row)."""
+        eos = [] if self.adds_eos else [self.src_pieces[EOS_ID]]
+        src = [[self.src_pieces[i] for i in s] + eos for s in ids]
+        tgt = [[self.tgt_pieces[t] for t in t_ids] for t_ids in targets]
+        scored = self.engine.score_batch(src, tgt, max_input_length=0)
+        rows: list[Any] = [None] * len(ids)
+        if self.need_attn:
+            done = self.engine.translate_batch(
+                src, target_prefix=tgt, beam_size=1,
+                max_decoding_length=max(len(t) for t in tgt) + 1, min_decoding_length=0,
+                max_input_length=0, return_attention=True, return_end_token=True)
+            rows = [_tensor(r.attention[0][:len(t) + 1]) for r, t in zip(done, tgt, strict=True)]
+        p = _penalty(self.cfg)
+        out = []
+        for t_ids, r, attn in zip(targets, scored, rows, strict=True):
+            lps = [float(x) for x in r.log_probs]
+            logprob = sum(lps)
+            out.append(Hypothesis(list(t_ids), logprob / (len(t_ids) + 1) ** p, logprob, lps,
+                                  attn))
+        return out
+
     def _next_rows(self, src: list[list[str]], prefixes: list[list[int]]) -> list[list[float]]:
         """The attention of the step after each target prefix (the EOS step of a hypothesis
         that the engine's limit ended): the prefix forced, one step more."""

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from mtkit.api import Extras, TranslationModel
-from mtkit.errors import MtkitError
+from mtkit.errors import ConfigError, MtkitError
 from mtkit.serve.batcher import Batcher, Closed, QueueFull
 from mtkit.serve.metrics import ServerMetrics
 from mtkit.serve.schema import (
@@ -95,16 +95,20 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
     auth = Authorizer(settings.token)
 
     async def translate(lines: list[str], changes: dict[str, Any], extras: Extras,
-                        prefix: Any = None):
+                        prefix: Any = None, terms: dict[str, str] | None = None,
+                        terms_method: str | None = None):
         _check_limits(lines, changes, settings)
         try:
             cfg = model.options(changes)
             extras = model.extras(**asdict(extras))
             prefixes = model.checked_prefixes(prefix, len(lines))
+            if terms_method is not None and terms is None:
+                raise ConfigError("terms_method: it places terms, which need terms")
+            glossary = None if terms is None else model.glossary(terms, terms_method or "prefix")
         except MtkitError as e:
             raise ApiError(422, str(e)) from None
         return await _decoded(state["batcher"], lines, cfg, extras, settings.timeout,
-                              prefixes)
+                              prefixes, glossary)
 
     @app.post("/v1/translate", response_model=TranslateResponse, tags=["translate"],
               dependencies=[Depends(auth)])
@@ -115,7 +119,8 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
         request.state.sentences = len(lines)
         extras = Extras(req.align, req.align_method, req.readout, req.attention, req.layer,
                         req.head)
-        results = await translate(lines, req.decode_changes(), extras, req.prefixes())
+        results = await translate(lines, req.decode_changes(), extras, req.prefixes(),
+                                  req.terms, req.terms_method)
         return {"model": model.info.name,
                 "translations": [{**r.to_dict(), "text": r.text} for r in results]}
 
@@ -189,10 +194,11 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
 
 
 async def _decoded(batcher: Batcher, lines: list[str], cfg: Any, extras: Extras,
-                   timeout: float, prefixes: list[str] | None = None) -> Any:
+                   timeout: float, prefixes: list[str] | None = None,
+                   terms: Any = None) -> Any:
     """The job's results, or 503 (queue full, shutting down) or 504 (past `timeout`)."""
     try:
-        job = batcher.submit(lines, cfg, extras, prefixes)
+        job = batcher.submit(lines, cfg, extras, prefixes, terms)
     except QueueFull:
         raise ApiError(503, "the translation queue is full; try again shortly",
                        {"Retry-After": "1"}) from None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from mtkit.api import Extras, Translation, TranslationModel
 from mtkit.config import DecodeConfig
+from mtkit.terms import Glossary
 
 
 class QueueFull(Exception):
@@ -46,6 +47,7 @@ class Job:
     extras: Extras
     tokens: int  # source tokens, for the batch budget
     prefixes: list[str] | None = None  # per line, the target text its output starts with
+    terms: Glossary | None = None  # the request's glossary
     arrived: float = field(default_factory=time.monotonic)
     future: Future[list[Translation]] = field(default_factory=Future)
     serial: int = 0
@@ -53,7 +55,7 @@ class Job:
     def key(self) -> tuple[object, ...]:
         """Jobs decoded together share this key."""
         alone = self.serial if self.cfg.method == "sample" else 0
-        return (self.cfg, self.extras, alone)
+        return (self.cfg, self.extras, self.terms, alone)
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,12 @@ class Batcher:
         return self._queued
 
     def submit(self, lines: list[str], cfg: DecodeConfig, extras: Extras,
-               prefixes: list[str] | None = None) -> Job:
+               prefixes: list[str] | None = None, terms: Glossary | None = None) -> Job:
         """Queue a job (its future is set when it is decoded); raises QueueFull or Closed.
-        prefixes: one per line (checked: `mtkit.api.model.checked_prefixes`), or None."""
+        prefixes: one per line (checked: `TranslationModel.checked_prefixes`), or None;
+        terms: the job's glossary (`TranslationModel.glossary`), or None."""
         tokens = sum(len(line.split()) + 1 for line in lines)  # a cheap estimate
-        job = Job(lines, cfg, extras, tokens, prefixes=prefixes)
+        job = Job(lines, cfg, extras, tokens, prefixes=prefixes, terms=terms)
         with self._cond:
             if self._closed:
                 raise Closed
@@ -169,7 +172,7 @@ class Batcher:
             prefixes = [p for job in live for p in job.prefixes or [""] * len(job.lines)]
         try:
             results = self.model.decode(lines, live[0].cfg, live[0].extras,
-                                        prefixes=prefixes) if live else []
+                                        prefixes=prefixes, terms=live[0].terms) if live else []
         except Exception as e:  # each caller gets the error; the thread goes on
             for job in live:
                 job.future.set_exception(e)

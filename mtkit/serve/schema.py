@@ -80,6 +80,12 @@ class TranslateRequest(DecodeOptions):
         "by the model): a string for one sentence, a list of one per sentence (\"\" for none) "
         "for a list")
 
+    terms: dict[str, str] | None = Field(
+        None, description="glossary, source term -> target term: every translation of a "
+        "sentence holding a source term uses its target term")
+    terms_method: Literal["prefix", "align"] | None = Field(
+        None, description="how a missing term is placed (default: prefix)")
+
     _text = field_validator("text")(_sentences)
     _prefix = field_validator("prefix")(_texts)
 
