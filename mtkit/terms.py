@@ -12,14 +12,19 @@ Two methods place a missing target term (`TermsMethod`; both in `mtkit.translate
   argmax directions) are replaced by the target term, the text scored again by the model.
   One search; the words around the term are the model's own and are not adapted to it.
 - `prefix`: the translation up to those words, then the target term, becomes a target
-  prefix (`force_prefix`) and the model translates the rest again; one more search per
-  placed term. Every term is then in the output by construction, and what follows it is
-  what the model finds best given it.
+  prefix (`force_prefix`; the next token must begin a new word, so that the term is not
+  continued into a longer one) and the model translates the rest again; one more search per
+  placed term. What follows a term is what the model finds best given it. A term still
+  missing after that (the export's engine cannot stop a word from being continued) is put in
+  as by `align`.
+Either way every target term is in every hypothesis, as often as its source term is in the
+line.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -262,12 +267,30 @@ def _missing(tr: LineTranslator, it: Item, hyp: Hypothesis, readout: str
     if not lacking:
         return words, []
     weights = _word_attention(tr, it, hyp, readout, len(words))
+    kept = held_words(words, {m.target for m in it.terms})
     spans = []
     for target, n in lacking.items():
-        found = [(target_span(m, weights, len(words)), m) for m in it.terms if m.target == target]
+        found = []
+        for m in it.terms:
+            if m.target == target:
+                a, b = target_span(m, weights, len(words))
+                # words of a term already there are not replaced: the term goes after them
+                found.append(((b, b) if kept & set(range(a, b)) else (a, b), m))
         found.sort(key=lambda s: occurrences(target, words[s[0][0]:s[0][1]]) > 0)
         spans += found[:n]
     return words, spans
+
+
+def held_words(words: Sequence[str], targets: Iterable[tuple[str, ...]]) -> set[int]:
+    """The positions of `words` that are part of an occurrence of one of the target terms."""
+    keys = [word_key(w) for w in words]
+    held = set()
+    for target in targets:
+        want = [word_key(w) for w in target]
+        for i in range(len(keys) - len(want) + 1):
+            if keys[i:i + len(want)] == want:
+                held.update(range(i, i + len(want)))
+    return held
 
 
 def _word_attention(tr: LineTranslator, it: Item, hyp: Hypothesis, readout: str,
@@ -276,16 +299,14 @@ def _word_attention(tr: LineTranslator, it: Item, hyp: Hypothesis, readout: str,
     zero where the hypothesis has no attention or its words cannot be told apart."""
     import numpy as np
 
-    from mtkit.align import from_attention, line_words, select_rows
+    from mtkit.align import from_attention, select_rows
 
-    if it.source is None:
-        it.source = (tr.tok.src_pieces(it.ids), line_words(tr.tok.encode_src, it.line, it.ids))
-    src_pieces, src_words = it.source
     n_src = len(it.line.split())
     tgt_pieces = tr.tok.tgt_pieces(hyp.tokens)
     if hyp.attn is None or not tgt_pieces:
         return np.zeros((n_words, n_src))
-    rows = select_rows(hyp.attn, len(tgt_pieces), readout)  # type: ignore[arg-type]
+    src_pieces, src_words, attn = tr.source_view(it, hyp.attn)
+    rows = select_rows(attn, len(tgt_pieces), readout)  # type: ignore[arg-type]
     m = from_attention(rows, src_pieces, tgt_pieces, level="word", src_words=src_words)
     weights = np.asarray(m.weights)
     if weights.shape[0] != n_words:  # pieces that decode to other words than the text's
@@ -325,6 +346,7 @@ def _prefix_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
     searched again. A term in a prefix stays, so each round places one more term for good:
     at most as many rounds as the sentence has terms."""
     todo = items
+    placed: dict[int, Counter[tuple[str, ...]]] = {id(it): Counter() for it in items}
     for _ in range(max((len(it.terms) for it in items), default=0)):
         again = []
         for it in todo:
@@ -333,14 +355,18 @@ def _prefix_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
                 continue
             fixed = _fixed_words(tr, it)
             (a, b), match = min(spans, key=lambda s: (max(s[0][0], fixed), s[1].start))
+            if placed[id(it)][match.target] >= sum(m.target == match.target for m in it.terms):
+                continue  # placed, then lost: not again (`align` puts it back below)
             a, b = max(a, fixed), max(b, a, fixed)
             text = " ".join(words[:a] + keep_punctuation(words[a:b], match.target))
             ids = tr.tok.encode_tgt(text)
-            if tr.max_out_len is not None and len(ids) > tr.max_out_len:
-                continue  # the model's positions cannot hold it: the output stays as it is
-            it.prefix = ids
+            if tr.max_out_len is not None and len(ids) >= tr.max_out_len:
+                continue  # the model's positions cannot hold it: `align` puts it in below
+            it.prefix, it.closed = ids, True
+            placed[id(it)][match.target] += 1
             again.append(it)
         if not again:
-            return
+            break
         tr.search_items(again, stop)
         todo = again
+    _align_terms(tr, items, glossary, stop)

@@ -222,11 +222,13 @@ def _next_beam(beam: _Beam, state: State, scores: torch.Tensor, order: torch.Ten
 @torch.no_grad()
 def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
                 max_len: torch.Tensor | int, need_attn: bool = False,
-                prefix: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+                prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
+                ) -> list[list[Hypothesis]]:
     """Beam search (cfg.beam_size, cfg.nbest, cfg.min_len, length penalty) for every
     sentence of `enc` (B rows); max_len: int or (B,) limits (see `max_lengths`); prefix:
-    (B, P) target ids every hypothesis of a sentence starts with, PAD after each
-    (`force_prefix`): while inside it a sentence's beam holds that one hypothesis.
+    (B, P) target ids every hypothesis of a sentence starts with, PAD after each, and
+    continuing (V,) (`force_prefix`): while inside it a sentence's beam holds that one
+    hypothesis.
 
     Returns per sentence, in batch order, its nbest hypotheses sorted by score (fewer only
     when fewer than nbest distinct outputs exist).
@@ -250,7 +252,7 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
             out = model.step(beam.prev, beam.state, enc, need_attn=need_attn)
             first = step_logprobs(out.logits, t, cfg.min_len, limits, shortest=shortest)
             lp = torch.index_select(
-                force_prefix(first, t, prefix), 0, rows,
+                force_prefix(first, t, prefix, continuing), 0, rows,
                 out=scratch.take("logprobs", (rows.numel(), out.logits.size(1))))
             attn = out.attn.index_select(0, rows) if need_attn and out.attn is not None \
                 else None
@@ -259,7 +261,7 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
                              order=beam.order)
             lp = force_prefix(step_logprobs(out.logits, t, cfg.min_len, beam.max_len,
                                             shortest=shortest, scratch=scratch),
-                              t, beam.prefix)
+                              t, beam.prefix, continuing)
             attn = out.attn if need_attn else None
         scores, parent, token = _advance(beam, lp, attn, t, fin, hist, cfg)
         order = rows[parent] if t == 0 else parent  # rows of the state each extends

@@ -29,11 +29,11 @@ Chooser = Callable[[torch.Tensor], torch.Tensor]
 @torch.no_grad()
 def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
                   max_len: torch.Tensor | int, min_len: int, need_attn: bool,
-                  prefix: torch.Tensor | None = None
+                  prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Decode one output per row of `enc`, the token at each step picked by `choose`; a row's
-    first tokens are its prefix's (prefix: (B, P) target ids, PAD after each; see
-    `force_prefix`).
+    first tokens are its prefix's (prefix: (B, P) target ids, PAD after each; continuing:
+    (V,) see `force_prefix`).
 
     Returns tokens (B, T) with one EOS per row (PAD after it), their log-probabilities
     (B, T) (0 after the EOS) and attention (B, T, S) or None. One model step per position
@@ -53,7 +53,7 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
     for t in range(steps):
         out = model.step(prev, state, enc, need_attn=need_attn, order=order)
         lp = step_logprobs(out.logits, t, min_len, limit, shortest=shortest, scratch=scratch)
-        tok = choose(force_prefix(lp, t, prefix))
+        tok = choose(force_prefix(lp, t, prefix, continuing))
         tokens[rows, t] = tok
         lps[rows, t] = lp.gather(1, tok.unsqueeze(1)).squeeze(1)
         if need_attn and out.attn is not None:
@@ -75,16 +75,18 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
 
 def greedy(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
            max_len: torch.Tensor | int, need_attn: bool = False,
-           prefix: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+           prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
+           ) -> list[list[Hypothesis]]:
     """Greedy search for every sentence of `enc` (B rows); max_len: int or (B,) limits;
-    prefix: (B, P) target ids each output starts with, PAD after each (`force_prefix`).
+    prefix: (B, P) target ids each output starts with, PAD after each, and continuing (V,)
+    (`force_prefix`).
 
     Uses cfg.min_len and the length penalty (cfg.length_penalty, cfg.alpha) for the score.
     Returns one single-hypothesis list per sentence, in batch order.
     """
     tokens, lps, attn = one_path_each(model, enc, lambda lp: lp.argmax(-1), max_len=max_len,
                                       min_len=cfg.min_len, need_attn=need_attn,
-                                      prefix=prefix)
+                                      prefix=prefix, continuing=continuing)
     hyps = to_hypotheses(tokens, lps, attn, source_lengths(enc.src_mask),
                          kind=cfg.length_penalty, alpha=cfg.alpha)
     return [[h] for h in hyps]

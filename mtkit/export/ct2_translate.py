@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
 from mtkit.errors import CheckpointError, ConfigError
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
@@ -216,7 +216,9 @@ class CT2Translator(LineTranslator):
         # `lines` is not needed: samples come from the engine's own random stream, seeded
         # once per run (`set_random_seed`). `stop` is looked at between engine calls
         # (`_decode`).
-        given = prefixes or [[] for _ in ids]
+        # The engine cannot make a prefix's next token begin a word: NEW_WORD is dropped, and
+        # a term continued into a longer word is put back by `mtkit.terms`.
+        given = [p[:-1] if p and p[-1] == NEW_WORD else p for p in prefixes or [[] for _ in ids]]
         limits = self._limits(ids, given)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
         eos = [] if self.adds_eos else [self.src_pieces[EOS_ID]]

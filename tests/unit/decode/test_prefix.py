@@ -128,3 +128,28 @@ def test_real_models_keep_prefixes_with_every_search(name):
         for prefix, hs in zip(PREFIXES, out, strict=True):
             assert all(h.tokens[: len(prefix)] == prefix for h in hs)
         check_forced_on(model, srcs, out)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
+def test_new_word_after_a_prefix_bans_the_continuing_tokens_right_after_it(method):
+    from mtkit.data.vocab import NEW_WORD
+
+    model = ToyGRU(seed=2).eval()
+    cfg = DecodeConfig(method=method, beam_size=3, nbest=1 if method == "greedy" else 3,
+                       max_len_b=6, length_penalty="none")
+    srcs = [s or [5] for s in SOURCES]
+    plain = decode(model, srcs, cfg, PREFIXES)
+    banned = [p[len(pre)] for pre, hs in zip(PREFIXES, plain, strict=True) for h in hs[:1]
+              for p in [h.tokens] if len(p) > len(pre)]
+    continuing = torch.zeros(12, dtype=torch.bool)
+    continuing[banned] = True  # every token the plain search chose right after a prefix
+    closed = [p + [NEW_WORD] for p in PREFIXES]
+    out = decode_batch(model, collate(srcs, None, range(len(srcs))), cfg, need_attn=True,
+                       prefix=padded_ids(closed), continuing=continuing)
+    for pre, hs in zip(PREFIXES, out, strict=True):
+        for h in hs:
+            assert h.tokens[: len(pre)] == pre
+            assert len(h.tokens) == len(pre) or not continuing[h.tokens[len(pre)]]
+    assert any(h.tokens != p.tokens for hs, ps in zip(out, plain, strict=True)
+               for h, p in zip(hs, ps, strict=False))
+    check_forced_on(model, srcs, out)  # the model's log-probs still
