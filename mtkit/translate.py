@@ -29,6 +29,7 @@ from mtkit.batches import parallel_batches
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
+from mtkit.data.vocab import NEW_WORD
 from mtkit.errors import CheckpointError, DataError
 from mtkit.hypothesis import Hypothesis
 from mtkit.pipe_watch import watching_reader
@@ -108,6 +109,9 @@ class Item:
     truncated: bool = False  # cut to the model's longest source
     prefix: list[int] = field(default_factory=list)  # target ids every output starts with
     terms: list[Match] = field(default_factory=list)  # glossary terms found in the line
+    # the prefix ends with a term: the output's next token must begin a new word
+    closed: bool = False
+    tagged: int = 0  # source pieces of the language tag put before the line's own
 
 
 def name_problems(problems: list[tuple[str, str]], origins: Mapping[str, str]) -> list[str]:
@@ -188,13 +192,16 @@ class LineTranslator:
         self.chunk_lines = chunk_lines
         self.workers = workers
         self.terms: Glossary | None = None  # terms every output must hold (mtkit.terms)
+        self.tags: tuple[str, ...] = ()  # the model's language tags (data.*.tag)...
+        self.tag: str | None = None  # ... and the one put before every source line
 
     def configured(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
                    attention: bool = False, chunk_lines: int | None = None,
-                   terms: Glossary | None = None) -> LineTranslator:
+                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
         """This translator with another decoding configuration, aligner (none by default),
-        chunk size and glossary (none by default), sharing its model or engine: how a caller
-        with per-request options (`mtkit.api`) decodes. attention: searches return each
+        chunk size, glossary (none by default) and language tag (one of `tags`; none by
+        default), sharing its model or engine: how a caller with per-request options
+        (`mtkit.api`) decodes. attention: searches return each
         hypothesis's attention even without an aligner. `cfg` must have passed
         `decode_problems`. Sampling decodes one batch at a time, since its draws depend on
         how a chunk is split."""
@@ -205,6 +212,7 @@ class LineTranslator:
         other.chunk_lines = self.chunk_lines if chunk_lines is None else chunk_lines
         other.workers = 1 if cfg.method == "sample" else self.workers
         other.terms = terms
+        other.tag = tag
         return other
 
     def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
@@ -296,7 +304,7 @@ class LineTranslator:
 
         assert self.terms is not None
         with_attn = self.configured(self.cfg, align_fn=self.align_fn, attention=True,
-                                    chunk_lines=self.chunk_lines)
+                                    chunk_lines=self.chunk_lines, tag=self.tag)
         place_terms(with_attn, items, self.terms, stop)
         stats.tokens += sum(len(it.nbest[0].tokens) for it in items)
         if on_batch is not None:
@@ -309,7 +317,8 @@ class LineTranslator:
                                     1):
             batch = [items[i] for i in idx]
             ids, where = [it.ids for it in batch], [it.index for it in batch]
-            found = self._search(ids, stop, where, [it.prefix for it in batch])
+            prefixes = [it.prefix + [NEW_WORD] if it.closed else it.prefix for it in batch]
+            found = self._search(ids, stop, where, prefixes)
             for it, nbest in zip(batch, found, strict=True):
                 it.nbest = nbest
 
@@ -383,8 +392,10 @@ class LineTranslator:
                  prefixes: list[str] | None = None) -> list[Item]:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
         targets = self.prefix_ids(prefixes, offset) if prefixes else [[] for _ in chunk]
+        tags = self._tag_ids(chunk, encoded)
         items = []
         for i, (line, ids, prefix) in enumerate(zip(chunk, encoded, targets, strict=True)):
+            ids = tags[i] + ids
             truncated = len(ids) > self.max_src_len
             if truncated:
                 ids = ids[: self.max_src_len]
@@ -393,8 +404,17 @@ class LineTranslator:
                     and self.cfg.output_limit(len(ids)) > self.max_out_len):
                 stats.capped += 1
             items.append(Item(offset + i, line, ids, truncated=truncated,
-                              prefix=prefix if ids else []))
+                              prefix=prefix if ids else [], tagged=len(tags[i])))
         return items
+
+    def _tag_ids(self, chunk: list[str], encoded: list[list[int]]) -> list[list[int]]:
+        """The ids of `tag` for each line to put it before: not a blank one, nor one that
+        starts with a tag of the model already (a prepared split's text does)."""
+        if self.tag is None:
+            return [[] for _ in chunk]
+        ids = self.tok.encode_src(self.tag)
+        return [[] if not enc or line.split(maxsplit=1)[0] in self.tags else ids
+                for line, enc in zip(chunk, encoded, strict=True)]
 
     def prefix_ids(self, prefixes: list[str], offset: int = 0) -> list[list[int]]:
         """Each prefix's target ids (`offset`: the first one's line, from 0); one the model's
@@ -412,7 +432,8 @@ class LineTranslator:
         """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first;
         `lines`: their 0-based lines in the input (sampling draws a batch's own random stream
         from the first); `prefixes`: each sentence's forced first target ids (empty: none),
-        or None when no sentence has one. Called from `workers` threads at once: it may not
+        or None when no sentence has one; one may end with NEW_WORD (`force_prefix`), which
+        an engine that cannot honour it drops. Called from `workers` threads at once: it may not
         change the translator. Once `stop` is set, the search may end early by raising
         `Stopped` (its result is not wanted)."""
         raise NotImplementedError
@@ -423,16 +444,27 @@ class LineTranslator:
             return ""
         if not text.split():  # bare '▁' pieces: no word to link
             return ""
+
+        # Source indices count the line's whitespace words, as `mtkit align` does (a line cut
+        # to the model's length keeps the words its pieces decode to); made once for all of
+        # the line's hypotheses.
+        pieces, words, attn = self.source_view(it, hyp.attn)
+        return self.align_fn(pieces, self.tok.tgt_pieces(hyp.tokens), attn, words)
+
+    def source_view(self, it: Item, attn: torch.Tensor) -> tuple[list[str], Words | None,
+                                                                  torch.Tensor]:
+        """The line's own source pieces and words, and `attn` (T, S) without the columns of
+        the tag put before it (`Item.tagged`): what word links count."""
         from mtkit.align import line_words
 
         # Source indices count the line's whitespace words, as `mtkit align` does (a line cut
         # to the model's length keeps the words its pieces decode to); made once for all of
         # the line's hypotheses.
+        own = it.ids[it.tagged:]
         if it.source is None:
-            it.source = (self.tok.src_pieces(it.ids),
-                         line_words(self.tok.encode_src, it.line, it.ids))
+            it.source = (self.tok.src_pieces(own), line_words(self.tok.encode_src, it.line, own))
         pieces, words = it.source
-        return self.align_fn(pieces, self.tok.tgt_pieces(hyp.tokens), hyp.attn, words)
+        return pieces, words, attn[:, it.tagged:] if it.tagged else attn
 
     def _format(self, it: Item) -> str:
         # An empty line has no hypotheses: it is written as one empty one scoring 0.
@@ -484,6 +516,7 @@ class StreamTranslator(LineTranslator):
         self.model = model.eval()
         self.device = device
         self.dtype = dtype
+        self._continues: torch.Tensor | None = None  # made once (`_continuing`)
 
     def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
                 prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
@@ -496,8 +529,22 @@ class StreamTranslator(LineTranslator):
                                                     enabled=self.dtype is not None):
             b = collate(ids, None, lines).to(self.device, non_blocking=True)
             prefix = None if prefixes is None else padded_ids(prefixes).to(self.device)
+            continuing = None
+            if prefixes is not None and any(p and p[-1] == NEW_WORD for p in prefixes):
+                continuing = self._continuing()
             return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
-                                need_attn=self.need_attn, prefix=prefix)
+                                need_attn=self.need_attn, prefix=prefix, continuing=continuing)
+
+    def _continuing(self) -> torch.Tensor:
+        """(V,) bool: the target pieces that continue a word (no word-start mark, and a
+        letter or digit first), which may not follow a prefix that ends with NEW_WORD."""
+        import torch
+
+        if self._continues is None:
+            pieces = self.tok.tgt_pieces(range(self.tok.tgt_vocab_size))
+            self._continues = torch.tensor([p[:1].isalnum() for p in pieces])
+            self._continues &= ~torch.from_numpy(self.tok.starts_word("tgt"))
+        return self._continues
 
     def _forced(self, ids: list[list[int]], targets: list[list[int]]) -> list[Hypothesis]:
         import torch

@@ -129,11 +129,33 @@ class TranslationModel:
 
     def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
                    attention: bool = False, chunk_lines: int | None = None,
-                   terms: Glossary | None = None) -> LineTranslator:
-        """A `LineTranslator` of this model with `cfg` (from `options`) and a glossary (from
-        `glossary`): what `mtkit translate` streams files through."""
+                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+        """A `LineTranslator` of this model with `cfg` (from `options`), a glossary (from
+        `glossary`) and the language tag `checked_tag` gives for `tag`: what `mtkit
+        translate` streams files through."""
         return self._base.configured(cfg, align_fn=align_fn, attention=attention,
-                                     chunk_lines=chunk_lines, terms=terms)
+                                     chunk_lines=chunk_lines, terms=terms,
+                                     tag=self.checked_tag(tag))
+
+    @property
+    def tags(self) -> list[str]:
+        """The language tags this model was trained with (data.*.tag), each a direction."""
+        return list(self._base.tags)
+
+    def checked_tag(self, tag: str | None, *, name: str = "tag") -> str | None:
+        """The tag put before every source line: `tag`, else the recipe's data.tag; a
+        ConfigError (naming `name`) for a tag the model does not have, or for none chosen
+        where the model has tags."""
+        tags = self.tags
+        if tag is None:
+            tag = self.recipe.data.tag
+            if tag is None and tags:
+                raise ConfigError(f"{name}: this model translates {len(tags)} ways, by the "
+                                  f"tag put before the source; choose one of {', '.join(tags)}")
+        if tag is not None and tag not in tags:
+            have = ", ".join(tags) if tags else "none (it translates one way)"
+            raise ConfigError(f"{name}: {tag!r} is not a tag of this model; its tags: {have}")
+        return tag
 
     def glossary(self, terms: Any, method: str = "prefix", *, name: str = "terms"
                  ) -> Glossary:
@@ -151,18 +173,19 @@ class TranslationModel:
 
     def translate(self, text: str | Sequence[str], *,
                   prefix: str | Sequence[str] | None = None, terms: Any = None,
-                  terms_method: str = "prefix", **options: Any) -> Any:
+                  terms_method: str = "prefix", tag: str | None = None, **options: Any) -> Any:
         """The best translation of one sentence (a str) or of each of a list of sentences
         (a list of str); `prefix`: the target text each translation starts with (a str for
-        one sentence, one per sentence for a list, "" for none); `terms`, `terms_method`: as
-        for `translate_full`; `options`: DecodeConfig fields (beam_size=5, method='greedy',
-        ...)."""
+        one sentence, one per sentence for a list, "" for none); `terms`, `terms_method`,
+        `tag`: as for `translate_full`; `options`: DecodeConfig fields (beam_size=5,
+        method='greedy', ...)."""
         one = isinstance(text, str)
         lines = [text] if one else list(text)
         if one and isinstance(prefix, str):
             prefix = [prefix]
         out = [t.text for t in self.translate_full(lines, prefix=prefix, terms=terms,
-                                                   terms_method=terms_method, **options)]
+                                                   terms_method=terms_method, tag=tag,
+                                                   **options)]
         return out[0] if one else out
 
     def translate_full(self, lines: Iterable[str], *, align: bool = False,
@@ -170,7 +193,8 @@ class TranslationModel:
                        head: int | Literal["mean"] | None = None,
                        align_method: str | None = None, readout: str | None = None,
                        prefix: Sequence[str] | None = None, terms: Any = None,
-                       terms_method: str = "prefix", **options: Any) -> list[Translation]:
+                       terms_method: str = "prefix", tag: str | None = None, **options: Any
+                       ) -> list[Translation]:
         """Every sentence's hypotheses (`options`: DecodeConfig fields; nbest=3 for three),
         with Pharaoh word links (`align`, by `align_method` from the rows of `readout`, as
         `mtkit translate --align`), and attention matrices (`attention`): the search's own
@@ -179,13 +203,15 @@ class TranslationModel:
         text per sentence that its hypotheses start with ("" for none): forced, scored and
         given attention like the rest of the output. `terms`: a glossary, source term ->
         target term (a mapping or pairs), that every hypothesis of a sentence holding a
-        source term must use, placed by `terms_method` (prefix or align: `mtkit.terms`)."""
+        source term must use, placed by `terms_method` (prefix or align: `mtkit.terms`).
+        `tag`: for a model trained with language tags, the direction (one of `tags`; default
+        the recipe's data.tag), put before every source line."""
         extras = self.extras(align=align, attention=attention, layer=layer, head=head,
                              align_method=align_method, readout=readout)
         lines = list(lines)
         cfg = self.options(options)
         found = None if terms is None else self.glossary(terms, terms_method)
-        return self.decode(lines, cfg, extras, terms=found,
+        return self.decode(lines, cfg, extras, terms=found, tag=self.checked_tag(tag),
                            prefixes=self.checked_prefixes(prefix, len(lines)))
 
     def checked_prefixes(self, prefix: Any, n: int) -> list[str] | None:
@@ -213,15 +239,15 @@ class TranslationModel:
         return extras
 
     def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None, *,
-               prefixes: Sequence[str] | None = None, terms: Glossary | None = None
-               ) -> list[Translation]:
+               prefixes: Sequence[str] | None = None, terms: Glossary | None = None,
+               tag: str | None = None) -> list[Translation]:
         """`translate_full` with options already checked (`options`, `extras`,
-        `checked_prefixes`, `glossary`)."""
+        `checked_prefixes`, `glossary`, `checked_tag`)."""
         extras = extras or Extras()
         choice = self.attention_choice(extras.layer, extras.head) if extras.attention else None
         translator = self.translator(cfg, align_fn=self._aligner(extras),
                                      attention=extras.attention and choice is None,
-                                     terms=terms)
+                                     terms=terms, tag=tag)
         stats = TranslateStats(max_src_len=translator.max_src_len)
         items = [it for chunk in translator.decoded(lines, stats, prefixes=prefixes)
                  for it in chunk]
@@ -454,6 +480,7 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
                                        streaming=streaming, default=usable)
     translator = CT2Translator(export, cfg, device=device, threads=each,
                                chunk_lines=chunk_lines, workers=workers)
+    translator.tags = tuple(recipe.data.tags())
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
@@ -490,6 +517,7 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
                                   chunk_lines=chunk_lines, workers=workers,
                                   dtype=torch.bfloat16 if bf16 else None)
+    translator.tags = tuple(recipe.data.tags())
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))

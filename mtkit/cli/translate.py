@@ -159,6 +159,10 @@ def translate(
         "(whole words, matched without case or surrounding punctuation; # starts a comment). "
         "Every translation of a line holding a source term uses its target term; lines "
         "without one decode as without --terms.")] = None,
+    tag: Annotated[str | None, typer.Option(
+        "--tag", metavar="TAG", help="For a model trained with language tags (data.*.tag): "
+        "the direction, as the tag put before each source line, e.g. '<2de>' (default: the "
+        "recipe's data.tag).")] = None,
     terms_method: Annotated[str | None, typer.Option(
         "--terms-method", metavar="METHOD", help="How a missing term is placed where the "
         "model's attention aligns its source: prefix, the translation up to there and the "
@@ -227,7 +231,8 @@ def translate(
         align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
                                       readout or default_readout(loaded.recipe))
     found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
-    worker = loaded.translator(cfg, align_fn=align_fn, terms=found)
+    chosen = loaded.checked_tag(tag, name="--tag")
+    worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen)
     worker.fmt = cast("OutputFormat", fmt)  # checked by TranslateFlags
     for note in getattr(worker, "notes", []):
         typer.echo(f"mtkit: note: {note}", err=True)

@@ -77,7 +77,9 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
         batcher = Batcher(model, max_wait=settings.max_wait_ms / 1000,
                           max_queue=settings.queue_size, on_batch=metrics.batch)
         state["batcher"] = batcher
-        job = batcher.submit([WARM_UP], model.defaults, Extras())
+        # a model of several directions without a default one warms up with its first
+        warm_tag = model.recipe.data.tag or (model.tags[0] if model.tags else None)
+        job = batcher.submit([WARM_UP], model.defaults, Extras(), tag=warm_tag)
         await asyncio.wrap_future(job.future)
         state["ready"] = True
         try:
@@ -96,7 +98,7 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
 
     async def translate(lines: list[str], changes: dict[str, Any], extras: Extras,
                         prefix: Any = None, terms: dict[str, str] | None = None,
-                        terms_method: str | None = None):
+                        terms_method: str | None = None, tag: str | None = None):
         _check_limits(lines, changes, settings)
         try:
             cfg = model.options(changes)
@@ -105,10 +107,11 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
             if terms_method is not None and terms is None:
                 raise ConfigError("terms_method: it places terms, which need terms")
             glossary = None if terms is None else model.glossary(terms, terms_method or "prefix")
+            tag = model.checked_tag(tag)
         except MtkitError as e:
             raise ApiError(422, str(e)) from None
         return await _decoded(state["batcher"], lines, cfg, extras, settings.timeout,
-                              prefixes, glossary)
+                              prefixes, glossary, tag)
 
     @app.post("/v1/translate", response_model=TranslateResponse, tags=["translate"],
               dependencies=[Depends(auth)])
@@ -120,7 +123,7 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
         extras = Extras(req.align, req.align_method, req.readout, req.attention, req.layer,
                         req.head)
         results = await translate(lines, req.decode_changes(), extras, req.prefixes(),
-                                  req.terms, req.terms_method)
+                                  req.terms, req.terms_method, req.tag)
         return {"model": model.info.name,
                 "translations": [{**r.to_dict(), "text": r.text} for r in results]}
 
@@ -195,10 +198,10 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
 
 async def _decoded(batcher: Batcher, lines: list[str], cfg: Any, extras: Extras,
                    timeout: float, prefixes: list[str] | None = None,
-                   terms: Any = None) -> Any:
+                   terms: Any = None, tag: str | None = None) -> Any:
     """The job's results, or 503 (queue full, shutting down) or 504 (past `timeout`)."""
     try:
-        job = batcher.submit(lines, cfg, extras, prefixes, terms)
+        job = batcher.submit(lines, cfg, extras, prefixes, terms, tag)
     except QueueFull:
         raise ApiError(503, "the translation queue is full; try again shortly",
                        {"Retry-After": "1"}) from None

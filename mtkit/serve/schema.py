@@ -85,6 +85,8 @@ class TranslateRequest(DecodeOptions):
         "sentence holding a source term uses its target term")
     terms_method: Literal["prefix", "align"] | None = Field(
         None, description="how a missing term is placed (default: prefix)")
+    tag: str | None = Field(None, description="for a model trained with language tags: the "
+                            "direction (one of the model's tags; default: its data.tag)")
 
     _text = field_validator("text")(_sentences)
     _prefix = field_validator("prefix")(_texts)
