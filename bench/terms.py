@@ -64,7 +64,7 @@ def _timed(model, lines: list[str], *, repeat: int = 1, **options) -> tuple[list
 def build_glossary(model, src: list[str], ref: list[str], plain: list[str], n: int
                    ) -> list[tuple[str, str]]:
     """Up to n (source word, reference word) pairs, as the module docstring says."""
-    from mtkit.terms import word_key
+    from mtkit.translation.terms import word_key
 
     forced = model.translate_full(src, prefix=ref, align=True, max_len_a=0.0, max_len_b=1,
                                   method="greedy")
@@ -99,7 +99,7 @@ def build_glossary(model, src: list[str], ref: list[str], plain: list[str], n: i
 
 def presence(glossary, src: list[str], out: list[str]) -> tuple[int, int]:
     """(terms present, term matches) over the lines."""
-    from mtkit.terms import occurrences
+    from mtkit.translation.terms import occurrences
 
     have = total = 0
     for s, o in zip(src, out, strict=True):

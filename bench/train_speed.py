@@ -33,12 +33,13 @@ import torch
 
 from mtkit.config import load_recipe
 from mtkit.data.batch import Batch, collate
-from mtkit.data.prep import data_dir, is_prepared
+from mtkit.data.prep import is_prepared
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
 from mtkit.device import Amp, resolve_device, setup_backend
 from mtkit.models.build import build_model
+from mtkit.run import data_dir
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward

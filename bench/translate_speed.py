@@ -74,10 +74,10 @@ def untrained_run(work: Path, mirror: Path) -> Path:
     """A run directory with recipes/en-de.yaml's data prepared and a freshly initialised model
     of its size saved as best.pt (made once, then reused)."""
     from mtkit.config import dump_recipe, load_recipe
-    from mtkit.data.prep import data_dir, prepare
+    from mtkit.data.prep import prepare
     from mtkit.data.spm import Tokenizer
     from mtkit.models.build import build_model
-    from mtkit.run import save_checkpoint
+    from mtkit.run import data_dir, save_checkpoint
 
     recipe = load_recipe(REPO / "recipes" / "en-de.yaml")
     if not (work / "best.pt").is_file():
@@ -101,7 +101,7 @@ def _read(path: Path, n: int) -> list[str]:
 def time_search(loaded: tuple, lines: list[str], device: torch.device, **decode) -> dict:
     """Translate `lines` with the loaded (model, recipe, tokenizer), the recipe's decode
     section changed by `decode`."""
-    from mtkit.translate import StreamTranslator
+    from mtkit.translation.lines import StreamTranslator
 
     model, recipe, tok = loaded
     cfg = dataclasses.replace(recipe.decode, **decode)
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     untrained = args.run is None
     run = untrained_run(args.work, mirror) if untrained else args.run
     lines = _read(mirror / TEST_SRC, args.sentences)
-    from mtkit.translate import load_translator
+    from mtkit.translation.lines import load_translator
 
     loaded = load_translator([run], device)  # once: loading is not what is timed
     for line in _header(run, untrained, device, lines, loaded):

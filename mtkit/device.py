@@ -18,7 +18,7 @@ from mtkit.errors import ConfigError
 def resolve_device(spec: str, *, local_rank: int | None = None,
                    option: str = "train.device") -> torch.device:
     """'auto' picks CUDA, then MPS, then the CPU; a named device must exist (else a
-    ConfigError naming `option`, the recipe key or command-line flag that asked for it).
+    ConfigError naming `option`, the recipe key or the caller's option that asked for it).
 
     Under torchrun (`local_rank` given) a CUDA run uses ``cuda:<local_rank>``, one GPU per
     process, whatever index the recipe names."""
@@ -31,25 +31,26 @@ def resolve_device(spec: str, *, local_rank: int | None = None,
             spec = "cpu"
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"{option}: {spec!r} requested but this torch build sees no "
-                              "CUDA device; use auto or cpu")
+            raise ConfigError.about(option, f"{spec!r} requested but this torch build sees no "
+                                    "CUDA device; use auto or cpu")
         index = local_rank if local_rank is not None else (
             int(spec.split(":")[1]) if ":" in spec else torch.cuda.current_device())
         if index >= torch.cuda.device_count():
-            raise ConfigError(f"{option}: cuda:{index} requested but only "
-                              f"{torch.cuda.device_count()} CUDA device(s) exist")
+            raise ConfigError.about(option, f"cuda:{index} requested but only "
+                                    f"{torch.cuda.device_count()} CUDA device(s) exist")
         return torch.device("cuda", index)
     if spec == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"{option}: 'mps' requested but MPS is not available here")
+        raise ConfigError.about(option, "'mps' requested but MPS is not available here")
     return torch.device(spec)
 
 
 def inference_device(spec: str) -> torch.device:
-    """--device auto|cpu|cuda|cuda:N|mps as a torch device; ConfigError naming --device for a
-    malformed or unavailable one."""
+    """A device spec (auto, cpu, cuda, cuda:N or mps) as a torch device; ConfigError naming
+    the option `device` for a malformed or unavailable one."""
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", spec):
-        raise ConfigError(f"--device: expected auto, cpu, cuda, cuda:N or mps, got {spec!r}")
-    device = resolve_device(spec, option="--device")
+        raise ConfigError.about("device", "expected auto, cpu, cuda, cuda:N or mps, got "
+                                f"{spec!r}")
+    device = resolve_device(spec, option="device")
     if device.type == "cuda":
         cuda_defaults()
     return device
@@ -84,9 +85,9 @@ def host_memory_defaults() -> None:
     transparent huge pages when THP_MEM_ALLOC_ENABLE=1 (off by default, as it may cost a
     little memory). Decoding allocates tensors of tens of MB at every step (logits and
     log-probabilities over the vocabulary for every beam row); glibc maps such blocks fresh
-    each time, and the kernel faults in and zeroes them 4 kB at a time. Measured on a 2-core
-    machine: filling a new (1500, 8000) float tensor took 34-42 ms with 4 kB pages, 8-10 ms
-    with 2 MB pages (issue 14, under load 3.6-4.3). The variable is read once, at torch's first
+    each time, and the kernel faults in and zeroes them 4 kB at a time; with 2 MB pages a
+    fresh tensor of that size fills about four times faster (bench/RESULTS.md, "Figures
+    behind the code's comments"). The variable is read once, at torch's first
     CPU allocation, so call this before any tensor exists; a value the user set wins. It
     changes no number, only where memory comes from."""
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")

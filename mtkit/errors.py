@@ -1,12 +1,75 @@
-"""User-facing errors: `mtkit.cli` turns each into one line on stderr and exit code 2."""
+"""User-facing errors: `mtkit.cli` turns each into one line on stderr and exit code 2, the
+server into a JSON error, the Python API raises them as they are."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with the option named `option` (a field: the Python API's keyword, a
+    request's attribute), and the value at fault when there is one. `why` may name other
+    options as {0}, {1}, ... of `others` (replaced, not formatted: other braces are kept)."""
+
+    option: str | None
+    why: str
+    value: object = None
+    others: tuple[str, ...] = ()
+
+    def text(self, name: Callable[[str], str]) -> str:
+        why = self.why
+        for i, other in enumerate(self.others):
+            why = why.replace(f"{{{i}}}", name(other))
+        if self.option is None:
+            return why
+        head = name(self.option) if self.value is None else f"{name(self.option)} {self.value}"
+        return f"{head}: {why}"
+
+
+_E = TypeVar("_E", bound="MtkitError")
 
 
 class MtkitError(Exception):
-    """An error the user can fix (bad recipe, missing file, bad data). Never a bug."""
+    """An error the user can fix (bad recipe, missing file, bad data). Never a bug.
+
+    One made by `about` (or an `OptionError`) names the option at fault by its field (the
+    Python API's keyword, a request's attribute); a front end that offers the options under
+    other names (`mtkit.cli`: flags) says the message with `text(name)`."""
+
+    problems: tuple[Problem, ...] = ()
+
+    @classmethod
+    def about(cls: type[_E], option: str | None, why: str, *, value: object = None,
+              others: tuple[str, ...] = ()) -> _E:
+        problem = Problem(option, why, value, others)
+        error = cls(problem.text(str))
+        error.problems = (problem,)
+        return error
+
+    def text(self, name: Callable[[str], str]) -> str:
+        if not self.problems:
+            return str(self)
+        return "; ".join(p.text(name) for p in self.problems)
 
 
 class ConfigError(MtkitError):
     """A recipe or an override is invalid; the message lists every problem found."""
+
+
+class OptionError(ConfigError):
+    """Options of a call that cannot be honoured, every problem at once."""
+
+    def __init__(self, *problems: Problem) -> None:
+        super().__init__("; ".join(p.text(str) for p in problems))
+        self.problems = problems
+
+    @classmethod
+    def one(cls, option: str | None, why: str, *, value: object = None,
+            others: tuple[str, ...] = ()) -> OptionError:
+        return cls(Problem(option, why, value, others))
 
 
 class DataError(MtkitError):
@@ -18,7 +81,7 @@ class CheckpointError(MtkitError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (`mtkit.cli.startup.handle_termination`): the command stops as on
+    """SIGTERM or SIGHUP (`mtkit.process.startup.handle_termination`): the command stops as on
     Ctrl-C, its unfinished outputs dropped, and exits with 128 + the signal's number."""
 
     def __init__(self, signum: int) -> None:

@@ -14,7 +14,7 @@ replaces what it cannot prove it wrote:
 - anything else (a project folder, a ``data/`` of the user's) is refused, ``--force`` or not.
 
 One writer at a time: `prep` and `train` hold the run directory's ``.mtkit.lock``
-(`mtkit.run_lock`).
+(`mtkit.process.lock`).
 """
 
 from __future__ import annotations

@@ -15,10 +15,14 @@ import json
 import os
 from pathlib import Path
 
-from mtkit.errors import ConfigError
+from mtkit.errors import OptionError
 from mtkit.fileio import atomic_write, temporary_of
 
 MARKER = "mtkit-heatmaps.json"
+
+def _refused(folder: Path, why: str) -> OptionError:
+    return OptionError.one("heatmap_dir", why, value=folder)
+
 
 def _read_marker(folder: Path) -> set[str]:
     try:
@@ -27,8 +31,8 @@ def _read_marker(folder: Path) -> set[str]:
                 isinstance(n, str) and "/" not in n and n not in ("", ".", "..") for n in names):
             raise TypeError
     except (ValueError, KeyError, TypeError, OSError):
-        raise ConfigError(f"--heatmap {folder}: {MARKER} is unreadable; not writing into this "
-                          "folder") from None
+        raise _refused(folder, f"{MARKER} is unreadable; not writing into this "
+                      "folder") from None
     return set(names)
 
 
@@ -40,27 +44,27 @@ def holds(folder: Path, path: Path) -> bool:
 
 def owned_files(folder: Path) -> set[str]:
     """The files an earlier `mtkit align --heatmap` wrote into `folder` (none for a new or
-    empty folder); ConfigError naming --heatmap when the folder holds anything else."""
+    empty folder); OptionError naming heatmap_dir when the folder holds anything else."""
     if not folder.exists():
         ancestor = next((p for p in folder.parents if p.exists()), None)
         if ancestor is not None and not ancestor.is_dir():
-            raise ConfigError(f"--heatmap {folder}: cannot make this folder ({ancestor} is a "
-                              "file, not a folder)")
+            raise _refused(folder, f"cannot make this folder ({ancestor} is a "
+                      "file, not a folder)")
         return set()
     if not folder.is_dir():
-        raise ConfigError(f"--heatmap {folder}: exists and is not a folder")
+        raise _refused(folder, "exists and is not a folder")
     present = {p.name for p in folder.iterdir()}
     if not present:
         return set()
     if MARKER not in present:
-        raise ConfigError(f"--heatmap {folder}: folder is not empty and holds no heatmaps of "
-                          f"mtkit align (no {MARKER}); give a new or empty folder")
+        raise _refused(folder, f"folder is not empty and holds no heatmaps of "
+                      f"mtkit align (no {MARKER}); give a new or empty folder")
     listed = _read_marker(folder)
     foreign = sorted(n for n in present - listed - {MARKER}
                      if temporary_of(n) not in listed | {MARKER})
     if foreign:
-        raise ConfigError(f"--heatmap {folder}: holds files mtkit align did not write "
-                          f"({', '.join(foreign[:3])}); give a new or empty folder")
+        raise _refused(folder, f"holds files mtkit align did not write "
+                      f"({', '.join(foreign[:3])}); give a new or empty folder")
     return listed
 
 

@@ -4,15 +4,17 @@ union and grow-diag-final (Koehn et al. 2003), or a threshold; and the ``i-j`` f
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from mtkit.align.matrix import Link, as_array
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError, Problem
 
-METHODS = ("argmax-tgt", "argmax-src", "intersection", "union", "grow-diag-final", "threshold")
-DEFAULT_METHOD = "argmax-tgt"
+LinkMethod = Literal["argmax-tgt", "argmax-src", "intersection", "union", "grow-diag-final",
+                     "threshold"]
+METHODS: tuple[LinkMethod, ...] = get_args(LinkMethod)
+DEFAULT_METHOD: LinkMethod = "argmax-tgt"
 DEFAULT_THRESHOLD = 0.5
 # How `mtkit align --reverse` combines the links of the two directions.
 Symmetrization = Literal["grow-diag-final", "intersection", "union"]
@@ -86,6 +88,22 @@ def symmetrize(forward: set[Link], backward: set[Link], how: Symmetrization) -> 
                      f"{', '.join(SYMMETRIZATIONS)}")
 
 
+def link_problems(method: str, threshold: float | None, *, option: str = "method",
+                  thresholds: bool = True) -> list[Problem]:
+    """What is wrong with a choice of link extraction (`extract_links`'s arguments), the
+    method named `option`; without `thresholds`, 'threshold' is not among the choices (the
+    caller offers no threshold)."""
+    methods = METHODS if thresholds else tuple(m for m in METHODS if m != "threshold")
+    if method not in methods:
+        return [Problem(option, f"invalid choice {method!r}; expected one of "
+                        f"{', '.join(methods)}")]
+    if threshold is not None and method != "threshold":
+        return [Problem("threshold", "applies only to {0} threshold", others=(option,))]
+    if threshold is not None and not 0.0 < threshold <= 1.0:
+        return [Problem("threshold", "expected an attention weight in (0, 1]", value=threshold)]
+    return []
+
+
 def extract_links(weights: Any, method: str = DEFAULT_METHOD, *,
                   threshold: float | None = None) -> set[Link]:
     """Word alignment links (i, j) from a (T, S) matrix by one of METHODS:
@@ -96,16 +114,11 @@ def extract_links(weights: Any, method: str = DEFAULT_METHOD, *,
     threshold: every cell with weight >= threshold (default DEFAULT_THRESHOLD; pass it
     only with this method).
     """
+    if problems := link_problems(method, threshold):
+        raise OptionError(*problems)
     w = as_array(weights)
-    if method not in METHODS:
-        raise MtkitError(f"unknown alignment method {method!r}; expected one of "
-                         f"{', '.join(METHODS)}")
-    if threshold is not None and method != "threshold":
-        raise MtkitError(f"a threshold applies only to method 'threshold', not {method!r}")
     if method == "threshold":
         p = DEFAULT_THRESHOLD if threshold is None else threshold
-        if not 0.0 < p <= 1.0:
-            raise MtkitError(f"--threshold {p}: expected an attention weight in (0, 1]")
         return {(int(i), int(j)) for j, i in zip(*np.nonzero(w >= p), strict=True)}
     if method == "argmax-tgt":
         return argmax_tgt(w)

@@ -17,14 +17,14 @@ import torch
 from mtkit import fileio
 from mtkit.align.matrix import AlignMatrix, Level, Words, from_attention, line_words
 from mtkit.align.readout import Readout, select_rows
-from mtkit.batches import token_batches
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
-from mtkit.errors import DataError
+from mtkit.errors import DataError, OptionError
 from mtkit.fileio import InvalidUtf8
 from mtkit.models.base import AttentionChoice, AttentionKind, Translator
+from mtkit.translation.batching import token_batches
 
 
 @dataclass
@@ -66,15 +66,15 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
     """Fail early (before a model is loaded) when an input file is missing; - (standard
     input) may stand for the source or the target, not both, nor for the gold links."""
     if str(src) == str(tgt) == "-":
-        raise DataError("-s - and -t -: standard input can be one of them; give the other "
-                        "a file")
+        raise OptionError.one(None, "{0} - and {1} -: standard input can be one of them; give "
+                              "the other a file", others=("src", "tgt"))
     if gold is not None and str(gold) == "-":
-        raise DataError("--gold -: give the gold links as a file")
-    for flag, path, what in (("-s", src, "source"), ("-t", tgt, "target"),
-                             ("--gold", gold, "gold alignment")):
+        raise OptionError.one("gold", "give the gold links as a file", value="-")
+    for option, path, what in (("src", src, "source"), ("tgt", tgt, "target"),
+                               ("gold", gold, "gold alignment")):
         if path is not None and str(path) != "-" and (
                 problem := fileio.missing_input(path, what)):
-            raise DataError(f"{flag} {problem}")
+            raise OptionError.one(option, problem.removeprefix(f"{path}: "), value=path)
 
 
 def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | None, *,
@@ -85,18 +85,18 @@ def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | N
     data.max_len, which `translate` cuts lines to), since attention's memory is quadratic in
     the length."""
     for p in pairs:
-        for flag, path, ids, limit in (("-s", src, p.src, model.max_source_len),
-                                       ("-t", tgt, p.tgt, model.max_target_len)):
+        for option, path, ids, limit in (("src", src, p.src, model.max_source_len),
+                                         ("tgt", tgt, p.tgt, model.max_target_len)):
             if limit is not None and path is not None and len(ids) + 1 > limit:
-                raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
-                                f"model's {limit} positions allow (with EOS or BOS; "
-                                f"{model.source_len_key})")
+                raise OptionError.one(option, value=f"{path}:{p.index + 1}", why=(
+                    f"{len(ids)} tokens, more than the model's {limit} positions allow (with "
+                    f"EOS or BOS; {model.source_len_key})"))
     for p in pairs:
-        for flag, path, ids in (("-s", src, p.src), ("-t", tgt, p.tgt)):
+        for option, path, ids in (("src", src, p.src), ("tgt", tgt, p.tgt)):
             if max_len is not None and path is not None and len(ids) > max_len:
-                raise DataError(f"{flag} {path}:{p.index + 1}: {len(ids)} tokens, more than the "
-                                f"model's data.max_len ({max_len}); align lines of at most "
-                                "that length (split the line)")
+                raise OptionError.one(option, value=f"{path}:{p.index + 1}", why=(
+                    f"{len(ids)} tokens, more than the model's data.max_len ({max_len}); "
+                    "align lines of at most that length (split the line)"))
 
 
 def read_pairs(tok: Tokenizer, src: Path, tgt: Path | None,

@@ -6,7 +6,7 @@ EOS). Search gives the same rows: `Hypothesis.attn` row r is the step that produ
 whose input was token r - 1, and its last row is the step that produced EOS, whose input was
 y_T. So both read-outs below need no extra decoding step, after a search as after forcing.
 
-- ``current`` (mtkit's read-out before issue 15; the name guided alignment's
+- ``current`` (mtkit's first read-out; the name guided alignment's
   ``train.guided_alignment.readout`` uses too): y_t gets row t - 1, the step that predicts
   it; the EOS-predicting row T is kept (`drop_eos` removes it).
 - ``shift`` (Chen et al. 2020, "Accurate word alignment induction from neural machine

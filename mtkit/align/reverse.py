@@ -23,7 +23,7 @@ from mtkit.align.pairs import Pair, label, pair_attention, pair_words
 from mtkit.align.readout import Readout
 from mtkit.config import DataConfig
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import DataError, OptionError
 from mtkit.models.base import AttentionChoice, Translator
 
 
@@ -41,8 +41,8 @@ class Reverse:
 
 
 def check_direction(forward: DataConfig, reverse: DataConfig, *, name: str) -> str | None:
-    """Raise ConfigError (naming --reverse `name`) when the recipes' language labels show that
-    the reverse model does not translate target -> source. Returns a warning instead when
+    """Raise OptionError (naming `reverse`, the model `name`) when the recipes' language labels
+    show that the reverse model does not translate target -> source. Returns a warning instead when
     either recipe keeps the default labels (src, tgt), which say nothing about the languages;
     None when the labels match."""
     default = (DataConfig.src_lang, DataConfig.tgt_lang)
@@ -52,8 +52,9 @@ def check_direction(forward: DataConfig, reverse: DataConfig, *, name: str) -> s
                 f"-> {default[1]}), so mtkit cannot check that {name} translates "
                 f"{fwd[1]} -> {fwd[0]}")
     if rev != fwd[::-1]:
-        raise ConfigError(f"--reverse {name}: translates {rev[0]} -> {rev[1]}; expected "
-                          f"{fwd[1]} -> {fwd[0]}, the other direction of the model aligned")
+        raise OptionError.one("reverse", f"translates {rev[0]} -> {rev[1]}; expected "
+                              f"{fwd[1]} -> {fwd[0]}, the other direction of the model aligned",
+                              value=name)
     return None
 
 

@@ -26,9 +26,8 @@ import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, get_args
 
-import numpy as np
 import torch
 from rich.console import Console
 
@@ -54,6 +53,7 @@ from mtkit.align import (
     write_json,
 )
 from mtkit.align.heatmap_folder import HeatmapFolder, holds, owned_files
+from mtkit.align.links import LinkMethod, link_problems
 from mtkit.align.matrix import piece_words
 from mtkit.align.pairs import Pair as Pair  # re-exported, as before pairs.py: tests build them
 from mtkit.align.pairs import (
@@ -67,27 +67,15 @@ from mtkit.align.pairs import (
     translate_pairs,
 )
 from mtkit.align.reverse import Reverse, combined_links, reverse_matrices
-from mtkit.align.viz import FORMATS, heatmap_name, print_matrix, write_heatmap
-from mtkit.config import DecodeConfig, Recipe
+from mtkit.align.viz import FORMATS, HeatmapFormat, heatmap_name, print_matrix, write_heatmap
+from mtkit.config import DecodeConfig
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import DataError, OptionError, Problem
 from mtkit.fileio import InvalidUtf8, atomic_write
 from mtkit.models.base import AttentionChoice, Translator
 
 # Lines read, translated and aligned at a time: bounds memory on big inputs.
 CHUNK_PAIRS = 1000
-
-
-def choose_attention(model: Translator, recipe: Recipe, kind: str, layer: int | None,
-                     head: int | str | None) -> AttentionChoice:
-    """`model.choose_attention`, except that a Transformer's cross-attention is by default the
-    one its recipe designates (model.transformer.align_layer and align_head: what `translate
-    --align` reads and guided alignment trains), not always the top layer's head mean."""
-    tf = recipe.model.transformer
-    if kind == "cross" and recipe.model.arch == "transformer":
-        layer = tf.align_layer if layer is None else layer
-        head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
-    return model.choose_attention(kind, layer, head)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- outputs
@@ -104,13 +92,13 @@ class AlignOutputs:
 
     show: bool = False
     heatmap_dir: Path | None = None
-    heatmap_format: str = "png"
+    heatmap_format: HeatmapFormat = "png"
     pharaoh: Path | None = None
     json: Path | None = None
     gold: Path | None = None
     one_based: bool = False
     level: Level = "word"
-    method: str = DEFAULT_METHOD
+    method: LinkMethod = DEFAULT_METHOD
     threshold: float | None = None
 
     @property
@@ -118,56 +106,63 @@ class AlignOutputs:
         return self.pharaoh is not None or self.json is not None or self.gold is not None
 
     def check(self) -> None:
-        """Raise ConfigError when nothing is asked for or a value is not one of the choices."""
+        """Raise OptionError when nothing is asked for, a value is not one of the choices or
+        two outputs collide; fields are named as in this class."""
+        problems = []
         if not (self.show or self.heatmap_dir or self.needs_links):
-            raise ConfigError("nothing to do: give at least one of --print, --heatmap DIR, "
-                              "--pharaoh FILE, --json FILE, --gold FILE")
-        if self.level not in ("word", "subword"):
-            raise ConfigError(f"--level: invalid choice {self.level!r}; expected word or subword")
-        if self.gold is not None and self.level != "word":
-            raise ConfigError(GOLD_LEVEL)
+            problems.append(Problem(None, "nothing to do: give at least one of {0}, {1} DIR, "
+                                    "{2} FILE, {3} FILE, {4} FILE",
+                                    others=("show", "heatmap_dir", "pharaoh", "json", "gold")))
+        if self.level not in get_args(Level):
+            problems.append(Problem("level", f"invalid choice {self.level!r}; expected word or "
+                                    "subword"))
+        elif self.gold is not None and self.level != "word":
+            # Gold links number words (as eflomal, fast_align and the gold standards do):
+            # scored against piece positions they gave a wrong AER without a word of warning.
+            problems.append(Problem("gold", "links are between words: scoring them needs {0} "
+                                    "word", others=("level",)))
         if self.heatmap_format not in FORMATS:
-            raise ConfigError(f"--heatmap-format: invalid choice {self.heatmap_format!r}; "
-                              f"expected one of {', '.join(FORMATS)}")
-        extract_links(np.ones((1, 1)), self.method, threshold=self.threshold)  # validates
+            problems.append(Problem("heatmap_format", f"invalid choice {self.heatmap_format!r}; "
+                                    f"expected one of {', '.join(FORMATS)}"))
+        problems += link_problems(self.method, self.threshold)
+        if problems:
+            raise OptionError(*problems)
         if self.heatmap_dir is not None:
             owned_files(self.heatmap_dir)  # a folder of mtkit's own heatmaps, or new or empty
-            for flag, path in (("--pharaoh", self.pharaoh), ("--json", self.json)):
+            for option, path in (("pharaoh", self.pharaoh), ("json", self.json)):
                 if path is not None and str(path) != "-" and (
                         os.path.abspath(path) == os.path.abspath(self.heatmap_dir)):
-                    raise ConfigError(f"{flag} {path}: is the --heatmap folder; give {flag} a "
-                                      "file of its own")  # was found after all the work
+                    raise OptionError.one(option, "is the {0} folder; give {1} a file of its "
+                                          "own", value=path, others=("heatmap_dir", option))
                 if path is not None and holds(self.heatmap_dir, path):
-                    raise ConfigError(f"{flag} {path}: inside the --heatmap folder, which "
-                                      "holds only heatmaps (a rerun replaces them); write it "
-                                      "elsewhere")
-
-
-# Gold links number words (as eflomal, fast_align and the gold standards do): scored against
-# piece positions they gave a wrong AER without a word of warning.
-GOLD_LEVEL = "--gold links are between words: scoring them needs --level word"
+                    raise OptionError.one(option, "inside the {0} folder, which holds only "
+                                          "heatmaps (a rerun replaces them); write it elsewhere",
+                                          value=path, others=("heatmap_dir",))
 
 
 def reading_problems(*, kind: str, readout: str, reverse: bool, symmetrize: str,
-                     needs_links: bool, level: str) -> list[str]:
+                     needs_links: bool, level: str) -> list[Problem]:
     """What is wrong with a read-out and a reverse model for this attention kind and these
-    outputs, each problem naming its `mtkit align` flag (the command checks them before
-    loading a model, `align_files` again: options are never accepted and then ignored)."""
+    outputs (the command checks them before loading a model, `align_files` again: options
+    are never accepted and then ignored)."""
     checks = [
-        (readout not in READOUTS,
-         f"--readout: invalid choice {readout!r}; expected one of {', '.join(READOUTS)}"),
-        (readout != "current" and kind != "cross",
-         f"--readout {readout} chooses cross-attention rows; it excludes --self-attention"),
-        (reverse and kind != "cross",
-         "--reverse combines cross-attention links; it excludes --self-attention"),
-        (reverse and not needs_links, "--reverse combines links: add --pharaoh, --json or "
-         "--gold"),
-        (reverse and level != "word",
-         "--reverse needs --level word: the two models' pieces differ, their words do not"),
-        (symmetrize not in SYMMETRIZATIONS, f"--symmetrize: invalid choice {symmetrize!r}; "
-         f"expected one of {', '.join(SYMMETRIZATIONS)}"),
+        (readout not in READOUTS, Problem(
+            "readout", f"invalid choice {readout!r}; expected one of {', '.join(READOUTS)}")),
+        (readout != "current" and kind != "cross", Problem(
+            "readout", "chooses cross-attention rows; it excludes {0}", value=readout,
+            others=("kind",))),
+        (reverse and kind != "cross", Problem(
+            "reverse", "combines cross-attention links; it excludes {0}", others=("kind",))),
+        (reverse and not needs_links, Problem(
+            "reverse", "combines links: add {0}, {1} or {2}", others=("pharaoh", "json", "gold"))),
+        (reverse and level != "word", Problem(
+            "reverse", "needs {0} word: the two models' pieces differ, their words do not",
+            others=("level",))),
+        (symmetrize not in SYMMETRIZATIONS, Problem(
+            "symmetrize", f"invalid choice {symmetrize!r}; expected one of "
+            f"{', '.join(SYMMETRIZATIONS)}")),
     ]
-    return [message for bad, message in checks if bad]
+    return [problem for bad, problem in checks if bad]
 
 
 @dataclass
@@ -312,7 +307,7 @@ def align_files(model: Translator, tok: Tokenizer, src: Path, tgt: Path | None, 
         symmetrize=reverse.symmetrize if reverse else "grow-diag-final",
         needs_links=outputs.needs_links, level=outputs.level)
     if problems:
-        raise ConfigError("; ".join(problems))
+        raise OptionError(*problems)
     check_inputs(src, tgt, outputs.gold)
     start = time.perf_counter()
     report = AlignReport()

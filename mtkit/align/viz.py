@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from io import StringIO
 from pathlib import Path
+from typing import Literal, get_args
 
 from matplotlib.figure import Figure
 from rich.cells import cell_len
@@ -24,9 +25,10 @@ from rich.text import Text
 
 from mtkit.align.matrix import AlignMatrix
 from mtkit.errors import MtkitError
-from mtkit.figure import save_figure
+from mtkit.fileio import save_figure
 
-FORMATS = ("png", "svg", "pdf")
+HeatmapFormat = Literal["png", "svg", "pdf"]
+FORMATS: tuple[HeatmapFormat, ...] = get_args(HeatmapFormat)
 DEFAULT_DPI = 100
 
 # --------------------------------------------------------------------------- heatmap files

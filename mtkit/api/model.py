@@ -28,8 +28,8 @@ from mtkit.api.results import (
     Translation,
 )
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.errors import ConfigError, MtkitError
-from mtkit.translate import (
+from mtkit.errors import ConfigError, OptionError
+from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
     Item,
@@ -39,9 +39,9 @@ from mtkit.translate import (
 )
 
 if TYPE_CHECKING:
-    from mtkit.hypothesis import Hypothesis
     from mtkit.models.base import AttentionChoice
-    from mtkit.terms import Glossary
+    from mtkit.translation.hypothesis import Hypothesis
+    from mtkit.translation.terms import Glossary
 
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
 Engine = Literal["mtkit", "ctranslate2"]
@@ -160,10 +160,10 @@ class TranslationModel:
     def glossary(self, terms: Any, method: str = "prefix", *, name: str = "terms"
                  ) -> Glossary:
         """A checked glossary for this model: `terms` a mapping of source term to target
-        term, or (source, target) pairs; `method` prefix or align (`mtkit.terms`); `name`
+        term, or (source, target) pairs; `method` prefix or align (`mtkit.translation.terms`); `name`
         what errors call the terms."""
         from mtkit.align.readout import default_readout
-        from mtkit.terms import as_pairs, glossary
+        from mtkit.translation.terms import as_pairs, glossary
 
         if not self.info.has_attention:
             raise ConfigError(f"{name}: terms are placed through the model's attention, and "
@@ -203,7 +203,7 @@ class TranslationModel:
         text per sentence that its hypotheses start with ("" for none): forced, scored and
         given attention like the rest of the output. `terms`: a glossary, source term ->
         target term (a mapping or pairs), that every hypothesis of a sentence holding a
-        source term must use, placed by `terms_method` (prefix or align: `mtkit.terms`).
+        source term must use, placed by `terms_method` (prefix or align: `mtkit.translation.terms`).
         `tag`: for a model trained with language tags, the direction (one of `tags`; default
         the recipe's data.tag), put before every source line."""
         extras = self.extras(align=align, attention=attention, layer=layer, head=head,
@@ -266,20 +266,7 @@ class TranslationModel:
                               "layer and head it was exported with only")
         if not self.info.has_attention:
             raise ConfigError("attention: this model has no attention")
-        n, heads = self.info.layers, self.info.heads
-        if n is None or heads is None:
-            raise ConfigError("layer and head: they choose among a Transformer's attention "
-                              "layers and heads; this model has one attention")
-        if layer is not None and not -n <= layer < n:
-            raise ConfigError(f"layer {layer}: the model has {n} decoder layers; expected "
-                              f"0..{n - 1} or -{n}..-1 (from the top)")
-        if head is not None and head != "mean" and not 0 <= head < heads:
-            raise ConfigError(f"head {head}: the model has {heads} heads; expected "
-                              f"0..{heads - 1} or mean")
-        tf = self.recipe.model.transformer
-        layer = tf.align_layer if layer is None else layer
-        head = ("mean" if tf.align_head is None else tf.align_head) if head is None else head
-        return self._model.choose_attention("cross", layer, head)
+        return self._model.choose_attention("cross", layer, head)  # validates both
 
     def _aligner(self, extras: Extras) -> AlignFn | None:
         """The Pharaoh aligner `extras` asks for, or None."""
@@ -292,19 +279,14 @@ class TranslationModel:
         if not self.info.has_attention:
             raise ConfigError("align: this model has no attention (model.rnn.attention: "
                               "none), so it gives no alignment")
-        from mtkit.align import DEFAULT_METHOD, METHODS
-        from mtkit.align.readout import check_readout, default_readout
-        from mtkit.translate import pharaoh_aligner
+        from mtkit.align import DEFAULT_METHOD
+        from mtkit.align.readout import default_readout
+        from mtkit.translation.lines import aligner_problems, pharaoh_aligner
 
-        methods = [m for m in METHODS if m != "threshold"]
-        if method is not None and method not in methods:
-            raise ConfigError(f"align_method: invalid choice {method!r}; expected one of "
-                              f"{', '.join(methods)}")
-        try:
-            read = default_readout(self.recipe) if readout is None else check_readout(readout)
-        except MtkitError as e:
-            raise ConfigError(f"readout: {e}") from None
-        return pharaoh_aligner(method or DEFAULT_METHOD, read)
+        if problems := aligner_problems(method, readout):
+            raise OptionError(*problems)
+        read = default_readout(self.recipe) if readout is None else readout
+        return pharaoh_aligner(method or DEFAULT_METHOD, read)  # type: ignore[arg-type]
 
     def _forced(self, items: list[Item], choice: AttentionChoice, batch_tokens: int
                 ) -> list[list[Any]]:
@@ -460,12 +442,12 @@ def exported_model(paths: list[Path]) -> Any:
 def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str, Any],
                  origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
                  ) -> TranslationModel:
-    from mtkit.batches import decode_parallelism
     from mtkit.export.ct2_translate import CT2Translator, device_problems, engine_problems
+    from mtkit.translation.batching import decode_parallelism
 
     recipe = export.recipe
     if problems := device_problems(device):
-        raise ConfigError("; ".join(problems))
+        raise OptionError(*problems)
     cfg = decode_options(recipe.decode, decode, origins=origins)
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(engine_problems(cfg), named):
@@ -498,14 +480,14 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     import torch
 
     from mtkit.device import inference_device
-    from mtkit.translate import StreamTranslator, load_translator
+    from mtkit.translation.lines import StreamTranslator, load_translator
 
     if threads > 0:
         torch.set_num_threads(threads)
     dev = inference_device(device)
     model, recipe, tok = load_translator(paths, dev, mode=mode)
-    from mtkit.batches import decode_parallelism
     from mtkit.run import resolve_checkpoint
+    from mtkit.translation.batching import decode_parallelism
 
     cfg = decode_options(recipe.decode, decode, origins=origins)
     workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",

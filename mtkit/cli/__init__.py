@@ -19,9 +19,10 @@ import typer
 from typer.core import TyperCommand
 
 from mtkit import __version__
-from mtkit.cli import align, data, score, serve, startup, translate
-from mtkit.cli.options import HelpOpt, flag
+from mtkit.cli import align, data, score, serve, translate
+from mtkit.cli.options import HelpOpt, flag, message_of
 from mtkit.errors import MtkitError, Terminated
+from mtkit.process import startup
 
 # How the help reads. Markdown: a source line break inside a paragraph is a space, in the
 # command list too (typer's "rich" mode keeps it there, and breaks sentences).
@@ -65,7 +66,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except MtkitError as e:
             if _DEBUG["on"]:
                 raise
-            typer.echo(f"mtkit: error: {e}", err=True)
+            typer.echo(f"mtkit: error: {message_of(e)}", err=True)
             raise typer.Exit(2) from None
         except BrokenPipeError:
             # `mtkit translate ... | head` closes our stdout early: not an error.

@@ -14,14 +14,17 @@ from mtkit.cli.options import (
     HelpOpt,
     InferenceDeviceOpt,
     InferenceThreadsOpt,
+    decoding_option,
     flag,
+    flag_of,
+    message_of,
     model_files,
     output_problems,
     refuse,
     search_method,
 )
-from mtkit.cli.startup import collector_paused
 from mtkit.errors import ConfigError, MtkitError
+from mtkit.process.startup import collector_paused
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,13 @@ class AlignFlags:
         return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 2 else given)
 
     def problems(self) -> list[str]:
-        """Flags that `mtkit align` would otherwise accept and ignore, and bad choices."""
-        from mtkit.align import DEFAULT_READOUT, METHODS
-        from mtkit.align.run import GOLD_LEVEL, reading_problems
-        from mtkit.align.viz import FORMATS, MIN_WIDTH
+        """Flags that `mtkit align` would otherwise accept and ignore, and choices its model
+        could not honour, before the model is loaded; the choices of outputs are checked by
+        their owner (`AlignOutputs.check`)."""
+        from mtkit.align import DEFAULT_READOUT
+        from mtkit.align.run import reading_problems
+        from mtkit.align.viz import MIN_WIDTH
+        from mtkit.models.base import kind_problems
 
         fmt, method = self.heatmap_format, self.method
         checks = [
@@ -68,22 +74,13 @@ class AlignFlags:
              "apply only without -t (with -t the given targets are aligned, nothing is "
              "searched)"),
             (self.greedy and self.beam is not None, "--greedy and --beam exclude each other"),
-            (self.self_attention not in (None, "encoder", "decoder"), "--self-attention: "
-             f"invalid choice {self.self_attention!r}; expected encoder or decoder"),
             (fmt is not None and self.heatmap is None,
              "--heatmap-format applies to --heatmap DIR"),
-            (fmt not in (None, *FORMATS), f"--heatmap-format: invalid choice {fmt!r}; expected "
-             f"one of {', '.join(FORMATS)}"),
-            (method not in (None, *METHODS), f"--align-method: invalid choice {method!r}; "
-             f"expected one of {', '.join(METHODS)}"),
             (self.one_based and self.gold is None, "--one-based applies to --gold FILE"),
             (self.gold is not None and not self.forced, "--gold needs -t: gold links refer to "
              "given target sentences, not to translations"),
-            (self.gold is not None and self.level != "word", GOLD_LEVEL),
             ((method is not None or self.threshold is not None) and not self.links,
              "--align-method and --threshold apply to links: add --pharaoh, --json or --gold"),
-            (self.threshold is not None and method != "threshold",
-             "--threshold needs --align-method threshold"),
             (self.show and self.width < MIN_WIDTH, f"--print: the terminal is {self.width} "
              f"columns wide; its tables need {MIN_WIDTH} (widen it, or set COLUMNS)"),
             (self.show + self.stdout_links + self.stdout_json > 1,
@@ -98,11 +95,14 @@ class AlignFlags:
             (self.symmetrize is not None and not self.reverse,
              "--symmetrize combines the links of two models: add --reverse RUN"),
         ]
-        return [message for bad, message in checks if bad] + reading_problems(
+        reading = reading_problems(
             kind="cross" if self.self_attention is None else self.self_attention,
             readout=self.readout or DEFAULT_READOUT, reverse=self.reverse,
             symmetrize=self.symmetrize or "grow-diag-final", needs_links=self.links,
             level=self.level)
+        if self.self_attention is not None:
+            reading += kind_problems(self.self_attention, self_only=True)
+        return [message for bad, message in checks if bad] + [p.text(flag_of) for p in reading]
 
 
 def _head(value: str | None) -> int | str | None:
@@ -118,7 +118,6 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     """The --reverse model as an `mtkit.align.reverse.Reverse`: loaded, its direction checked
     against the forward recipe's data section, the same --layer/--head/--readout chosen on it
     (those not given: its own defaults, e.g. what its guided alignment supervised)."""
-    from mtkit.align import run as ar
     from mtkit.align.readout import default_readout
     from mtkit.align.reverse import Reverse, check_direction
     from mtkit.run import load_model, resolve_checkpoint
@@ -128,9 +127,9 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     if warning is not None:
         typer.echo(f"mtkit: warning: {warning}", err=True)
     try:
-        choice = ar.choose_attention(net, recipe, "cross", layer, head)
+        choice = net.choose_attention("cross", layer, head)  # type: ignore[arg-type]
     except MtkitError as e:
-        raise ConfigError(f"--reverse {path}: {e}") from None
+        raise ConfigError(f"--reverse {path}: {message_of(e)}") from None
     return Reverse(net, tok, choice, readout or default_readout(recipe),  # type: ignore[arg-type]
                    symmetrize, resolve_checkpoint(path))  # type: ignore[arg-type]
 
@@ -203,28 +202,14 @@ def align(
         "--gold", metavar="FILE", help="Gold links of the -t pairs (sure i-j, possible i?j "
         "or ipj), one line per pair: print AER, precision and recall.")] = None,
     one_based: Annotated[bool, flag("--one-based", help="Gold links count from 1.")] = False,
-    beam: Annotated[int | None, typer.Option(
-        "-b", "--beam", metavar="N", help="Without -t: beam size (default: the recipe's "
-        "decode.beam_size).")] = None,
-    greedy: Annotated[bool, flag("--greedy", help="Without -t: greedy search.")] = False,
-    length_penalty: Annotated[str | None, typer.Option(
-        "--length-penalty", metavar="PENALTY", help="Without -t: gnmt, average or none "
-        "(default: the recipe's decode.length_penalty).")] = None,
-    alpha: Annotated[float | None, typer.Option(
-        "--alpha", metavar="A", help="Without -t: exponent of the gnmt length penalty "
-        "(default: the recipe's decode.alpha).")] = None,
-    max_len_a: Annotated[float | None, typer.Option(
-        "--max-len-a", metavar="A", help="Without -t: output limit A·source length + B: A "
-        "(default: the recipe's decode.max_len_a).")] = None,
-    max_len_b: Annotated[int | None, typer.Option(
-        "--max-len-b", metavar="B", help="Without -t: output limit A·source length + B: B "
-        "(default: the recipe's decode.max_len_b).")] = None,
-    min_len: Annotated[int | None, typer.Option(
-        "--min-len", metavar="N", help="Without -t: tokens before the end of sentence "
-        "(default: the recipe's decode.min_len).")] = None,
-    batch_tokens: Annotated[int | None, typer.Option(
-        "--batch-tokens", metavar="N", help="Padded tokens per batch (default: the recipe's "
-        "decode.batch_tokens).")] = None,
+    beam: Annotated[int | None, decoding_option("beam", "Without -t: ")] = None,
+    greedy: Annotated[bool, decoding_option("greedy", "Without -t: ")] = False,
+    length_penalty: Annotated[str | None, decoding_option("length_penalty", "Without -t: ")] = None,
+    alpha: Annotated[float | None, decoding_option("alpha", "Without -t: ")] = None,
+    max_len_a: Annotated[float | None, decoding_option("max_len_a", "Without -t: ")] = None,
+    max_len_b: Annotated[int | None, decoding_option("max_len_b", "Without -t: ")] = None,
+    min_len: Annotated[int | None, decoding_option("min_len", "Without -t: ")] = None,
+    batch_tokens: Annotated[int | None, decoding_option("batch_tokens")] = None,
     device: InferenceDeviceOpt = "auto",
     threads: InferenceThreadsOpt = 0,
     _help: HelpOpt = False,
@@ -254,7 +239,7 @@ def align(
 
     Without -t: mtkit align runs/en-de-multi30k -s test.en --beam 5 --print --heatmap maps/
     """
-    with collector_paused():  # see mtkit/cli/startup.py
+    with collector_paused():  # see mtkit/process/startup.py
         import torch
         from rich.console import Console
 
@@ -297,7 +282,8 @@ def align(
     dev = inference_device(device)
     with collector_paused():
         net, recipe, tok = load_model(model, dev)
-    choice = ar.choose_attention(net, recipe, self_attention or "cross", layer, _head(head))
+    choice = net.choose_attention(self_attention or "cross", layer,  # type: ignore[arg-type]
+                                  _head(head))
     backward = None
     if reverse is not None:
         backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),

@@ -189,7 +189,7 @@ def average(
 
     Example: mtkit average runs/en-de-multi30k --last 3
     """
-    from mtkit.run_lock import run_read_lock
+    from mtkit.process.lock import run_read_lock
 
     # A run being trained prunes its numbered checkpoints: it is named as busy, where its
     # files vanished under the average ('checkpoint_114.pt: checkpoint not found'). The lock

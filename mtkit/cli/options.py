@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import typer
 
-from mtkit.errors import ConfigError
+from mtkit.errors import ConfigError, MtkitError
 from mtkit.fileio import writable
 
 if TYPE_CHECKING:
@@ -46,6 +46,26 @@ def _show_help(ctx: typer.Context, value: bool) -> None:
     if value:
         typer.echo(ctx.get_help(), color=ctx.color)
         raise typer.Exit()
+
+
+# Library fields (`mtkit.errors.Problem.option`) whose flag is not `--` + the field with
+# dashes; every other field is its flag so written (`heatmap_format` is --heatmap-format).
+_FLAGS = {"show": "--print", "heatmap_dir": "--heatmap", "method": "--align-method",
+          "kind": "--self-attention", "quantization": "--quantize",
+          "src": "-s", "tgt": "-t"}
+
+
+def flag_of(field: str) -> str:
+    """How a command line names a library option (`MtkitError.problems`' fields); a recipe
+    key (`train.device`) or a flag the caller passed is its own name."""
+    if "." in field or field.startswith("-"):
+        return field
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def message_of(error: MtkitError) -> str:
+    """A user error's message as the command line says it: options by their flags."""
+    return error.text(flag_of)
 
 
 def refuse(problems: list[str]) -> None:
@@ -137,6 +157,36 @@ def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
 
 
 # Every command declares `-h/--help` itself, because typer's own shows `<bool>` beside it.
+# The decoding options translate, align (without -t) and score (with --run) share, declared
+# once: (flag names, metavar, help). A command puts its scope before the help ("Without -t: ").
+_DECODING = {
+    "beam": (("-b", "--beam"), "N", "beam size (default: the recipe's decode.beam_size)."),
+    "greedy": (("--greedy",), "", "greedy search."),
+    "length_penalty": (("--length-penalty",), "PENALTY", "gnmt (Wu et al. 2016), average "
+                       "(÷ length) or none (default: the recipe's decode.length_penalty)."),
+    "alpha": (("--alpha",), "A", "exponent of the gnmt length penalty (default: the recipe's "
+              "decode.alpha)."),
+    "max_len_a": (("--max-len-a",), "A", "output limit A·source length + B: A (default: the "
+                  "recipe's decode.max_len_a)."),
+    "max_len_b": (("--max-len-b",), "B", "output limit A·source length + B: B (default: the "
+                  "recipe's decode.max_len_b)."),
+    "min_len": (("--min-len",), "N", "tokens before the end of sentence (default: the "
+                "recipe's decode.min_len)."),
+    "batch_tokens": (("--batch-tokens",), "N", "padded source tokens per batch (default: the "
+                     "recipe's decode.batch_tokens)."),
+}
+
+
+def decoding_option(field: str, scope: str = "") -> Any:
+    """The shared declaration of decoding option `field` (a DecodeConfig field, or greedy),
+    its help behind `scope`, a phrase such as "Without -t: "."""
+    decls, metavar, text = _DECODING[field]
+    help = scope + text if scope else text[0].upper() + text[1:]
+    if not metavar:
+        return flag(*decls, help=help)
+    return typer.Option(*decls, metavar=metavar, help=help)
+
+
 HelpOpt = Annotated[bool, flag("-h", "--help", help="Show this message and exit.",
                                callback=_show_help, is_eager=True, expose_value=False)]
 

@@ -12,6 +12,7 @@ from mtkit.cli.options import (
     DecodeFlags,
     HelpOpt,
     at_least,
+    decoding_option,
     flag,
     output_problems,
     refuse,
@@ -20,7 +21,7 @@ from mtkit.cli.options import (
 from mtkit.cli.translate import report_translation
 
 if TYPE_CHECKING:
-    from mtkit.split_translation import SplitTranslation
+    from mtkit.score.split_translation import SplitTranslation
 
 
 @dataclass(frozen=True)
@@ -172,10 +173,8 @@ def score(
     split: Annotated[str | None, typer.Option(
         "--split", metavar="NAME", help="With --run: a validation or test split of the run, "
         "e.g. test2016.")] = None,
-    beam: Annotated[int | None, typer.Option(
-        "--beam", "-b", metavar="N", help="With --run: beam size (default: the recipe's "
-        "decode.beam_size).")] = None,
-    greedy: Annotated[bool, flag("--greedy", help="With --run: greedy search.")] = False,
+    beam: Annotated[int | None, decoding_option("beam", "With --run: ")] = None,
+    greedy: Annotated[bool, decoding_option("greedy", "With --run: ")] = False,
     device: Annotated[str | None, typer.Option(
         "--device", metavar="DEVICE", help="With --run: auto, cpu, cuda, cuda:N or mps "
         "(default: auto).")] = None,
@@ -208,7 +207,7 @@ def score(
                          threads=threads).problems())
     hyps, refs = list(hyps or []), list(refs or [])
     if run is not None and split is not None:  # the split's texts; translated further down
-        from mtkit.split_translation import split_run, split_texts
+        from mtkit.score.split_translation import split_run, split_texts
 
         run_src, run_ref = split_texts(split_run(run)[0], split)
         refs, src = [run_ref], run_src if by_length else None
@@ -260,7 +259,7 @@ def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: boo
                          device: str | None, threads: int | None) -> SplitTranslation:
     """Translate (or reuse the translation of) a run's split for `score --run`."""
     from mtkit.device import inference_device
-    from mtkit.split_translation import translate_split
+    from mtkit.score.split_translation import translate_split
 
     decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam)
     done = translate_split(run, split, device=inference_device(device or "auto"),

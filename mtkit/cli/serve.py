@@ -11,8 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from mtkit.cli.options import HelpOpt, InferenceDeviceOpt, TranslateThreadsOpt, at_least
-from mtkit.cli.startup import collector_paused
 from mtkit.errors import ConfigError, DataError
+from mtkit.process.startup import collector_paused
 
 SERVE_HINT = "pip install 'mtkit[serve]'"
 

@@ -16,17 +16,19 @@ from mtkit.cli.options import (
     HelpOpt,
     InferenceDeviceOpt,
     TranslateThreadsOpt,
+    decoding_option,
     flag,
+    flag_of,
     model_files,
     output_problems,
     refuse,
     search_method,
 )
-from mtkit.cli.startup import collector_paused
 from mtkit.errors import DataError
+from mtkit.process.startup import collector_paused
 
 if TYPE_CHECKING:
-    from mtkit.translate import OutputFormat, TranslateStats
+    from mtkit.translation.lines import OutputFormat, TranslateStats
 
 
 @dataclass(frozen=True)
@@ -47,15 +49,9 @@ class TranslateFlags:
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
-        from mtkit.config.guided import READOUTS
-        from mtkit.terms import TERMS_METHODS
-        from mtkit.translate import FORMATS
+        from mtkit.translation.lines import FORMATS, aligner_problems
+        from mtkit.translation.terms import TERMS_METHODS
 
-        methods: list[str] = []
-        if self.align_method is not None:  # mtkit.align imports numpy: only when named
-            from mtkit.align import METHODS
-
-            methods = [m for m in METHODS if m != "threshold"]
         checks = [
             (self.greedy and self.sample, "--greedy and --sample exclude each other"),
             (self.beam is not None and (self.greedy or self.sample), "--beam is for beam "
@@ -63,11 +59,7 @@ class TranslateFlags:
             (self.fmt not in FORMATS,
              f"--format: invalid choice {self.fmt!r}; expected {' or '.join(FORMATS)}"),
             (self.align_method is not None and not self.align, "--align-method needs --align"),
-            (self.align_method not in (None, *methods), f"--align-method: invalid choice "
-             f"{self.align_method!r}; expected one of {', '.join(methods)}"),
             (self.readout is not None and not self.align, "--readout needs --align"),
-            (self.readout not in (None, *READOUTS), f"--readout: invalid choice "
-             f"{self.readout!r}; expected one of {', '.join(READOUTS)}"),
             (self.ensemble_mode is not None and self.models < 2,
              "--ensemble-mode: needs two or more models"),
             (self.ensemble_mode not in (None, "logprob", "prob"), "--ensemble-mode: invalid "
@@ -76,7 +68,8 @@ class TranslateFlags:
             (self.terms_method not in (None, *TERMS_METHODS), f"--terms-method: invalid "
              f"choice {self.terms_method!r}; expected {' or '.join(TERMS_METHODS)}"),
         ]
-        return [message for bad, message in checks if bad]
+        choices = aligner_problems(self.align_method, self.readout)
+        return [message for bad, message in checks if bad] + [p.text(flag_of) for p in choices]
 
 
 def translate(
@@ -88,30 +81,18 @@ def translate(
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE", help="Output file, written whole or not at all; - "
         "for standard output (default: standard output).")] = None,
-    beam: Annotated[int | None, typer.Option(
-        "-b", "--beam", metavar="N", help="Beam size (default: the recipe's "
-        "decode.beam_size).")] = None,
+    beam: Annotated[int | None, decoding_option("beam")] = None,
     nbest: Annotated[int | None, typer.Option(
         "--nbest", metavar="N", help="Hypotheses per sentence; text gives Moses n-best lines, "
         "'ID ||| HYPOTHESIS ||| F0= SCORE ||| SCORE' (and ' ||| LINKS' with --align) "
         "(default: the recipe's decode.nbest).")] = None,
-    greedy: Annotated[bool, flag("--greedy", help="Greedy search.")] = False,
+    greedy: Annotated[bool, decoding_option("greedy")] = False,
     sample: Annotated[bool, flag("--sample", help="Sample instead of searching.")] = False,
-    length_penalty: Annotated[str | None, typer.Option(
-        "--length-penalty", metavar="PENALTY", help="gnmt (Wu et al. 2016), average "
-        "(÷ length) or none (default: the recipe's decode.length_penalty).")] = None,
-    alpha: Annotated[float | None, typer.Option(
-        "--alpha", metavar="A", help="Exponent of the gnmt length penalty (default: the "
-        "recipe's decode.alpha).")] = None,
-    max_len_a: Annotated[float | None, typer.Option(
-        "--max-len-a", metavar="A", help="Output limit A·source length + B: A (default: the "
-        "recipe's decode.max_len_a).")] = None,
-    max_len_b: Annotated[int | None, typer.Option(
-        "--max-len-b", metavar="B", help="Output limit A·source length + B: B (default: the "
-        "recipe's decode.max_len_b).")] = None,
-    min_len: Annotated[int | None, typer.Option(
-        "--min-len", metavar="N", help="Tokens before the end of sentence (default: the "
-        "recipe's decode.min_len).")] = None,
+    length_penalty: Annotated[str | None, decoding_option("length_penalty")] = None,
+    alpha: Annotated[float | None, decoding_option("alpha")] = None,
+    max_len_a: Annotated[float | None, decoding_option("max_len_a")] = None,
+    max_len_b: Annotated[int | None, decoding_option("max_len_b")] = None,
+    min_len: Annotated[int | None, decoding_option("min_len")] = None,
     temperature: Annotated[float | None, typer.Option(
         "--temperature", metavar="T", help="Sampling temperature (default: the recipe's "
         "decode.temperature).")] = None,
@@ -125,9 +106,7 @@ def translate(
         "--seed", metavar="N", help="Sampling seed: the same samples for the same input and "
         "--batch-tokens (default: the recipe's decode.seed).")]
     = None,
-    batch_tokens: Annotated[int | None, typer.Option(
-        "--batch-tokens", metavar="N", help="Padded source tokens per batch (default: the "
-        "recipe's decode.batch_tokens).")] = None,
+    batch_tokens: Annotated[int | None, decoding_option("batch_tokens")] = None,
     device: InferenceDeviceOpt = "auto",
     threads: TranslateThreadsOpt = 0,
     fmt: Annotated[str, typer.Option(
@@ -179,8 +158,8 @@ def translate(
 
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
-    from mtkit import translate as tr
     from mtkit.fileio import is_terminal, missing_input, stdin_raw
+    from mtkit.translation import lines as tr
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
@@ -274,7 +253,7 @@ def export(
 def _glossary(loaded: Any, path: Path, method: str) -> Any:
     """The --terms file as the model's glossary; a problem named by the flag and file."""
     from mtkit.fileio import InvalidUtf8, read_lines
-    from mtkit.terms import parse_tsv
+    from mtkit.translation.terms import parse_tsv
 
     name = f"--terms {path}"
     pairs = parse_tsv(read_lines(path, InvalidUtf8(str(path))), name)
@@ -288,7 +267,6 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None,
     translations are not printed to."""
     from contextlib import ExitStack
 
-    from mtkit.cli.startup import drop_stdout
     from mtkit.fileio import (
         InvalidUtf8,
         WriteError,
@@ -301,7 +279,8 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None,
         stdin_binary,
         write_error,
     )
-    from mtkit.translate import PrefixError
+    from mtkit.process.startup import drop_stdout
+    from mtkit.translation.lines import PrefixError
 
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
     invalid_prefix = InvalidUtf8(str(prefix))
@@ -374,5 +353,5 @@ def report_translation(stats: TranslateStats) -> None:
     if stats.truncated:
         typer.echo(f"mtkit: warning: {stats.truncation()}", err=True)
     if stats.capped:
-        typer.echo(f"mtkit: warning: {stats.capping()}", err=True)
+        typer.echo(f"mtkit: warning: {stats.capping(flag_of)}", err=True)
     typer.echo(f"mtkit: {stats.summary()}", err=True)

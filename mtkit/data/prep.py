@@ -65,6 +65,7 @@ from mtkit.data.sources import DownloadProgress
 from mtkit.data.spm import Tokenizer, train_spm
 from mtkit.errors import DataError
 from mtkit.fileio import WRITE_ERRNOS, InvalidUtf8, atomic_write, umask, write_error
+from mtkit.process.lock import run_lock
 from mtkit.run import (
     DATA_DIR,
     MANIFEST,
@@ -73,7 +74,6 @@ from mtkit.run import (
     check_writable_run_dir,
     data_dir,
 )
-from mtkit.run_lock import run_lock
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,7 @@ def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = 
             if not keep:
                 refuse_orphaning_checkpoints(recipe, run_dir, force=force)
             refuse_replacing_foreign_files(run_dir)
-            report = _build(recipe, run_dir, mirror=mirror, console=console,
-                            on_download=on_download,
+            report = _build(recipe, run_dir, mirror=mirror, on_download=on_download,
                             tokenizer=Tokenizer.load(data_dir(run_dir)) if keep else None)
         _write_if_changed(run_dir / RECIPE, f"{RECIPE_HEADER}\n{dump_recipe(recipe)}")
     if batching:
@@ -142,7 +141,7 @@ def _add_batching(report: PrepReport, recipe: Recipe) -> None:
 
 
 def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
-           console: Console | None, on_download: DownloadProgress | None,
+           on_download: DownloadProgress | None,
            tokenizer: Tokenizer | None = None) -> PrepReport:
     """Prepare data/ afresh; with `tokenizer`, that one is kept rather than trained."""
     t0 = time.perf_counter()

@@ -15,14 +15,14 @@ from mtkit.data.vocab import PAD_ID
 from mtkit.decode.beam import beam_search
 from mtkit.decode.forced import forced
 from mtkit.decode.greedy import greedy
-from mtkit.decode.hypothesis import (
+from mtkit.decode.sampling import sample
+from mtkit.decode.scoring import (
     NEW_WORD,
     Hypothesis,
     force_prefix,
     length_penalty,
     max_lengths,
 )
-from mtkit.decode.sampling import sample
 from mtkit.models.base import Translator
 
 __all__ = ["NEW_WORD", "Hypothesis", "beam_search", "decode_batch", "force_prefix", "forced",

@@ -21,7 +21,7 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decode.hypothesis import (
+from mtkit.decode.scoring import (
     Hypothesis,
     Scratch,
     as_lengths,
@@ -135,9 +135,9 @@ def row_topk(x: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     beam step's costliest pass after the matrix products. Here the row is cut into chunks of
     CHUNK columns; only the `width` chunks with the largest maxima can hold the `width`
     largest values (a value in any other chunk is below `width` chunk maxima of other
-    chunks), so the top-k runs over those chunks' columns alone. 2,105 x 8,000 log-probs,
-    width 10: 22 ms -> 10 ms (issue 14). Elsewhere (CUDA's top-k is a radix select) and for
-    rows of few chunks, the plain top-k.
+    chunks), so the top-k runs over those chunks' columns alone, in about half the time for a
+    beam's log-probs (bench/RESULTS.md, "A cheaper top-k"). Elsewhere (CUDA's top-k is a
+    radix select) and for rows of few chunks, the plain top-k.
     """
     rows, v = x.shape
     n = v // CHUNK

@@ -10,7 +10,7 @@ import torch
 
 from mtkit.data.batch import Batch
 from mtkit.data.vocab import EOS_ID, PAD_ID
-from mtkit.decode.hypothesis import Hypothesis, to_hypotheses
+from mtkit.decode.scoring import Hypothesis, to_hypotheses
 from mtkit.models.base import Translator
 
 

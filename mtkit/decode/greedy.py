@@ -11,7 +11,7 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decode.hypothesis import (
+from mtkit.decode.scoring import (
     Hypothesis,
     Scratch,
     as_lengths,

@@ -12,7 +12,7 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.decode.greedy import Chooser, one_path_each
-from mtkit.decode.hypothesis import Hypothesis, as_lengths, source_lengths, to_hypotheses
+from mtkit.decode.scoring import Hypothesis, as_lengths, source_lengths, to_hypotheses
 from mtkit.models.base import Encoded, Translator
 
 

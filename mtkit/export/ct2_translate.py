@@ -1,6 +1,6 @@
 """`mtkit translate DIR` for an exported directory: the same line handling as mtkit's own
-search (`mtkit.translate.LineTranslator`: streaming, input order, empty lines, n-best, jsonl,
---align), with CTranslate2 doing the search.
+search (`mtkit.translation.lines.LineTranslator`: streaming, input order, empty lines, n-best,
+jsonl, alignments), with CTranslate2 doing the search.
 
 How mtkit's decoding options map onto the engine's (`Translator.translate_batch`):
 - beam_size, nbest -> beam_size, num_hypotheses; greedy is beam_size 1;
@@ -46,11 +46,11 @@ from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
-from mtkit.errors import CheckpointError, ConfigError
+from mtkit.errors import CheckpointError, OptionError, Problem
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
-from mtkit.hypothesis import Hypothesis
-from mtkit.translate import (
+from mtkit.translation.hypothesis import Hypothesis
+from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
     LineTranslator,
@@ -79,15 +79,15 @@ def engine_problems(cfg: DecodeConfig) -> list[tuple[str, str]]:
     return out
 
 
-def device_problems(device: str) -> list[str]:
+def device_problems(device: str) -> list[Problem]:
     """Why the engine cannot run on `device`, if it cannot."""
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        return [f"--device: an exported model runs on auto, cpu, cuda or cuda:N, "
-                f"got {device!r}"]
+        return [Problem("device", "an exported model runs on auto, cpu, cuda or cuda:N, "
+                        f"got {device!r}")]
     if device.startswith("cuda") and ctranslate2().get_cuda_device_count() == 0:
         # (the engine's own error blamed the driver's version)
-        return [f"--device: '{device}' requested but CTranslate2 sees no CUDA device; use "
-                "auto or cpu"]
+        return [Problem("device", f"'{device}' requested but CTranslate2 sees no CUDA device; "
+                        "use auto or cpu")]
     return []
 
 
@@ -152,7 +152,7 @@ class CT2Translator(LineTranslator):
                          max_out_len=self.max_target, fmt=fmt, align_fn=align_fn,
                          chunk_lines=chunk_lines, workers=workers)
         if problems:
-            raise ConfigError("; ".join(problems))
+            raise OptionError(*problems)
         self.engine = _load_engine(export.path, device, threads=threads, workers=workers)
         used = self.engine.compute_type
         self.load_notes: list[str] = []  # for the user, one line each
@@ -217,7 +217,7 @@ class CT2Translator(LineTranslator):
         # once per run (`set_random_seed`). `stop` is looked at between engine calls
         # (`_decode`).
         # The engine cannot make a prefix's next token begin a word: NEW_WORD is dropped, and
-        # a term continued into a longer word is put back by `mtkit.terms`.
+        # a term continued into a longer word is put back by `mtkit.translation.terms`.
         given = [p[:-1] if p and p[-1] == NEW_WORD else p for p in prefixes or [[] for _ in ids]]
         limits = self._limits(ids, given)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.errors import ConfigError
+from mtkit.errors import ConfigError, OptionError, Problem
 from mtkit.export.ct2_dir import QUANTIZATIONS, exported_decode, position_rows, write_export
 
 
@@ -24,12 +24,12 @@ def check_request(engine: str, quantization: str) -> None:
     """The engine and quantization choices, validated before anything is loaded."""
     problems = []
     if engine != "ctranslate2":
-        problems.append(f"--engine: invalid choice {engine!r}; expected ctranslate2")
+        problems.append(Problem("engine", f"invalid choice {engine!r}; expected ctranslate2"))
     if quantization not in QUANTIZATIONS:
-        problems.append(f"--quantize: invalid choice {quantization!r}; expected one of "
-                        f"{', '.join(QUANTIZATIONS)}")
+        problems.append(Problem("quantization", f"invalid choice {quantization!r}; expected one "
+                                f"of {', '.join(QUANTIZATIONS)}"))
     if problems:
-        raise ConfigError("; ".join(problems))
+        raise OptionError(*problems)
 
 
 def export_ctranslate2(source: Path, out: Path, *, quantization: str = "float32"

@@ -11,6 +11,13 @@ keeps its cache in reused buffers, `mtkit.models.kv_cache`), so a state is spent
 once stepped: step it once, or copy it first with `reorder` (which always copies) to go on
 from it twice. A search reorders rows (beam parents, finished sentences dropped) by passing
 `order` to the next step, which lets a model fuse the reorder with its cache update.
+
+A state may carry, beside what the model means (caches, recurrent states), scratch memory that
+the next step writes into rather than allocating (the Transformer's ``spare_*`` tensors, its
+logits' included): it travels with the state, so it has the state's one owner and is spent
+with it, and a search never reads it. A search's own scratch (`mtkit.decode.scoring.Scratch`,
+its log-probabilities) stays in the search. Logits a step returns are valid until the next
+step of the state they came with.
 """
 
 from __future__ import annotations
@@ -22,11 +29,21 @@ from typing import Literal, get_args
 import torch
 from torch import nn
 
+from mtkit.errors import Problem
+
 # A decoder state: a flat mapping of named tensors, each batch-first. Models choose the names.
 State = dict[str, torch.Tensor]
 # Which attention to read: decoder-over-source, or the encoder's or the decoder's own.
 AttentionKind = Literal["cross", "encoder", "decoder"]
 KINDS: tuple[str, ...] = get_args(AttentionKind)
+
+
+def kind_problems(kind: str, *, self_only: bool = False) -> list[Problem]:
+    """What is wrong with an attention kind (`choose_attention`'s `kind`); `self_only`: a
+    choice of self-attention (the cross-attention is what choosing none gives)."""
+    if kind in (KINDS[1:] if self_only else KINDS):
+        return []
+    return [Problem("kind", f"invalid choice {kind!r}; expected encoder or decoder")]
 
 
 @dataclass(frozen=True)
@@ -179,8 +196,8 @@ class Translator(nn.Module):
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
                          head: int | Literal["mean"] | None = None) -> AttentionChoice:
         """Check a choice of attention against this model, before any work, and fill in its
-        defaults (a Transformer: the top layer and the mean over heads). Raises ConfigError
-        naming the `mtkit align` option at fault (--self-attention, --layer, --head)."""
+        defaults (a Transformer: the top layer and the mean over heads). Raises OptionError
+        naming the argument at fault (kind, layer, head)."""
         raise NotImplementedError
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

@@ -42,9 +42,8 @@ def build_model(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int, *,
     """A freshly initialised model for `model_cfg.arch` with the given vocabulary sizes; or,
     given `weights` (a state dict, e.g. a checkpoint's), a model whose parameters are those
     very tensors (RuntimeError if they do not fit): they are not copied into the new model's,
-    which took 0.28 s of `mtkit translate`'s start-up for the CPU demo's model on 2 cores.
-    Nor is mtkit's own initialisation run for them (0.06 of the 0.15 s that building the
-    CPU demo's 6M parameters took, issue 14).
+    nor is mtkit's own initialisation run for them; both were a visible share of `mtkit
+    translate`'s start-up (bench/RESULTS.md, "Figures behind the code's comments").
 
     (Building on the meta device would also save torch's default initialisation, but torch
     2.13 imports torch._dynamo, 2-3 s, to run `normal_` there, and 0.7 s of other modules

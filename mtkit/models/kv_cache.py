@@ -11,9 +11,8 @@ A step (`extend`) then:
   buffer in place: nothing of the old cache is copied;
 - reordering rows (beam parents, finished rows dropped) copies the buffer's rows, whole, into
   the spare memory in the order asked for and writes the new position there; the old
-  buffer's memory becomes the next spare. Whole rows make it one contiguous row gather: rows
-  of t positions out of c were copied one by one, about 5 microseconds each (1,080 beam
-  rows: 5-6 ms per tensor per step whatever t, issue 14);
+  buffer's memory becomes the next spare. Whole rows make it one contiguous row gather
+  (copied position by position, a row cost microseconds whatever its length);
 - when the buffer is full, moves the cache into one with GROW_BY more positions (reordered
   first into the spare, so that only the new buffer is fresh memory).
 A growth allocates the new buffer, and the next reordering step a spare of its size; the
@@ -22,8 +21,8 @@ steps between growths allocate nothing.
 What it replaces: `torch.cat` to append and `index_select` to reorder, each allocating a new
 tensor the size of the cache for every layer at every step. A beam of 5 over 300 sentences
 holds 46 MB per tensor at 30 positions; blocks that large come fresh from mmap, pages the
-kernel zeroes on first touch, and the allocation then cost more than the copy (measured in
-bench/RESULTS.md, issue 14).
+kernel zeroes on first touch, and the allocation then cost more than the copy (bench/
+RESULTS.md, "A beam step without fresh buffers").
 
 Because a step writes into the memory of the state it was given, a state is spent once it
 has been stepped: see `mtkit.models.base.Translator.step`.

@@ -29,10 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_packed_sequence
 
-from mtkit.errors import ConfigError, MtkitError
+from mtkit.errors import MtkitError, OptionError
 from mtkit.models.attention import Attention
 from mtkit.models.base import (
-    KINDS,
     AttentionChoice,
     Encoded,
     Output,
@@ -40,6 +39,7 @@ from mtkit.models.base import (
     Step,
     Translator,
     host_to_device,
+    kind_problems,
     reorder,
     source_mask,
 )
@@ -380,14 +380,14 @@ class RNNTranslator(Translator):
         if not self.has_attention:
             raise MtkitError("this model has no attention (model.rnn.attention: none; one "
                              "fixed context vector), so there is nothing to align")
-        if kind not in KINDS:
-            raise ConfigError(f"--self-attention: invalid choice {kind!r}; expected encoder or "
-                              "decoder")
+        if problems := kind_problems(kind):
+            raise OptionError(*problems)
         if kind != "cross":
-            raise ConfigError(f"--self-attention {kind}: an RNN model has no self-attention")
+            raise OptionError.one("kind", "an RNN model has no self-attention", value=kind)
         if layer is not None or head is not None:
-            raise ConfigError("--layer and --head apply to Transformer models; this RNN model "
-                              "has one attention without layers or heads")
+            raise OptionError.one(None, "{0} and {1} apply to Transformer models; this RNN "
+                                  "model has one attention without layers or heads",
+                                  others=("layer", "head"))
         return AttentionChoice("cross")
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

@@ -26,16 +26,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mtkit.errors import ConfigError
+from mtkit.errors import OptionError
 from mtkit.models import kv_cache
 from mtkit.models.base import (
-    KINDS,
     AttentionChoice,
     Encoded,
     Output,
     State,
     Step,
     Translator,
+    kind_problems,
     source_mask,
 )
 from mtkit.models.embedding import ScaledEmbedding
@@ -270,8 +270,9 @@ def _generate(generator: nn.Linear, h: torch.Tensor, spare: torch.Tensor
     """A step's logits generator(h) (B', V) from h (B', d), and the spare memory for the next
     step's. On CPU they are written into the spare: (B', V) floats are tens of MB for a
     beam, which glibc maps fresh for every allocation and the kernel then faults in and
-    zeroes; with the bias copied into them first (how addmm adds it), the projection took
-    44 ms fresh against 33 ms in reused memory, for 1,080 rows (issue 14). The logits are
+    zeroes; with the bias copied into them first (how addmm adds it), the projection runs
+    a quarter faster in reused memory (bench/RESULTS.md, "Figures behind the code's
+    comments"). The logits are
     valid until the next step of the state they came with (`Translator.step`)."""
     if h.device.type != "cpu" or torch.is_grad_enabled():  # out= is not differentiable
         return generator(h), spare
@@ -305,6 +306,8 @@ class Transformer(Translator):
         self.heads = decoder.layers[0].self_attn.heads
         self.align_layer = align_layer % len(decoder.layers)
         self.align_head = align_head
+        # the cross-attention a caller gets by default, as the recipe names it (-1: the top)
+        self.default_cross = (align_layer, "mean" if align_head is None else align_head)
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         mask = source_mask(src, src_lens)
@@ -359,26 +362,29 @@ class Transformer(Translator):
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
                          head: int | Literal["mean"] | None = None) -> AttentionChoice:
-        """Default: the top layer and the mean over heads. The top layer aligned best in every
-        model trained on the synthetic reversal and permutation tasks of
-        tests/system/test_align_learning.py (AER, d_model 64, seeds 1-4): 2 decoder layers, top
-        0.001-0.019 vs bottom 0.03-0.76; 3 decoder layers (seeds 1-3), top 0.003-0.050 vs
-        penultimate 0.022-0.080 vs bottom 0.18-0.75. Garg et al. (2019) find the
-        penultimate layer best on real language pairs; --layer chooses. The recipes'
-        align_layer (what `translate --align` reads) defaults to -1 too."""
-        if kind not in KINDS:
-            raise ConfigError(f"--self-attention: invalid choice {kind!r}; expected encoder or "
-                              "decoder")
+        """Default: for the cross-attention, the model's own `align_layer` and `align_head`
+        (what its search returns, and what guided alignment trained); for self-attention, the
+        top layer and the mean over heads. The top layer aligned best in every model trained
+        on the synthetic reversal and permutation tasks of tests/system/test_align_learning.py
+        (AER, d_model 64, seeds 1-4): 2 decoder layers, top 0.001-0.019 vs bottom 0.03-0.76;
+        3 decoder layers (seeds 1-3), top 0.003-0.050 vs penultimate 0.022-0.080 vs bottom
+        0.18-0.75. Garg et al. (2019) find the penultimate layer best on real language pairs;
+        `layer` chooses. The recipes' align_layer defaults to -1 too."""
+        if problems := kind_problems(kind):
+            raise OptionError(*problems)
         n = len(self.encoder.layers if kind == "encoder" else self.decoder.layers)
+        if kind == "cross":
+            layer = self.default_cross[0] if layer is None else layer
+            head = self.default_cross[1] if head is None else head
         layer = -1 if layer is None else layer
         if not -n <= layer < n:
-            raise ConfigError(f"--layer {layer}: the model has {n} "
-                              f"{'encoder' if kind == 'encoder' else 'decoder'} layers; expected "
-                              f"0..{n - 1} or -{n}..-1 (from the top)")
+            side = "encoder" if kind == "encoder" else "decoder"
+            raise OptionError.one("layer", f"the model has {n} {side} layers; expected "
+                                  f"0..{n - 1} or -{n}..-1 (from the top)", value=layer)
         head = "mean" if head is None else head
         if head != "mean" and not 0 <= head < self.heads:
-            raise ConfigError(f"--head {head}: the model has {self.heads} heads; expected "
-                              f"0..{self.heads - 1} or mean")
+            raise OptionError.one("head", f"the model has {self.heads} heads; expected "
+                                  f"0..{self.heads - 1} or mean", value=head)
         return AttentionChoice(kind, layer, head)  # type: ignore[arg-type]
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

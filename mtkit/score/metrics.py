@@ -16,7 +16,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric
 from sacrebleu.significance import PairedTest
 
-from mtkit.errors import DataError, MtkitError
+from mtkit.errors import DataError, MtkitError, OptionError, Problem
 from mtkit.fileio import BOM, GZIP_MAGIC, InvalidUtf8, decode_lines, stdin_raw
 from mtkit.score import sacrebleu_api
 from mtkit.score.report import (
@@ -51,25 +51,26 @@ class MetricOptions:
     def __post_init__(self) -> None:
         problems = []
         unknown = list(dict.fromkeys(m for m in self.metrics if m not in METRICS))
-        given = f"--metrics {','.join(self.metrics)!r}"
+        given = repr(",".join(self.metrics))
         if "" in unknown:
-            problems.append(f"{given}: an empty name; expected names among "
-                            f"{', '.join(METRICS)}, separated by commas")
+            problems.append(Problem("metrics", "an empty name; expected names among "
+                                    f"{', '.join(METRICS)}, separated by commas", given))
         elif unknown:
-            problems.append(f"{given}: {', '.join(map(repr, unknown))} unknown; expected names "
-                            f"among {', '.join(METRICS)}")
+            problems.append(Problem("metrics", f"{', '.join(map(repr, unknown))} unknown; "
+                                    f"expected names among {', '.join(METRICS)}", given))
         elif not self.metrics or len(set(self.metrics)) != len(self.metrics):
-            problems.append(f"{given}: expected distinct names among {', '.join(METRICS)}")
+            problems.append(Problem("metrics", f"expected distinct names among "
+                                    f"{', '.join(METRICS)}", given))
         if self.tokenize is not None and self.tokenize not in BLEU.TOKENIZERS:
-            problems.append(f"tokenizer {self.tokenize!r} is not one of sacrebleu's: "
-                            f"{', '.join(BLEU.TOKENIZERS)}")
+            problems.append(Problem("tokenize", f"{self.tokenize!r} is not one of sacrebleu's: "
+                                    f"{', '.join(BLEU.TOKENIZERS)}"))
         if self.chrf_word_order < 0:
-            problems.append(f"chrF word order {self.chrf_word_order}: expected 0 or more "
-                            "(2 is chrF++)")
+            problems.append(Problem("chrf_word_order", "expected 0 or more (2 is chrF++)",
+                                    self.chrf_word_order))
         if not 0 <= self.width <= 10:
-            problems.append(f"width {self.width}: expected 0 to 10 decimals")
+            problems.append(Problem("width", "expected 0 to 10 decimals", self.width))
         if problems:
-            raise MtkitError("; ".join(problems))
+            raise OptionError(*problems)
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,8 @@ def parse_buckets(text: str) -> tuple[int, ...]:
     except ValueError:
         edges = ()
     if not edges or edges[0] < 1 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
-        raise MtkitError(f"--buckets {text!r}: expected increasing positive integers separated "
-                         "by commas, e.g. 10,20,30,40,50")
+        raise MtkitError.about("buckets", "expected increasing positive integers separated by "
+                               "commas, e.g. 10,20,30,40,50", value=repr(text))
     return edges
 
 

@@ -163,7 +163,7 @@ def plot_by_length(report: ScoreReport, path: Path) -> None:
     # A bare Figure: no pyplot, so no global backend state and no display needed
     from matplotlib.figure import Figure
 
-    from mtkit.figure import save_figure
+    from mtkit.fileio import save_figure
 
     fig = Figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.add_subplot()

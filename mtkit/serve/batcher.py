@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from mtkit.api import Extras, Translation, TranslationModel
 from mtkit.config import DecodeConfig
-from mtkit.terms import Glossary
+from mtkit.translation.terms import Glossary
 
 
 class QueueFull(Exception):

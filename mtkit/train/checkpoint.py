@@ -187,7 +187,7 @@ def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
     if len(inputs) == 1 and not inputs[0].exists():
         raise CheckpointError(f"{inputs[0]}: no such run directory or checkpoint file")
     if last is not None:
-        raise CheckpointError("--last needs one run directory, not checkpoint files")
+        raise CheckpointError.about("last", "needs one run directory, not checkpoint files")
     for p in inputs:
         if p.is_dir():
             raise CheckpointError(f"{p}: a directory; give one run directory or checkpoint files")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -27,17 +26,25 @@ from mtkit.config import Recipe, parse_duration, recipe_from_yaml_text
 from mtkit.data.batch import Batch, iterate_batches
 from mtkit.errors import MtkitError
 from mtkit.fileio import WriteError
+from mtkit.process.signals import GracefulStop
 from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.distributed import Dist
-from mtkit.train.progress import Closing, Progress, TrainResult, Window, planned_updates
+from mtkit.train.progress import (
+    Closing,
+    Progress,
+    TrainResult,
+    Window,
+    WindowTotals,
+    planned_updates,
+)
 from mtkit.train.report import Reporter, duration
 from mtkit.train.setup import CARRIED, FRESH, Setup
-from mtkit.train.signals import GracefulStop
 from mtkit.train.step import Guide, finish_update, forward_backward, token_normalizer
 from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 
 log = logging.getLogger(__name__)
+
 
 class Trainer:
     """One training run over a built `Setup`. `run` is the whole of it; the methods below
@@ -46,8 +53,13 @@ class Trainer:
 
     def __init__(self, recipe: Recipe, run_dir: Path, setup: Setup, *, state: dict | None,
                  dist: Dist, device: torch.device, console: Console) -> None:
-        self.recipe, self.cfg, self.run_dir, self.s = recipe, recipe.train, run_dir, setup
-        self.dist, self.device, self.console = dist, device, console
+        self.recipe = recipe
+        self.cfg = recipe.train
+        self.run_dir = run_dir
+        self.s = setup
+        self.dist = dist
+        self.device = device
+        self.console = console
         self.max_time = parse_duration(self.cfg.max_time) if self.cfg.max_time else None
         self.save_every_s = (parse_duration(self.cfg.checkpoint_every_time)
                              if self.cfg.checkpoint_every_time else None)
@@ -73,7 +85,8 @@ class Trainer:
                             tensorboard=self.cfg.tensorboard)
         self.resumed = state is not None
         self.window = Window()
-        self.t0, self.session_update0 = time.monotonic(), self.p.update
+        self.t0 = time.monotonic()  # when this session's training started
+        self.session_update0 = self.p.update  # the update it started from
         self.lr = self.s.schedule.lr_at(self.p.update)  # of the latest update
         self.last_loss: float | None = None  # mean loss of the latest log window
         self.tok_s: float | None = None  # throughput of the latest log window
@@ -85,7 +98,8 @@ class Trainer:
         try:
             with self.rep, self.stop:
                 self._log_start()
-                self.t0, self.session_update0 = time.monotonic(), self.p.update
+                self.t0 = time.monotonic()
+                self.session_update0 = self.p.update
                 self.saved_at = self.t0
                 self.window = Window()
                 return self._finish(self._loop())
@@ -107,7 +121,7 @@ class Trainer:
         else:  # batches are dealt to ranks differently: start the next epoch afresh
             log.warning("resuming %d process(es) from a run of %d: continuing with epoch %d",
                         self.dist.world_size, saved_world, self.p.epoch + 1)
-            self.p.epoch, self.p.position = self.p.epoch + 1, 0
+            self._next_epoch()
 
     def _keep_global_batch(self, state: dict, saved_world: int, saved_uf: int | None) -> int:
         """The update_freq that keeps the global batch (processes x update_freq batches of
@@ -137,8 +151,9 @@ class Trainer:
 
     def _log_start(self) -> None:
         counts = self.s.model.parameter_counts()
-        what = (f"resuming at update {self.p.update:,}" if self.resumed else "training") + (
-            " an RNN" if self.recipe.model.arch == "rnn" else " a Transformer")
+        doing = f"resuming at update {self.p.update:,}" if self.resumed else "training"
+        model = "an RNN" if self.recipe.model.arch == "rnn" else "a Transformer"
+        what = f"{doing} {model}"
         log.info("%s: %s model, %s parameters, %d batches of <= %d tokens per epoch%s, "
                  "device %s%s", self.recipe.name, what, f"{counts['total']:,}",
                  len(self.s.sampler), self.cfg.batch_tokens,
@@ -185,12 +200,18 @@ class Trainer:
                 self._update(todo[i:i + uf])
                 if reason := self._after_update():
                     return reason
-            self.p.epoch, self.p.position = self.p.epoch + 1, 0
+            self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        self.p.epoch += 1
+        self.p.position = 0
 
     def _limit_reached(self) -> str | None:
-        p, cfg = self.p, self.cfg
-        return ("max_updates" if cfg.max_updates and p.update >= cfg.max_updates else
-                "max_epochs" if cfg.max_epochs and p.epoch > cfg.max_epochs else None)
+        if self.cfg.max_updates and self.p.update >= self.cfg.max_updates:
+            return "max_updates"
+        if self.cfg.max_epochs and self.p.epoch > self.cfg.max_epochs:
+            return "max_epochs"
+        return None
 
     def _update(self, group: list[np.ndarray]) -> None:
         """One update on the batches `group` (arrays of sentence indices)."""
@@ -251,8 +272,11 @@ class Trainer:
         patience_out = self._validate_or_save() if valid_now else False
         if save_now:
             self._save()
-        return limit or ("patience" if patience_out else
-                         self._stop_requested() if synced else None)
+        if limit:
+            return limit
+        if patience_out:
+            return "patience"
+        return self._stop_requested() if synced else None
 
     # ------------------------------------------------------------------ sync points
 
@@ -279,48 +303,41 @@ class Trainer:
                     update, run)
         if run >= self.cfg.max_nonfinite:
             fix = "lower train.lr, raise train.warmup or train with precision bf16/fp32"
-            then = (f"no checkpoint was written, so {fix} and train again (the same command "
-                    "starts afresh)" if self.last_good_checkpoint is None  # nothing to resume
-                    else f"last good checkpoint: {self.last_good_checkpoint}; {fix}, then "
-                    "resume with --resume")
+            if self.last_good_checkpoint is None:  # nothing to resume
+                then = (f"no checkpoint was written, so {fix} and train again (the same command "
+                        "starts afresh)")
+            else:
+                then = (f"last good checkpoint: {self.last_good_checkpoint}; {fix}, then resume "
+                        "with --resume")
             raise MtkitError(f"update {update}: {run} non-finite losses in a row "
                              f"(train.max_nonfinite); training stopped; {then}")
 
     def _log_train(self, update: int) -> None:
+        """One log line and metrics record for the window that ends at `update`, its sums
+        taken over every rank."""
         w = self.window
         sums = torch.tensor([w.loss, w.nll, w.tokens, w.all_tokens, w.align, w.align_rows],
                             dtype=torch.float64, device=self.device if self.dist.enabled else "cpu")
-        loss, nll, tokens, all_tokens, align, rows = self.dist.all_reduce(sums).tolist()
-        secs = max(time.monotonic() - w.start, 1e-9)
-        mean = loss / tokens if tokens else math.nan
-        mean_nll = nll / tokens if tokens else math.nan
-        rec = {"update": update, "epoch": self.p.epoch, "loss": mean, "nll": mean_nll,
-               "ppl": math.exp(min(mean_nll, 700)) if tokens else math.nan, "lr": self.lr,
-               "gnorm": w.gnorm / w.updates if w.updates else math.nan,
-               "tgt_tokens": int(all_tokens), "tgt_tokens_per_s": all_tokens / secs,
-               "skipped": w.skipped, "elapsed": self._elapsed()}
-        guided = ""
-        if self.cfg.guided_alignment.enabled:  # the mean over linked target pieces
-            rec["align_loss"] = align / rows if rows else math.nan
-            guided = f" | align {rec['align_loss']:.3f}"
-        self.rep.record("train", **rec)
-        log.info("update %s | epoch %d | loss %.3f%s | ppl %.2f | lr %.2e | gnorm %.2f | "
-                 "%s tgt tok/s%s", f"{update:,}", rec["epoch"], mean, guided, rec["ppl"],
-                 self.lr, rec["gnorm"], f"{rec['tgt_tokens_per_s']:,.0f}",
-                 f" | {w.skipped} skipped" if w.skipped else "")
-        self.last_loss, self.tok_s = mean, rec["tgt_tokens_per_s"]
+        totals = WindowTotals(*self.dist.all_reduce(sums).tolist())
+        self.last_loss, self.tok_s = self.rep.train_window(
+            update=update, epoch=self.p.epoch, totals=totals, window=w, lr=self.lr,
+            elapsed=self._elapsed(), guided=self.cfg.guided_alignment.enabled)
         self.window = Window()
 
     def _bar(self) -> None:
-        w, now = self.window, time.monotonic()
-        rate = (self.p.update - self.session_update0) / max(now - self.t0, 1e-9)
-        tok_s = self.tok_s or w.all_tokens / max(now - w.start, 1e-9)
+        now = time.monotonic()
         planned = planned_updates(self.p, self.cfg, len(self.s.sampler),
                                   update_freq=self.update_freq)
-        etas = [(planned - self.p.update) / rate] if planned and rate > 0 else []
+        rate = (self.p.update - self.session_update0) / max(now - self.t0, 1e-9)
+        etas = []
+        if planned and rate > 0:
+            etas.append((planned - self.p.update) / rate)
         if self.max_time is not None:
             etas.append(self.max_time - self._elapsed())
+        # the window under way, else the latest logged one
+        w = self.window
         loss = w.loss / w.tokens if w.tokens else self.last_loss
+        tok_s = self.tok_s or w.all_tokens / max(now - w.start, 1e-9)
         self.rep.bar(update=self.p.update, total=planned, epoch=self.p.epoch, loss=loss,
                      lr=self.lr, tok_s=tok_s, eta=min(etas) if etas else None)
 
@@ -330,9 +347,12 @@ class Trainer:
     def _stop_requested(self) -> str | None:
         """Time budget or a signal; under torchrun every rank stops at the same update."""
         end = self.closing.seconds(averaging=self.cfg.average_last > 0)
-        local = 2.0 if self.stop.requested else (
-            1.0 if self.max_time is not None and self._elapsed() + end >= self.max_time
-            else 0.0)
+        # 2: a signal, 1: the time budget, 0: neither; the largest of all ranks wins
+        local = 0.0
+        if self.stop.requested:
+            local = 2.0
+        elif self.max_time is not None and self._elapsed() + end >= self.max_time:
+            local = 1.0
         if self.dist.enabled:
             local = self.dist.all_reduce(torch.tensor(local, device=self.device), "max").item()
         return {0.0: None, 1.0: "max_time", 2.0: "interrupted"}[local]
@@ -352,8 +372,8 @@ class Trainer:
         try:
             return self._validate()
         except BaseException as e:
-            save = not (self.p.saved_update == self.p.update
-                        or isinstance(e, WriteError | KeyboardInterrupt))
+            saved_already = self.p.saved_update == self.p.update
+            save = not (saved_already or isinstance(e, WriteError | KeyboardInterrupt))
             # rank 0's choice for every rank (the others know only that it failed): saving
             # is a collective that every rank or none must enter
             if not self.dist.broadcast(save):
@@ -382,7 +402,9 @@ class Trainer:
         p = self.p
         improved = p.best is None or (metric > p.best if higher else metric < p.best)
         if improved:
-            p.best, p.best_update, p.bad = metric, p.update, 0
+            p.best = metric
+            p.best_update = p.update
+            p.bad = 0
         else:
             p.bad += 1
         self.best_unsaved = improved
@@ -443,7 +465,9 @@ class Trainer:
         best = ("not validated yet" if p.best is None else
                 f"best {self.cfg.valid_metric} {p.best:.2f} at update {p.best_update:,} "
                 f"({self.run_dir / BEST})")
-        epoch = p.epoch - (p.position == 0 and p.epoch > 1)  # not the next one, not started
+        epoch = p.epoch
+        if p.position == 0 and p.epoch > 1:  # the next epoch, not started: name the last one
+            epoch -= 1
         log.info("stopped (%s) at update %s, epoch %d, after %s of training; %s; "
                  "checkpoints in %s", reason, f"{p.update:,}", epoch,
                  duration(self._elapsed()), best, self.run_dir)

@@ -51,9 +51,9 @@ class _SmoothedNLL(torch.autograd.Function):
     """The label-smoothed loss and the NLL of (N, V) logits, keeping one (N, V) tensor for
     the backward pass: the softmax, which the gradient is made of in place,
     d loss / d logits = p - (1 - eps) * onehot(target) - eps / V on real tokens, 0 on PAD.
-    Through autograd's log-softmax, NLL and sum, a ~4,100-token batch over 8,000 pieces
-    held several such tensors at once (131 MB each): one forward/backward of the en-de
-    Transformer on CPU peaked at 1,571 MB, now 1,309 MB (issue 16). Backward may run once
+    Through autograd's log-softmax, NLL and sum, a batch held several such tensors at once,
+    each over 100 MB for 8,000 pieces (bench/RESULTS.md, "Figures behind the code's
+    comments"). Backward may run once
     (the graph is never retained in training)."""
 
     @staticmethod

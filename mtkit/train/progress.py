@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from mtkit.config import TrainConfig
 
@@ -94,3 +95,14 @@ def planned_updates(p: Progress, cfg: TrainConfig, batches_per_epoch: int, *,
         done = -(-p.position // update_freq)
         limits.append(p.update + left * per_epoch - done)
     return min(limits) if limits else None
+
+
+class WindowTotals(NamedTuple):
+    """A log window's sums over every rank (`Window`'s fields of the same names)."""
+
+    loss: float
+    nll: float
+    tokens: float
+    all_tokens: float
+    align: float
+    align_rows: float

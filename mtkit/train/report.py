@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from rich.text import Text
 
 from mtkit.errors import ConfigError
 from mtkit.fileio import atomic_write, open_own, write_error
+from mtkit.train.progress import Window, WindowTotals
 
 METRICS, LOG = "metrics.jsonl", "train.log"
 
@@ -223,8 +225,35 @@ class Reporter:
                 if isinstance(value, int | float) and key != "update":
                     self._tb.add_scalar(f"{kind}/{key}", value, rec["update"])
 
+    def train_window(self, *, update: int, epoch: int, totals: WindowTotals, window: Window,
+                     lr: float, elapsed: float, guided: bool) -> tuple[float, float]:
+        """Record and log a training window that ends at `update` (`totals`: its sums over
+        every rank; `window`: this rank's, for the gradient norm, skips and start). Returns
+        the window's mean loss and target tokens/s, for the progress line."""
+        t, w = totals, window
+        secs = max(time.monotonic() - w.start, 1e-9)
+        mean = t.loss / t.tokens if t.tokens else math.nan
+        mean_nll = t.nll / t.tokens if t.tokens else math.nan
+        rec = {"update": update, "epoch": epoch, "loss": mean, "nll": mean_nll,
+               "ppl": math.exp(min(mean_nll, 700)) if t.tokens else math.nan, "lr": lr,
+               "gnorm": w.gnorm / w.updates if w.updates else math.nan,
+               "tgt_tokens": int(t.all_tokens), "tgt_tokens_per_s": t.all_tokens / secs,
+               "skipped": w.skipped, "elapsed": elapsed}
+        shown = ""
+        if guided:  # the mean over linked target pieces
+            rec["align_loss"] = t.align / t.align_rows if t.align_rows else math.nan
+            shown = f" | align {rec['align_loss']:.3f}"
+        self.record("train", **rec)
+        skipped = f" | {w.skipped} skipped" if w.skipped else ""
+        logging.getLogger("mtkit.train").info(
+            "update %s | epoch %d | loss %.3f%s | ppl %.2f | lr %.2e | gnorm %.2f | %s tgt tok/s%s",
+            f"{update:,}", epoch, mean, shown, rec["ppl"], lr, rec["gnorm"],
+            f"{rec['tgt_tokens_per_s']:,.0f}", skipped)
+        return mean, rec["tgt_tokens_per_s"]
+
     def bar(self, *, update: int, total: int | None, epoch: int, loss: float | None,
             lr: float, tok_s: float, eta: float | None) -> None:
+        """Move the progress line (`eta` in seconds, None when unknown)."""
         if not self.enabled:
             return
         parts = {"epoch": f"epoch {epoch}", "loss": f"loss {_fmt(loss, '.3f')}",

@@ -11,11 +11,11 @@ from typing import Literal
 from rich.console import Console
 
 from mtkit.config import Recipe
-from mtkit.data.prep import data_dir, is_prepared, prepare
+from mtkit.data.prep import is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import ConfigError
-from mtkit.run import LAST, check_writable_run_dir, remove_stale_temporaries
-from mtkit.run_lock import run_lock
+from mtkit.process.lock import run_lock
+from mtkit.run import LAST, check_writable_run_dir, data_dir, remove_stale_temporaries
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
@@ -36,13 +36,14 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
           device_option: str = "train.device") -> TrainResult:
     """Train `recipe` into `run_dir` (one process, or one rank under torchrun): prepare the
     data if needed, build the `Setup`, run the `Trainer`. Rank 0 holds the run directory's
-    lock from start to end (`mtkit.run_lock`). A device that is not there is an error naming
+    lock from start to end (`mtkit.process.lock`). A device that is not there is an error naming
     `device_option`: the recipe key, or the command-line flag that set it. `init_from` (a
     run directory or checkpoint) starts a new run from its weights (`init_state`)."""
     if resume is True and init_from is not None:
-        raise ConfigError("--init-from starts a new run from another run's weights; --resume "
-                          "continues this one: give one of them (or --resume auto, which "
-                          "takes the weights only when the run starts)")
+        raise ConfigError.about(None, "{0} starts a new run from another run's weights; {1} "
+                                "continues this one: give one of them (or {1} auto, which "
+                                "takes the weights only when the run starts)",
+                                others=("init_from", "resume"))
     run_dir, console = Path(run_dir), console or Console(stderr=True, soft_wrap=True)
     dist = dist_from_env()
     device = resolve_device(recipe.train.device, option=device_option,

@@ -21,7 +21,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtkit.config import Recipe, dump_recipe, recipe_from_yaml_text, recipe_to_dict
 from mtkit.data.batch import Batch
-from mtkit.data.prep import data_dir
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer, model_files
 from mtkit.data.store import ParallelData, text_path
@@ -34,6 +33,7 @@ from mtkit.run import (
     BEST,
     LAST,
     check_vocab,
+    data_dir,
     load_checkpoint,
     resolve_checkpoint,
     same_vocab,
@@ -79,19 +79,20 @@ def check_fresh(run_dir: Path) -> None:
     if found:
         raise CheckpointError(f"{run_dir} already holds a training run ({', '.join(found[:3])}"
                               f"{', ...' if len(found) > 3 else ''}); continue it with "
-                              "--resume, or train into a new --run-dir")
+                              "--resume, or train into a new --run-dir")  # remedies
 
 
 def resume_state(recipe: Recipe, run_dir: Path) -> dict:
     """The state of `run_dir`'s last.pt, after checking that `recipe` may continue it."""
     path = run_dir / LAST
     if not path.is_file():
-        raise CheckpointError(f"--resume: {path} not found; nothing to resume (drop "
-                              "--resume to start a new run)")
+        raise CheckpointError.about("resume", f"{path} not found; nothing to resume (drop "
+                                    "{0} to start a new run)", others=("resume",))
     state = load_checkpoint(path)
     if "optimizer" not in state:  # `mtkit average -o RUN/last.pt` (refused now) wrote one
-        raise CheckpointError(f"--resume: {path} holds a model only (an average?), not the "
-                              "state training continues from; train into a new --run-dir")
+        raise CheckpointError.about("resume", (
+            f"{path} holds a model only (an average?), not the "
+            "state training continues from; train into a new --run-dir"))
     saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
     for section in ("data", "model"):
         before, now = (recipe_to_dict(getattr(r, section)) for r in (saved, recipe))
@@ -99,27 +100,31 @@ def resume_state(recipe: Recipe, run_dir: Path) -> dict:
             before, now = ({k: v for k, v in d.items() if k != "test"} for d in (before, now))
         key = first_difference(before, now, section)
         if key is not None:
-            raise CheckpointError(f"--resume: the recipe's `{section}` section differs from "
-                                  f"the one {path} was trained with (at {key}); resume "
-                                  "with the same recipe, or train into a new --run-dir")
+            raise CheckpointError.about("resume", (
+                f"the recipe's `{section}` section differs from "
+                f"the one {path} was trained with (at {key}); resume "
+                "with the same recipe, or train into a new --run-dir"))
     # These cut and order the batches: with another value the saved position in the
     # epoch would point into a different batch list (sentences skipped or repeated).
     for name in ("batch_tokens", "seed"):
         was, now = getattr(saved.train, name), getattr(recipe.train, name)
         if was != now:
-            raise CheckpointError(f"--resume: train.{name} is {now} but {path} was trained "
-                                  f"with {was}; it fixes the batch order, so resume with "
-                                  f"{was}, or train into a new --run-dir")
+            raise CheckpointError.about("resume", (
+                f"train.{name} is {now} but {path} was trained "
+                f"with {was}; it fixes the batch order, so resume with "
+                f"{was}, or train into a new --run-dir"))
     was, now = saved.train.weight_decay, recipe.train.weight_decay
     if (was > 0) != (now > 0):  # the optimizer's saved state has one group, or two
-        raise CheckpointError(f"--resume: train.weight_decay is {now} but {path} was trained "
-                              f"with {was}; weight decay cannot be turned on or off on resume "
-                              "(a value above 0 may change)")
+        raise CheckpointError.about("resume", (
+            f"train.weight_decay is {now} but {path} was trained "
+            f"with {was}; weight decay cannot be turned on or off on resume "
+            "(a value above 0 may change)"))
     was, now = saved.train.valid_metric, recipe.train.valid_metric
     if was != now:  # a loss would be compared with the best BLEU, and patience count on
-        raise CheckpointError(f"--resume: train.valid_metric is {now} but {path} was trained "
-                              f"with {was}; its best checkpoint, patience and plateau schedule "
-                              f"count {was}: resume with it, or train into a new --run-dir")
+        raise CheckpointError.about("resume", (
+            f"train.valid_metric is {now} but {path} was trained "
+            f"with {was}; its best checkpoint, patience and plateau schedule "
+            f"count {was}: resume with it, or train into a new --run-dir"))
     return state
 
 
@@ -161,9 +166,10 @@ def init_state(recipe: Recipe, source: Path) -> dict:
     key = first_difference(before, now, "model")
     if key is not None:
         was, is_ = (_at(d, key) for d in (before, now))
-        raise CheckpointError(f"--init-from: {key} is {json.dumps(is_)} in this recipe but "
-                              f"{json.dumps(was)} in {path}'s; the architecture must be the "
-                              "parent's (set it to the parent's value)")
+        raise CheckpointError.about("init_from", (
+            f"{key} is {json.dumps(is_)} in this recipe but "
+            f"{json.dumps(was)} in {path}'s; the architecture must be the "
+            "parent's (set it to the parent's value)"))
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -186,10 +192,11 @@ def _check_init_vocab(init: dict, vocab: dict, ddir: Path, joint: bool) -> None:
         return
     ckpt = Path(init["meta"]["checkpoint"])
     names = ", ".join(model_files(joint))
-    raise CheckpointError(f"--init-from: {ckpt} was trained with the sentencepiece model(s) "
-                          f"in {ckpt.parent / 'data'}, but this run's {ddir} holds other ones "
-                          f"({names}); set data.spm.from_run: {ckpt.parent} so that prep "
-                          "reuses the parent's")
+    raise CheckpointError.about("init_from", (
+        f"{ckpt} was trained with the sentencepiece model(s) "
+        f"in {ckpt.parent / 'data'}, but this run's {ddir} holds other ones "
+        f"({names}); set data.spm.from_run: {ckpt.parent} so that prep "
+        "reuses the parent's"))
 
 
 # --------------------------------------------------------------------------- building
@@ -204,7 +211,10 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
     tokenizer = Tokenizer.load(ddir)
     vocab = vocab_info(tokenizer)
     if state is not None:
-        check_vocab(state["vocab"], vocab, ddir=ddir, what=f"--resume: {run_dir / LAST}")
+        try:
+            check_vocab(state["vocab"], vocab, ddir=ddir, what=str(run_dir / LAST))
+        except CheckpointError as e:
+            raise CheckpointError.about("resume", str(e)) from None
     if init is not None:
         _check_init_vocab(init, vocab, ddir, tokenizer.joint)
     # Guided alignment reads the gold links stored with the training split.

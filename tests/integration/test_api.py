@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mtkit
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError, MtkitError
+from mtkit.run import data_dir
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -84,7 +84,8 @@ def test_errors_name_fields_not_flags(model):
              ({"beamsize": 2}, "did you mean `decode.beam_size`"),
              ({"method": "greedy", "nbest": 2}, "nbest (decode.nbest): greedy search gives one"),
              ({"align_method": "union"}, "align_method and readout: "),
-             ({"align": True, "readout": "sideways"}, "readout: unknown attention read-out"),
+             ({"align": True, "readout": "sideways"},
+              "readout: invalid choice 'sideways'; expected one of current, shift"),
              ({"attention": True, "layer": 5}, "layer 5: the model has 2 decoder layers"),
              ({"attention": True, "head": 4}, "head 4: the model has 4 heads"),
              ({"layer": 0}, "layer and head: they choose the attention returned")]

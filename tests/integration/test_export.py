@@ -423,7 +423,7 @@ def test_a_stop_ends_the_engine_work_at_its_next_call(toy_export, test_src, monk
     import threading
 
     from mtkit.export import ct2_translate as ct
-    from mtkit.translate import Stopped
+    from mtkit.translation.lines import Stopped
 
     want = _cli("translate", toy_export, "--beam", "3", "-i", test_src).stdout
     monkeypatch.setattr(ct, "ENGINE_TOKENS", 20)

@@ -173,7 +173,7 @@ def test_a_lock_file_removed_as_it_is_locked_is_locked_again(tmp_path, monkeypat
     """A holder removes a run folder it made along with the lock when it wrote nothing else;
     a process that opened that lock file just before then locks a file no longer there, and
     must take the lock again on the one that is."""
-    from mtkit import run_lock as run_mod
+    from mtkit.process import lock as run_mod
 
     run = tmp_path / "run"
     run.mkdir()
@@ -199,7 +199,7 @@ def test_a_lock_file_removed_as_it_is_locked_is_locked_again(tmp_path, monkeypat
 
 _HOLD = """
 import sys, time
-from mtkit.run_lock import run_lock
+from mtkit.process.lock import run_lock
 with run_lock(sys.argv[1], "train"):
     print("held", flush=True)
     time.sleep(120)
@@ -465,7 +465,7 @@ def test_average_of_a_run_in_training_names_the_trainer(toy_model, tmp_path):
 
 _READ = """
 import sys, time
-from mtkit.run_lock import run_read_lock
+from mtkit.process.lock import run_read_lock
 with run_read_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
+from mtkit.run import data_dir
 from tests.conftest import REPO, train_toy
 
 DEMO_RUN = "runs/en-de-multi30k"

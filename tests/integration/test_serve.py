@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
+from mtkit.run import data_dir
 from tests.helpers import Server, run_cli, serving
 
 httpx = pytest.importorskip("httpx", reason="the serve tests need httpx (make install)")

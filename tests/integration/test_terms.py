@@ -14,7 +14,7 @@ import mtkit
 from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError
-from mtkit.terms import occurrences
+from mtkit.translation.terms import occurrences
 from tests.helpers import run_cli, serving
 
 pytestmark = pytest.mark.usefixtures("one_thread")

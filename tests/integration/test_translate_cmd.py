@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mtkit import translate as tr
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import MtkitError
+from mtkit.run import data_dir
+from mtkit.translation import lines as tr
 from tests.helpers import run_cli
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
@@ -535,10 +535,10 @@ def test_loading_a_model_puts_large_tensors_on_huge_pages(toy_model, user):
 
 
 def test_in_process_translate_pauses_and_freezes_nothing(toy_model, src_file):
-    """Only a process mtkit owns has its loading frozen (mtkit/cli/startup.py)."""
+    """Only a process mtkit owns has its loading frozen (mtkit/process/startup.py)."""
     import gc
 
-    from mtkit.cli import startup
+    from mtkit.process import startup
 
     before = gc.get_freeze_count()
     res = _cli("translate", toy_model, "-i", src_file, "--greedy")

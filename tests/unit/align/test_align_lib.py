@@ -153,7 +153,7 @@ def test_threshold_method():
     assert extract_links(W, "threshold", threshold=0.75) == {(1, 1), (2, 2)}
     with pytest.raises(MtkitError, match=r"\(0, 1\]"):
         extract_links(W, "threshold", threshold=0.0)
-    with pytest.raises(MtkitError, match="only to method 'threshold'"):
+    with pytest.raises(MtkitError, match="^threshold: applies only to method threshold$"):
         extract_links(W, "union", threshold=0.3)
     with pytest.raises(MtkitError, match="argmax-tgt, argmax-src"):
         extract_links(W, "viterbi")

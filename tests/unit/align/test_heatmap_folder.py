@@ -68,7 +68,7 @@ def test_a_damaged_marker_is_refused(tmp_path, marker):
 
 def test_a_file_where_the_folder_should_be_is_refused(tmp_path):
     (tmp_path / "maps").write_text("mine")
-    with pytest.raises(ConfigError, match="--heatmap .*maps: exists and is not a folder"):
+    with pytest.raises(ConfigError, match="^heatmap_dir .*maps: exists and is not a folder"):
         owned_files(tmp_path / "maps")
     with pytest.raises(ConfigError, match="cannot make this folder .*maps is a file"):
         owned_files(tmp_path / "maps" / "a" / "b")

@@ -21,7 +21,7 @@ from mtkit.config import (
 from mtkit.data.batch import collate
 from mtkit.decode import decode_batch, forced
 from mtkit.errors import ConfigError, DataError, MtkitError
-from mtkit.translate import pharaoh_aligner
+from mtkit.translation.lines import pharaoh_aligner
 from tests.conftest import RECIPES
 from tests.helpers import tiny_model
 
@@ -149,28 +149,38 @@ def test_reverse_links_are_transposed_before_combining():
         combined_links(forward, fwd, short, how="union", **args)
 
 
-def test_reading_problems_name_the_flag():
+def test_reading_problems_name_the_option_by_its_field_and_the_cli_by_its_flag():
+    from mtkit.cli.options import flag_of
+
     ok = {"kind": "cross", "readout": "shift", "reverse": True, "symmetrize": "union",
           "needs_links": True, "level": "word"}
     assert reading_problems(**ok) == []
-    assert reading_problems(**{**ok, "readout": "next"}) == [
-        "--readout: invalid choice 'next'; expected one of current, shift"]
-    assert reading_problems(**{**ok, "symmetrize": "gdf"}) == [
+
+    def said(**changed):
+        problems = reading_problems(**{**ok, **changed})
+        return [p.text(str) for p in problems], [p.text(flag_of) for p in problems]
+
+    assert said(readout="next") == (
+        ["readout: invalid choice 'next'; expected one of current, shift"],
+        ["--readout: invalid choice 'next'; expected one of current, shift"])
+    assert said(symmetrize="gdf")[1] == [
         "--symmetrize: invalid choice 'gdf'; expected one of grow-diag-final, intersection, "
         "union"]
-    got = reading_problems(**{**ok, "kind": "encoder"})
-    assert got == ["--readout shift chooses cross-attention rows; it excludes --self-attention",
-                   "--reverse combines cross-attention links; it excludes --self-attention"]
-    assert reading_problems(**{**ok, "needs_links": False, "level": "subword"}) == [
-        "--reverse combines links: add --pharaoh, --json or --gold",
-        "--reverse needs --level word: the two models' pieces differ, their words do not"]
+    assert said(kind="encoder") == (
+        ["readout shift: chooses cross-attention rows; it excludes kind",
+         "reverse: combines cross-attention links; it excludes kind"],
+        ["--readout shift: chooses cross-attention rows; it excludes --self-attention",
+         "--reverse: combines cross-attention links; it excludes --self-attention"])
+    assert said(needs_links=False, level="subword")[1] == [
+        "--reverse: combines links: add --pharaoh, --json or --gold",
+        "--reverse: needs --level word: the two models' pieces differ, their words do not"]
 
 
 def test_reverse_direction_from_the_language_labels():
     en_de, de_en = DataConfig(src_lang="en", tgt_lang="de"), DataConfig(src_lang="de",
                                                                       tgt_lang="en")
     assert check_direction(en_de, de_en, name="runs/de-en") is None
-    with pytest.raises(ConfigError, match=r"^--reverse runs/x: translates en -> de; expected "
+    with pytest.raises(ConfigError, match=r"^reverse runs/x: translates en -> de; expected "
                        r"de -> en"):
         check_direction(en_de, en_de, name="runs/x")
     for unlabelled in ((DataConfig(), DataConfig()), (en_de, DataConfig())):

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from mtkit.cli import startup
-from mtkit.cli.startup import collector_paused
+from mtkit.process import startup
+from mtkit.process.startup import collector_paused
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_what_loading_made_is_frozen_when_mtkit_owns_the_process(collector):
 
 _TWICE = """
 import os, signal, sys, time
-from mtkit.cli.startup import handle_termination
+from mtkit.process.startup import handle_termination
 from mtkit.errors import Terminated
 from mtkit.fileio import atomic_write
 handle_termination()

@@ -28,10 +28,11 @@ from mtkit.config import FileSource, Recipe, load_recipe, recipe_from_dict
 from mtkit.data import prep as prep_mod
 from mtkit.data import sources
 from mtkit.data.clean import read_lines
-from mtkit.data.prep import data_dir, is_prepared, prepare
+from mtkit.data.prep import is_prepared, prepare
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
 from mtkit.errors import DataError
+from mtkit.run import data_dir
 from tests.conftest import REPO
 
 TOY = REPO / "recipes" / "toy"

@@ -11,10 +11,11 @@ import pytest
 
 from mtkit.config import load_recipe, recipe_from_dict
 from mtkit.data.manifest import without_unset_align
-from mtkit.data.prep import data_dir, is_prepared, prepare
+from mtkit.data.prep import is_prepared, prepare
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
 from mtkit.errors import DataError
+from mtkit.run import data_dir
 from tests.conftest import REPO
 from tests.helpers import run_cli
 

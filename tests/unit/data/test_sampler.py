@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from mtkit.data.batch import Batch, iterate_batches
-from mtkit.data.prep import data_dir
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.store import ParallelData
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.run import data_dir
 
 
 def _lens(n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

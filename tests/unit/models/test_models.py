@@ -353,9 +353,9 @@ def test_rnn_attention_maps():
         model.choose_attention("encoder")
     with pytest.raises(MtkitError, match="invalid choice 'self'; expected encoder or decoder"):
         model.choose_attention("self")
-    with pytest.raises(MtkitError, match="--layer and --head apply to Transformer"):
+    with pytest.raises(MtkitError, match="^layer and head apply to Transformer"):
         model.choose_attention(layer=0)
-    with pytest.raises(MtkitError, match="--layer and --head apply to Transformer"):
+    with pytest.raises(MtkitError, match="^layer and head apply to Transformer"):
         model.choose_attention(head="mean")
 
 
@@ -447,14 +447,15 @@ def test_transformer_attention_maps():
     def maps(*args, **kwargs):
         return model.attention_maps(src, lens, tgt, model.choose_attention(*args, **kwargs))
 
-    assert model.choose_attention() == AttentionChoice("cross", -1, "mean")
-    cross = maps(layer=-2)  # the model's align_layer, head mean: what the search returns
+    # the default: the model's align_layer, head mean, what the search returns
+    assert model.choose_attention() == AttentionChoice("cross", -2, "mean")
+    cross = maps()
     torch.testing.assert_close(cross, model(src, lens, tgt, return_attn=True).attn)
     torch.testing.assert_close(cross, maps(layer=1, head="mean"))
     heads = torch.stack([maps(layer=1, head=h) for h in range(4)], 1)
     torch.testing.assert_close(heads.mean(1), cross)
     assert not torch.allclose(heads[:, 0], heads[:, 1])
-    assert not torch.allclose(maps(), cross)  # the default is the top layer
+    assert not torch.allclose(maps(layer=-1), cross)  # the top layer is another
     enc_self = maps("encoder", layer=0)
     assert enc_self.shape == (4, 7, 7)
     torch.testing.assert_close(enc_self.sum(-1), torch.ones(4, 7))
@@ -462,9 +463,9 @@ def test_transformer_attention_maps():
     dec_self = maps("decoder", layer=-1, head=3)
     assert dec_self.shape == (4, 6, 6)
     assert (dec_self.triu(1) == 0).all() and (dec_self.diagonal(dim1=1, dim2=2) > 0).all()
-    with pytest.raises(MtkitError, match="--layer 3: the model has 2 encoder layers"):
+    with pytest.raises(MtkitError, match="^layer 3: the model has 2 encoder layers"):
         model.choose_attention("encoder", layer=3)
-    with pytest.raises(MtkitError, match="--head 4: the model has 4 heads"):
+    with pytest.raises(MtkitError, match="^head 4: the model has 4 heads"):
         model.choose_attention(head=4)
 
 

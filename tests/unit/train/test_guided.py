@@ -164,14 +164,13 @@ def test_guided_toy_run_logs_the_alignment_loss_and_resumes_bit_for_bit(tmp_path
     avg = save_average(paths, tmp_path / "whole" / "averaged.pt")
     model, recipe, _ = load_model(avg)
     assert recipe.train.guided_alignment.weight == 0.05
-    assert ar.choose_attention(model, recipe, "cross", None, None) == ar.AttentionChoice(
-        "cross", 0, 2)
-    assert ar.choose_attention(model, recipe, "cross", 1, "mean") == ar.AttentionChoice(
-        "cross", 1, "mean")
+    assert model.choose_attention() == ar.AttentionChoice("cross", 0, 2)
+    assert model.choose_attention("cross", 1, "mean") == ar.AttentionChoice("cross", 1, "mean")
     # without guided alignment too: the attention `translate --align` reads (it read -1)
     unguided = load_recipe(TOY, ["model.transformer.align_layer=0"])
-    assert ar.choose_attention(model, unguided, "cross", None, None) == ar.AttentionChoice(
-        "cross", 0, "mean")
+    plain = build_model(unguided.model, 50, 50)
+    assert plain.choose_attention() == ar.AttentionChoice("cross", 0, "mean")
+    assert plain.choose_attention("encoder") == ar.AttentionChoice("encoder", -1, "mean")
     test_src = TOY.parent / "toy" / "test.src"
     shown = run_cli("align", avg, "-s", test_src, "-t", TOY.parent / "toy" / "test.tgt",
                     "--print")

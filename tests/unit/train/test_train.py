@@ -363,11 +363,11 @@ def test_sighup_stops_with_a_checkpoint(tmp_path: Path) -> None:
 
 def test_a_second_signal_stops_at_once_as_its_own_kind(monkeypatch) -> None:
     """A second SIGTERM raised KeyboardInterrupt: the command exited 130, as on Ctrl-C."""
-    from mtkit import signal_echo
     from mtkit.errors import Terminated
-    from mtkit.train.signals import GracefulStop
+    from mtkit.process import signals
+    from mtkit.process.signals import GracefulStop
 
-    monkeypatch.setattr(signal_echo, "REPEAT_WINDOW", 0.0)  # however soon: not an echo here
+    monkeypatch.setattr(signals, "REPEAT_WINDOW", 0.0)  # however soon: not an echo here
     for sig, kind in ((signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)):
         with GracefulStop() as stop:
             os.kill(os.getpid(), sig)
@@ -382,7 +382,7 @@ def test_timeouts_echo_of_its_signal_does_not_stop_training_at_once() -> None:
     """GNU timeout signals mtkit and then its process group: the second SIGTERM, microseconds
     after the first, interrupted training at once, without the checkpoint of a graceful stop.
     A second Ctrl-C is always meant."""
-    from mtkit.train.signals import GracefulStop
+    from mtkit.process.signals import GracefulStop
 
     with GracefulStop() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -696,7 +696,7 @@ def test_a_data_error_under_torchrun_is_rank_0s_line_without_tracebacks(tmp_path
     # a run directory rank 0 cannot take (another process holds it): the same
     run = tmp_path / "held"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom mtkit.run_lock import run_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom mtkit.process.lock import run_lock\n"
          "with run_lock(sys.argv[1], 'prep'):\n    print('held', flush=True)\n"
          "    time.sleep(120)\n", str(run)], stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:

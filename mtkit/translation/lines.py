@@ -1,5 +1,5 @@
 """Batch translation of a stream of lines: length-sorted token-bounded batches, output in
-input order, bounded memory (a run's own evaluation splits: `mtkit.split_translation`).
+input order, bounded memory (a run's own evaluation splits: `mtkit.score.split_translation`).
 
 Input is read in chunks of `chunk_lines` lines; each chunk is sorted by length, cut into batches
 of at most `DecodeConfig.batch_tokens` padded source tokens, decoded, and written back in input
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
-from mtkit.batches import parallel_batches
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
 from mtkit.data.vocab import NEW_WORD
-from mtkit.errors import CheckpointError, DataError
-from mtkit.hypothesis import Hypothesis
-from mtkit.pipe_watch import watching_reader
+from mtkit.errors import CheckpointError, DataError, Problem
+from mtkit.process.pipes import watching_reader
+from mtkit.translation.batching import parallel_batches
+from mtkit.translation.hypothesis import Hypothesis
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from mtkit.align import Words
     from mtkit.models.base import Translator
-    from mtkit.terms import Glossary, Match
+    from mtkit.translation.terms import Glossary, Match
 
 OutputFormat = Literal["text", "jsonl"]
 FORMATS: tuple[str, ...] = get_args(OutputFormat)
@@ -52,6 +52,22 @@ AlignFn = Callable[[list[str], list[str], "torch.Tensor", "Words | None"], str]
 # Lines per chunk: large enough for well-filled length-sorted batches, small enough that
 # memory stays flat and a pipe sees output early.
 CHUNK_LINES = 2000
+
+
+def aligner_problems(method: str | None, readout: str | None) -> list[Problem]:
+    """What is wrong with a choice of `pharaoh_aligner`'s method and read-out (None: its
+    default), named as the Python API's fields (align_method, readout)."""
+    from mtkit.config.guided import READOUTS
+
+    problems = []
+    if method is not None:  # mtkit.align imports numpy: only when named
+        from mtkit.align.links import link_problems
+
+        problems += link_problems(method, None, option="align_method", thresholds=False)
+    if readout is not None and readout not in READOUTS:
+        problems.append(Problem("readout", f"invalid choice {readout!r}; expected one of "
+                                f"{', '.join(READOUTS)}"))
+    return problems
 
 
 def pharaoh_aligner(method: str = "argmax-tgt", readout: Readout = "current") -> AlignFn:
@@ -85,9 +101,10 @@ class TranslateStats:
         return (f"{self.truncated} input line(s) longer than {self.max_src_len} source tokens "
                 "(the model's data.max_len) were truncated")
 
-    def capping(self) -> str:
-        return (f"{self.capped} output limit(s) (--max-len-a/--max-len-b) lowered to "
-                f"{self.max_out_len} tokens, the most the model's positions allow")
+    def capping(self, name: Callable[[str], str] = str) -> str:
+        """The note on capped output limits, the options named by `name` (of their fields)."""
+        return (f"{self.capped} output limit(s) ({name('max_len_a')}/{name('max_len_b')}) "
+                f"lowered to {self.max_out_len} tokens, the most the model's positions allow")
 
     def summary(self) -> str:
         s = max(self.seconds, 1e-9)
@@ -191,7 +208,7 @@ class LineTranslator:
         self._pools_lock = threading.Lock()
         self.chunk_lines = chunk_lines
         self.workers = workers
-        self.terms: Glossary | None = None  # terms every output must hold (mtkit.terms)
+        self.terms: Glossary | None = None  # terms every output must hold (mtkit.translation.terms)
         self.tags: tuple[str, ...] = ()  # the model's language tags (data.*.tag)...
         self.tag: str | None = None  # ... and the one put before every source line
 
@@ -300,7 +317,7 @@ class LineTranslator:
 
     def _place_terms(self, items: list[Item], stats: TranslateStats, stop: threading.Event,
                      on_batch: Callable[[int], None] | None) -> None:
-        from mtkit.terms import place_terms
+        from mtkit.translation.terms import place_terms
 
         assert self.terms is not None
         with_attn = self.configured(self.cfg, align_fn=self.align_fn, attention=True,
@@ -589,21 +606,14 @@ def load_translator(paths: list[Path], device: torch.device, *, mode: str = "log
     their log-probabilities by `mode` (see `Ensemble`). Returns the model in eval mode, the
     first model's recipe and tokenizer."""
     from mtkit.models.ensemble import Ensemble
-    from mtkit.run import load_model
+    from mtkit.run import load_model, same_vocab, vocab_info
 
     loaded = [load_model(p, device) for p in paths]
     model, recipe, tok = loaded[0]
     if len(loaded) == 1:
         return model, recipe, tok
     for p, (_, _, other) in zip(paths[1:], loaded[1:], strict=True):
-        if not _same_vocab(tok, other):
+        if not same_vocab(vocab_info(tok), vocab_info(other)):
             raise CheckpointError(f"{p}: its vocabulary differs from {paths[0]}'s; an ensemble "
                                   "needs checkpoints trained on the same sentencepiece model")
     return Ensemble([m for m, _, _ in loaded], mode=mode).eval(), recipe, tok
-
-
-def _same_vocab(a: Tokenizer, b: Tokenizer) -> bool:
-    if (a.src_vocab_size, a.tgt_vocab_size) != (b.src_vocab_size, b.tgt_vocab_size):
-        return False
-    return (a.src_pieces(range(a.src_vocab_size)) == b.src_pieces(range(b.src_vocab_size))
-            and a.tgt_pieces(range(a.tgt_vocab_size)) == b.tgt_pieces(range(b.tgt_vocab_size)))

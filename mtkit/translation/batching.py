@@ -47,14 +47,10 @@ def decode_parallelism(threads: int, cfg: DecodeConfig, *, cpu: bool, streaming:
     On a CPU, beam and greedy search decode batches in parallel: W = 2^floor(log2 sqrt(2N))
     workers (2 for 2-7 threads, 4 for 8-31, 8 for 32-127) of N // W threads each. A worker
     waits for no other at every operation, and one worker's Python runs while another
-    computes; but many small single-threaded batches lose to fewer wider ones. Measured on
-    test2016 (1,000 sentences), decoding time (issue 14): 2 cores, beam 5, 3 alternated pairs
-    of commands: one batch on 2 threads 12.3, 11.9, 10.7 s, two of one thread 10.7, 10.2,
-    10.4 s (CTranslate2's engine replicas: 10.3, 10.4, 10.2 -> 9.1, 9.1, 10.3 s); 16 cores
-    (the GPU machine's), W x threads: beam 5 1x16 2.0-2.2 s, 2x8 2.1, 4x4 1.65-1.7, 8x2 2.1,
-    16x1 3.35; greedy 0.81, 1.0, 0.85-0.91, 1.46, 3.0 s. Sampling draws from a generator
-    seeded per batch, whose draws would then depend on the split: it keeps one batch at a
-    time, as do line-by-line input and the GPU."""
+    computes; but many small single-threaded batches lose to fewer wider ones (the rule fits
+    measurements on 2 and 16 cores: bench/RESULTS.md, "Batches in parallel"). Sampling draws
+    from a generator seeded per batch, whose draws would then depend on the split: it keeps
+    one batch at a time, as do line-by-line input and the GPU."""
     if not cpu or streaming or cfg.method == "sample":
         return 1, threads
     n = max(1, threads or default)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtkit.batches import decode_parallelism
 from mtkit.config import DecodeConfig, recipe_to_dict
 from mtkit.errors import CheckpointError, DataError
-from mtkit.translate import StreamTranslator, TranslateStats, load_translator
+from mtkit.translation.batching import decode_parallelism
+from mtkit.translation.lines import StreamTranslator, TranslateStats, load_translator
 
 if TYPE_CHECKING:
     import torch
@@ -37,15 +37,16 @@ class SplitTranslation:
 
 def split_texts(run_dir: Path, split: str) -> tuple[Path, Path]:
     """The source and reference text that `mtkit prep` kept for a validation or test split."""
-    from mtkit.data.prep import data_dir
     from mtkit.data.store import text_path
+    from mtkit.run import data_dir
 
     ddir = data_dir(run_dir)
     src, ref = text_path(ddir, split, "src"), text_path(ddir, split, "tgt")
     if not (src.is_file() and ref.is_file()):
         have = sorted(p.name.removesuffix(".src.txt") for p in ddir.glob("*.src.txt"))
-        raise DataError(f"--split {split}: {ddir} has no {src.name} and {ref.name}; splits "
-                        f"with text there: {', '.join(have) or 'none (run mtkit prep first)'}")
+        raise DataError.about("split", f"{ddir} has no {src.name} and {ref.name}; splits with "
+                              f"text there: {', '.join(have) or 'none (run mtkit prep first)'}",
+                              value=split)
     return src, ref
 
 
@@ -61,16 +62,15 @@ def decode_tag(cfg: DecodeConfig) -> str:
 def split_run(run: Path) -> tuple[Path, Path]:
     """(run directory, checkpoint) of a run directory (its best checkpoint, else its last)
     or of a checkpoint file in one (`mtkit average`'s averaged.pt, a numbered one)."""
-    from mtkit.data.prep import data_dir
-    from mtkit.run import resolve_checkpoint
+    from mtkit.run import data_dir, resolve_checkpoint
 
     ckpt = resolve_checkpoint(run)
     if Path(run).is_dir():
         return Path(run), ckpt
     if not data_dir(ckpt.parent).is_dir():
-        raise DataError(f"{run}: not in a run directory (no data/ folder beside it); --run "
-                        "needs a run's prepared splits: give the run directory or a "
-                        "checkpoint in it")
+        raise DataError.about("run", "not in a run directory (no data/ folder beside it); {0} "
+                              "needs a run's prepared splits: give the run directory or a "
+                              "checkpoint in it", value=run, others=("run",))
     return ckpt.parent, ckpt
 
 

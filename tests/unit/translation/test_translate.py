@@ -1,4 +1,4 @@
-"""mtkit.translate: the streaming translator, on the trained toy model (tests/conftest.py
+"""mtkit.translation.lines: the streaming translator, on the trained toy model (tests/conftest.py
 `toy_model`) and a briefly trained toy RNN. Command-line behaviour: test_translate_cmd.py."""
 
 from __future__ import annotations
@@ -14,16 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtkit.batches import decode_parallelism, parallel_batches, token_batches
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.decode import forced, length_penalty
 from mtkit.device import inference_device
 from mtkit.errors import ConfigError
-from mtkit.split_translation import decode_tag, translate_split
-from mtkit.translate import StreamTranslator, TranslateStats, load_translator, pharaoh_aligner
+from mtkit.run import data_dir
+from mtkit.score.split_translation import decode_tag, translate_split
+from mtkit.translation.batching import decode_parallelism, parallel_batches, token_batches
+from mtkit.translation.lines import (
+    StreamTranslator,
+    TranslateStats,
+    load_translator,
+    pharaoh_aligner,
+)
 from tests.conftest import train_toy
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
@@ -412,7 +417,7 @@ def test_split_translation_shares_threads_as_translate_does(toy_model, tmp_path,
     file as one batch at a time."""
     import shutil
 
-    import mtkit.translate as tr
+    import mtkit.translation.lines as tr
 
     texts, workers = {}, []
     init = tr.StreamTranslator.__init__

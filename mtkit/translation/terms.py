@@ -7,7 +7,7 @@ matches those words in a row; where terms overlap, the longest one starting left
 Inflected forms match only as glossary entries of their own (no stemming). A target term is
 present in a translation when its words appear in a row, compared the same way.
 
-Two methods place a missing target term (`TermsMethod`; both in `mtkit.translate`):
+Two methods place a missing target term (`TermsMethod`; both run by `LineTranslator`):
 - `align`: the translation's target words aligned to the source term (by attention, both
   argmax directions) are replaced by the target term, the text scored again by the model.
   One search; the words around the term are the model's own and are not adapted to it.
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from mtkit.hypothesis import Hypothesis
-    from mtkit.translate import Item, LineTranslator
+    from mtkit.translation.hypothesis import Hypothesis
+    from mtkit.translation.lines import Item, LineTranslator
 
 TermsMethod = Literal["prefix", "align"]
 TERMS_METHODS: tuple[str, ...] = get_args(TermsMethod)

@@ -2,8 +2,9 @@
 
 Loading a model imports torch and builds the model: some 170,000 Python objects that live as
 long as the process. While they are made, the collector runs again and again and scans all of
-them, finding next to nothing (185 objects freed in an `import torch`): with it paused,
-`import torch` took 1.29 s instead of 1.47 (median of 10, 2 cores, issue 14).
+them, finding next to nothing (185 objects freed in an `import torch`), so `import torch`
+alone runs about a tenth faster with it paused (bench/RESULTS.md, "Start-up without the
+collector's scans").
 
 Paused only, the work is deferred, not saved: the first collections after loading scanned
 everything made meanwhile (230 ms in `mtkit translate`), and the collections of the
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 
 from mtkit.errors import Terminated
 from mtkit.fileio import remove_temporaries
-from mtkit.signal_echo import SignalEcho
+from mtkit.process.signals import SignalEcho
 
 _OWNED = {"process": False}
 
@@ -70,12 +71,12 @@ def handle_termination() -> None:
     clean-up runs (waiting for an engine's running batches), has the default effect at once,
     after removing `atomic_write`'s temporaries of the outputs being written (a staging
     folder of prep's is removed by the next prep); the same signal within a second of the
-    first is its echo (`mtkit.signal_echo`) and ignored.
+    first is its echo (`mtkit.process.signals`) and ignored.
     A signal ignored when mtkit started (`nohup`) stays ignored; training installs its own
     handlers (a graceful stop with a checkpoint)."""
     def terminate(signum: int, frame: object) -> None:
         if _ECHO.is_echo(signum):
-            return  # the first one's echo (`mtkit.signal_echo`): its clean-up goes on
+            return  # the first one's echo (`mtkit.process.signals`): its clean-up goes on
         if TERMINATED:  # the second: the default action, now
             remove_temporaries()
             signal.signal(signum, signal.SIG_DFL)

@@ -1,6 +1,6 @@
 """The arithmetic every search shares: length penalty, length limits, the masking of tokens
 that may not be produced at a step, and the making of what they return (`Hypothesis`,
-defined in `mtkit.hypothesis`).
+defined in `mtkit.translation.hypothesis`).
 
 Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 """
@@ -13,7 +13,7 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
-from mtkit.hypothesis import Hypothesis
+from mtkit.translation.hypothesis import Hypothesis
 
 __all__ = ["NEW_WORD", "Hypothesis", "Scratch", "as_lengths", "force_prefix", "length_penalty",
            "max_lengths", "source_lengths", "step_logprobs", "to_hypotheses"]
@@ -56,8 +56,8 @@ def as_lengths(max_len: torch.Tensor | int, batch: int, device: torch.device) ->
 class Scratch:
     """Memory a search reuses from step to step for its (rows, V) temporaries on CPU (none on
     other devices, whose allocators cache). Tens of MB each for a beam: fresh, glibc maps them
-    and the kernel faults in and zeroes their pages at every step; reused, log-softmax over
-    1,080 x 8,000 took 8 ms instead of 17 (issue 14).
+    and the kernel faults in and zeroes their pages at every step, which cost a beam's
+    log-softmax half its time (bench/RESULTS.md, "Figures behind the code's comments").
     A tensor `take` returns is valid until the next `take` of the same name."""
 
     def __init__(self, device: torch.device) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mtkit.errors import ConfigError, DataError
-from mtkit.terms import (
+from mtkit.translation.terms import (
     Match,
     glossary,
     missing_terms,

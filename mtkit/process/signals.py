@@ -1,22 +1,49 @@
-"""Ctrl-C (SIGINT), SIGTERM and SIGHUP during training: the first asks the loop to stop at the
-next update boundary with a checkpoint; a second one interrupts at once (not the first's echo:
-`mtkit.signal_echo`). A signal ignored when training starts (SIGHUP under `nohup`) stays
-ignored."""
+"""Stop signals: the training loop's graceful stop, and the echo of a signal told from a second
+request.
+
+Ctrl-C (SIGINT), SIGTERM and SIGHUP during training: the first asks the loop to stop at the
+next update boundary with a checkpoint; a second one interrupts at once. A signal ignored when
+training starts (SIGHUP under `nohup`) stays ignored. Other commands stop through
+`mtkit.process.startup.handle_termination`.
+
+GNU `timeout` (and some supervisors) send their signal to mtkit and then to mtkit's process
+group, mtkit again, microseconds apart. Taken as "stop at once", the echo killed a command mid
+clean-up (its output's temporary left) or a training run before its checkpoint. The same signal
+within REPEAT_WINDOW seconds of the first is its echo. Ctrl-C reaches the process once per key
+press, so twice is always meant.
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any
 
 from mtkit.errors import Terminated
-from mtkit.signal_echo import SignalEcho
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("mtkit.train")
 
+REPEAT_WINDOW = 1.0  # seconds
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SignalEcho:
+    """Remembers the first stop signal; `is_echo` says whether a later one repeats it."""
+
+    def __init__(self) -> None:
+        self._first: tuple[int, float] | None = None
+
+    def is_echo(self, signum: int) -> bool:
+        """Record `signum` if it is the first; whether it is the first one's echo."""
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (signum, now)
+            return False
+        first, at = self._first
+        return signum == first != signal.SIGINT and now - at < REPEAT_WINDOW
 
 
 class GracefulStop:
