@@ -142,26 +142,27 @@ class TranslationModel:
         """The language tags this model was trained with (data.*.tag), each a direction."""
         return list(self._base.tags)
 
-    def checked_tag(self, tag: str | None, *, name: str = "tag") -> str | None:
-        """The tag put before every source line: `tag`, else the recipe's data.tag; a
-        ConfigError (naming `name`) for a tag the model does not have, or for none chosen
-        where the model has tags."""
+    def checked_tag(self, tag: str | None) -> str | None:
+        """The tag put before every source line: `tag`, else the recipe's data.tag; an
+        OptionError for a tag the model does not have, or for none chosen where the model
+        has tags."""
         tags = self.tags
         if tag is None:
             tag = self.recipe.data.tag
             if tag is None and tags:
-                raise ConfigError(f"{name}: this model translates {len(tags)} ways, by the "
-                                  f"tag put before the source; choose one of {', '.join(tags)}")
+                raise OptionError.one("tag", f"this model translates {len(tags)} ways, by the "
+                                      f"tag put before the source; choose one of "
+                                      f"{', '.join(tags)}")
         if tag is not None and tag not in tags:
             have = ", ".join(tags) if tags else "none (it translates one way)"
-            raise ConfigError(f"{name}: {tag!r} is not a tag of this model; its tags: {have}")
+            raise OptionError.one("tag", f"{tag!r} is not a tag of this model; its tags: {have}")
         return tag
 
     def glossary(self, terms: Any, method: str = "prefix", *, name: str = "terms"
                  ) -> Glossary:
         """A checked glossary for this model: `terms` a mapping of source term to target
-        term, or (source, target) pairs; `method` prefix or align (`mtkit.translation.terms`); `name`
-        what errors call the terms."""
+        term, or (source, target) pairs; `method` prefix or align (`mtkit.translation.terms`);
+        `name` what errors call the terms."""
         from mtkit.align.readout import default_readout
         from mtkit.translation.terms import as_pairs, glossary
 

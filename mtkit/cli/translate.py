@@ -132,12 +132,12 @@ def translate(
     prefix: Annotated[Path | None, typer.Option(
         "--prefix", metavar="FILE", help="Target prefixes, one per input line (an empty line "
         "for none): each translation starts with its line's prefix, which is forced and "
-        "scored like the rest, and the model continues it.")] = None,
+        "scored like the rest, and the model continues it (default: none).")] = None,
     terms: Annotated[Path | None, typer.Option(
         "--terms", metavar="FILE", help="Glossary: lines of source term TAB target term "
         "(whole words, matched without case or surrounding punctuation; # starts a comment). "
         "Every translation of a line holding a source term uses its target term; lines "
-        "without one decode as without --terms.")] = None,
+        "without one decode as without --terms (default: none).")] = None,
     tag: Annotated[str | None, typer.Option(
         "--tag", metavar="TAG", help="For a model trained with language tags (data.*.tag): "
         "the direction, as the tag put before each source line, e.g. '<2de>' (default: the "
@@ -210,7 +210,7 @@ def translate(
         align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
                                       readout or default_readout(loaded.recipe))
     found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
-    chosen = loaded.checked_tag(tag, name="--tag")
+    chosen = loaded.checked_tag(tag)
     worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen)
     worker.fmt = cast("OutputFormat", fmt)  # checked by TranslateFlags
     for note in getattr(worker, "notes", []):

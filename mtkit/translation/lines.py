@@ -218,10 +218,9 @@ class LineTranslator:
         """This translator with another decoding configuration, aligner (none by default),
         chunk size, glossary (none by default) and language tag (one of `tags`; none by
         default), sharing its model or engine: how a caller with per-request options
-        (`mtkit.api`) decodes. attention: searches return each
-        hypothesis's attention even without an aligner. `cfg` must have passed
-        `decode_problems`. Sampling decodes one batch at a time, since its draws depend on
-        how a chunk is split."""
+        (`mtkit.api`) decodes. attention: searches return each hypothesis's attention even
+        without an aligner. `cfg` must have passed `decode_problems`. Sampling decodes one
+        batch at a time, since its draws depend on how a chunk is split."""
         other = copy.copy(self)
         other.cfg = cfg
         other.align_fn = align_fn
