@@ -44,7 +44,7 @@ say "prep took $((SECONDS - t)) s"
 
 t=$SECONDS
 if [ -f "$RUN/best.pt" ]; then
-  say "2/4 train: $RUN already holds a model (best.pt); not training again"
+  say "2/4 train: $RUN already holds a model; not training again"
 else
   say "2/4 train"
   $MTKIT train "$RECIPE" --run-dir "$RUN" ${budget[@]+"${budget[@]}"}
@@ -53,7 +53,7 @@ say "train took $((SECONDS - t)) s"
 
 t=$SECONDS
 SPLIT="${SPLIT:-test2016}"
-say "3/4 translate $SPLIT with the best checkpoint (beam 5) and score it"
+say "3/4 translate $SPLIT with the run's model (best.pt, or averaged.pt where it validated better; beam 5) and score it"
 $MTKIT score --run "$RUN" --split "$SPLIT" --metrics bleu,chrf
 hyp=$(ls -t "$RUN"/translations/"$SPLIT".*.txt | head -n 1)
 say "translation and scoring took $((SECONDS - t)) s"
@@ -84,5 +84,6 @@ Done in $((SECONDS - start)) s. Go on with the trained run:
   $MTKIT translate $RUN --format jsonl --nbest 3 --align < my.en
   $MTKIT align $RUN -s my.en -t my.de --print --heatmap maps/   # attention as alignment
   $MTKIT score -r $RUN/data/$SPLIT.tgt.txt $hyp --paired-bs other.de   # compare systems
+  $MTKIT tune-length $RUN                                # choose the length penalty on valid
   $MTKIT train $RECIPE --run-dir $RUN --resume --set train.max_time=20m   # train on
 EOF

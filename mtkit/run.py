@@ -20,19 +20,30 @@ One writer at a time: `prep` and `train` hold the run directory's ``.mtkit.lock`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mtkit.errors import CheckpointError, DataError, MtkitError
 from mtkit.fileio import atomic_write, write_error
+
+if TYPE_CHECKING:  # torch and sentencepiece load only with a model
+    from mtkit.config import Recipe
+    from mtkit.data.spm import Tokenizer
+    from mtkit.models.base import Translator
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
+# What was chosen after training: the run's model (best.pt or averaged.pt) and the decoding
+# defaults tuned for it (`RunChoice`); translate, score --run and align follow it.
+CHOICE = "model.json"
+METRICS = "metrics.jsonl"  # training's records, one JSON object a line, and the length sweep's
 NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")  # training's checkpoint_<update>.pt
 EXPORT_MARKER = "mtkit-export.json"  # what `mtkit export` wrote into a folder (mtkit.export)
 DATA_DIR = "data"
@@ -50,6 +61,7 @@ _OWN_LEFTOVERS = re.compile(r"\.mtkit\.lock|\.data\.(tmp|old)-.*|\..*\.tmp")
 # leaves behind; only those (a user's '.best.pt.old.tmp' was removed too).
 _STALE_CHECKPOINT_TMP = re.compile(
     r"\.(checkpoint_\d+|last|best|averaged)\.pt\.(link|[a-z0-9_]{8})\.tmp")
+_CHOICE_FORMAT = 1
 
 
 class RunDirError(MtkitError):
@@ -212,10 +224,105 @@ def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
 
 
 
+# --------------------------------------------------------------------------- the run's model
+
+
+@dataclass(frozen=True)
+class RunChoice:
+    """The run's model and decoding defaults, as chosen after training (``model.json``).
+
+    checkpoint: the file name in the run directory that `resolve_checkpoint` gives for the
+    run (best.pt, or averaged.pt when it validated better); fingerprint: that file's (size,
+    modification time in ns) when chosen: a file written since (`mtkit average` again, a
+    resumed training) is another model, and the choice no longer holds; decode: `decode`
+    fields that override the recipe's for this model (the length sweep's winner), {} for
+    none; why: what chose them, for people reading the file."""
+
+    checkpoint: str
+    fingerprint: tuple[int, int]
+    decode: dict[str, Any] = field(default_factory=dict)
+    why: dict[str, Any] = field(default_factory=dict)
+
+
+def file_fingerprint(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def read_choice(run_dir: str | Path) -> RunChoice | None:
+    """The run's choice when one was made and its checkpoint is still the file it was made
+    for; None otherwise (a stale choice is said once in the log)."""
+    path = Path(run_dir) / CHOICE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        choice = RunChoice(raw["checkpoint"], tuple(raw["fingerprint"]), dict(raw["decode"]),
+                           dict(raw.get("why", {})))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        _warn_once(path, f"{path}: unreadable; using {BEST} and the recipe's decoding")
+        return None
+    ckpt = Path(run_dir) / choice.checkpoint
+    if "/" in choice.checkpoint or not ckpt.is_file() or (
+            file_fingerprint(ckpt) != choice.fingerprint):
+        _warn_once(path, f"{path}: {choice.checkpoint} is not the file chosen (written since, "
+                   f"or gone); using {BEST} and the recipe's decoding")
+        return None
+    return choice
+
+
+_warned: set[tuple[Path, str]] = set()
+
+
+def _warn_once(path: Path, line: str) -> None:
+    """A command resolves its run several times: the warning is said once."""
+    if (path, line) not in _warned:
+        _warned.add((path, line))
+        log.warning("%s", line)
+
+
+def write_choice(run_dir: str | Path, choice: RunChoice) -> Path:
+    """Record `choice` as the run's model and decoding (atomically)."""
+    path = Path(run_dir) / CHOICE
+    with atomic_write(path, own=True) as f:
+        json.dump({"format": _CHOICE_FORMAT, **dataclasses.asdict(choice)}, f, indent=1)
+        f.write("\n")
+    return path
+
+
+def clear_choice(run_dir: str | Path) -> bool:
+    """Forget the run's choice (training is about to change its checkpoints); True when there
+    was one."""
+    try:
+        (Path(run_dir) / CHOICE).unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def chosen_decode(ckpt: Path) -> dict[str, Any]:
+    """The decoding defaults chosen for checkpoint `ckpt`: its run's choice when `ckpt` is the
+    run's model, else none."""
+    choice = read_choice(ckpt.parent)
+    if choice is None or not _same_file(ckpt, ckpt.parent / choice.checkpoint):
+        return {}
+    return choice.decode
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
+
+
 def resolve_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
-    """A checkpoint file as given, or a run directory's ``best.pt``, else its ``last.pt``."""
+    """A checkpoint file as given, or a run directory's model: the one its `RunChoice` names
+    (averaged.pt when it validated better than best.pt), else ``best.pt``, else ``last.pt``."""
     p = Path(run_dir_or_ckpt)
     if p.is_dir():
+        if (choice := read_choice(p)) is not None:
+            return p / choice.checkpoint
         for name in (BEST, LAST):
             if (p / name).is_file():
                 return p / name
@@ -274,9 +381,9 @@ def weights_mismatch(path: Path, e: RuntimeError) -> CheckpointError:
 class Loaded(NamedTuple):
     """A trained model ready for inference, with what it was trained from."""
 
-    model: Any  # the Translator, in eval mode on the device asked for
-    recipe: Any  # its Recipe
-    tokenizer: Any  # its Tokenizer
+    model: Translator  # in eval mode on the device asked for
+    recipe: Recipe
+    tokenizer: Tokenizer
 
 
 def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
@@ -294,6 +401,13 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
     path = resolve_checkpoint(run_dir_or_ckpt)
     state = load_checkpoint(path, mmap=True)
     recipe = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
+    if tuned := chosen_decode(path):  # the run's model decodes as chosen for it
+        try:
+            recipe = dataclasses.replace(recipe, decode=dataclasses.replace(recipe.decode,
+                                                                            **tuned))
+        except TypeError:
+            raise CheckpointError(f"{path.parent / CHOICE}: `decode` holds a key that is not "
+                                  f"a decode field ({', '.join(sorted(tuned))})") from None
     ddir = data_dir(path.parent)
     try:
         tokenizer = Tokenizer.load(ddir)
@@ -313,3 +427,52 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
 
         cuda_defaults()
     return Loaded(model.to(device).eval(), recipe, tokenizer)
+
+
+def average_destination(inputs: list[Path], paths: list[Path], output: Path | None) -> Path:
+    """Where `mtkit average` of `paths` (chosen from `inputs`) writes: `output` (the option of
+    that name), else averaged.pt in the run directory or beside the first file. Refused before
+    anything is read: one of the checkpoints averaged, a folder, a file that is not a
+    checkpoint, a place without a data/ folder beside it (nothing could load the average),
+    and the names that are training's (last.pt, best.pt, the numbered checkpoints)."""
+    out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
+
+    def refused(why: str) -> MtkitError:
+        if output is not None:
+            return MtkitError.about("output", why, value=out)
+        return MtkitError.about(None, f"{out} (where the average goes without {{0}}): {why}",
+                                others=("output",))
+
+    if any(out.resolve() == p.resolve() or out.is_file() and out.samefile(p) for p in paths):
+        raise refused("is one of the checkpoints being averaged")
+    if out.is_dir():  # said before the checkpoints are read
+        raise refused("is a folder; expected a file name")
+    if out.exists() and not is_checkpoint_file(out):
+        raise refused("exists and is not a checkpoint; an average replaces only a checkpoint: "
+                      "give a new file name")
+    if not data_dir(out.parent).is_dir():
+        raise refused(f"{out.parent} has no data/ folder; translate, score and align read a "
+                      "checkpoint's tokenizer from the data/ folder beside it: write the "
+                      "average into the run directory")
+    if out.name in (LAST, BEST):
+        raise refused(f"the run's {out.name} is its training's ({LAST}: what training resumes "
+                      f"from; {BEST}: its best checkpoint), which an average is not; give "
+                      "another name")
+    if NUMBERED.fullmatch(out.name):
+        raise refused("the name of the run's numbered checkpoints, which `average --last` and "
+                      "training take as theirs; give another name")
+    return out
+
+
+def is_checkpoint_file(path: Path) -> bool:
+    """Whether `path` is a file torch.save wrote (a zip archive holding NAME/data.pkl); a
+    device or pipe is not opened."""
+    import zipfile
+
+    if not path.is_file():
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("/data.pkl") for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False

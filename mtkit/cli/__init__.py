@@ -2,8 +2,8 @@
 and turn user errors into one line on stderr with exit code 2. No ML logic lives here.
 
 One module per command group: `data` (prep, train, average), `translate` (translate,
-export), `score`, `align`, `serve`; `options` holds what they share. The commands are
-registered below, in the order `mtkit --help` lists them."""
+export), `score` (score, tune-length), `align`, `serve`; `options` holds what they share. The
+commands are registered below, in the order `mtkit --help` lists them."""
 
 from __future__ import annotations
 
@@ -98,7 +98,8 @@ class _Command(TyperCommand):
                 for piece in super().collect_usage_pieces(ctx)]
 
 
-_COMMANDS = (data.prep, data.train, data.average, score.score, translate.translate,
+_COMMANDS = (data.prep, data.train, data.average, score.score, score.tune_length,
+             translate.translate,
              translate.export, align.align, serve.serve)
 for _command in _COMMANDS:
     app.command(add_help_option=False, cls=_Command)(user_errors(_command))

@@ -127,7 +127,7 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     if warning is not None:
         typer.echo(f"mtkit: warning: {warning}", err=True)
     try:
-        choice = net.choose_attention("cross", layer, head)  # type: ignore[arg-type]
+        choice = net.choose_attention("cross", layer, head)
     except MtkitError as e:
         raise ConfigError(f"--reverse {path}: {message_of(e)}") from None
     return Reverse(net, tok, choice, readout or default_readout(recipe),  # type: ignore[arg-type]
@@ -282,8 +282,7 @@ def align(
     dev = inference_device(device)
     with collector_paused():
         net, recipe, tok = load_model(model, dev)
-    choice = net.choose_attention(self_attention or "cross", layer,  # type: ignore[arg-type]
-                                  _head(head))
+    choice = net.choose_attention(self_attention or "cross", layer, _head(head))
     backward = None
     if reverse is not None:
         backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),

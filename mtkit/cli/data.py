@@ -19,7 +19,7 @@ from mtkit.cli.options import (
     at_least,
     flag,
 )
-from mtkit.errors import DataError, MtkitError
+from mtkit.errors import DataError
 
 
 def run_dir_for(recipe_name: str, run_dir: Path | None) -> Path:
@@ -200,49 +200,16 @@ def average(
 
 def _average(inputs: list[Path], last: int | None, output: Path | None) -> None:
     from mtkit.data.spm import Tokenizer
-    from mtkit.run import AVERAGED, BEST, LAST, NUMBERED, data_dir, vocab_info
+    from mtkit.run import average_destination, data_dir, vocab_info
     from mtkit.train.checkpoint import check_averageable, save_average, select_for_average
 
     paths = select_for_average(inputs, last)
-    out = output or (inputs[0] if inputs[0].is_dir() else inputs[0].parent) / AVERAGED
-    where = f"--output {out}" if output is not None else f"{out} (where the average goes " \
-        "without --output)"
-    if any(out.resolve() == p.resolve() or out.is_file() and out.samefile(p) for p in paths):
-        raise MtkitError(f"{where} is one of the checkpoints being averaged")
-    if out.is_dir():  # said before the checkpoints are read
-        raise MtkitError(f"{where}: is a folder; expected a file name")
-    if out.exists() and not _is_checkpoint(out):
-        raise MtkitError(f"{where}: exists and is not a checkpoint; an average replaces "
-                         "only a checkpoint: give a new file name")
-    if not data_dir(out.parent).is_dir():
-        raise MtkitError(f"{where}: {out.parent} has no data/ folder; translate, score "
-                         "and align read a checkpoint's tokenizer from the data/ folder "
-                         "beside it: write the average into the run directory (-o FILE)")
-    if out.name in (LAST, BEST):
-        raise MtkitError(f"{where}: the run's {out.name} is its training's ({LAST}: what "
-                         f"training resumes from; {BEST}: its best checkpoint), which an "
-                         "average is not; give another name")
-    if NUMBERED.fullmatch(out.name):
-        raise MtkitError(f"{where}: the name of the run's numbered checkpoints, which "
-                         "`average --last` and training take as theirs; give another name")
+    out = average_destination(inputs, paths, output)
     check_averageable(paths, vocab_info(Tokenizer.load(data_dir(out.parent))))
     save_average(paths, out)
     typer.echo(f"mtkit: averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) "
                f"into {out}", err=True)
 
-
-def _is_checkpoint(path: Path) -> bool:
-    """Whether `path` is a file torch.save wrote (a zip archive holding NAME/data.pkl), which
-    an average may replace; a device or pipe is not opened."""
-    import zipfile
-
-    if not path.is_file():
-        return False
-    try:
-        with zipfile.ZipFile(path) as z:
-            return any(n.endswith("/data.pkl") for n in z.namelist())
-    except (zipfile.BadZipFile, OSError):
-        return False
 
 
 def _check_mirror(mirror: Path | None) -> None:

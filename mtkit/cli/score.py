@@ -1,4 +1,5 @@
-"""`mtkit score`: sacreBLEU metrics of hypothesis files, or of a run's translation of a split."""
+"""`mtkit score`: sacreBLEU metrics of hypothesis files, or of a run's translation of a split;
+`mtkit tune-length`: the length penalty of a run chosen on its validation split."""
 
 from __future__ import annotations
 
@@ -166,7 +167,8 @@ def score(
     json_out: Annotated[bool, flag("--json", help="Print JSON instead of tables.")] = False,
     run: Annotated[Path | None, typer.Option(
         "--run", metavar="RUN_OR_CHECKPOINT", help="Score a run: translate the --split "
-        "with its best checkpoint (or the checkpoint given, e.g. RUN_DIR/averaged.pt) and "
+        "with the run's model (best.pt, or averaged.pt where train.average_last chose it) and "
+        "decoding (tune-length's), or the checkpoint given (e.g. RUN_DIR/averaged.pt), and "
         "score it against the split's reference; a translation made earlier by the same "
         "checkpoint, source and decoding is reused. HYP files given too are compared with "
         "it.")] = None,
@@ -272,3 +274,55 @@ def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: boo
                    err=True)
         report_translation(done.stats)
     return done
+
+
+def tune_length(
+    run: Annotated[Path, typer.Argument(metavar="RUN", show_default=False,
+                                        help="A trained run directory.")],
+    split: Annotated[str, typer.Option(
+        "--split", metavar="NAME", help="The split the length is chosen on: the validation "
+        "split, or another of the run's that is not a test set you report.")] = "valid",
+    alphas: Annotated[str, typer.Option(
+        "--alphas", metavar="LIST", help="GNMT alphas swept, comma-separated, besides no "
+        "penalty and the average per token.")] = "0.6,1.0,1.5,2.0",
+    device: Annotated[str | None, typer.Option(
+        "--device", metavar="DEVICE", help="auto, cpu, cuda, cuda:N or mps (default: auto).")]
+    = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", metavar="N", parser=at_least(0), help="CPU threads, shared as by "
+        "translate --threads; 0 for torch's count (default: 0).")] = None,
+    _help: HelpOpt = False,
+) -> None:
+    """Choose the run's length penalty on its validation split and make it the run's default.
+
+    Decodes the split with the run's model and beam under no length penalty, the average per
+    token and GNMT at each alpha, prints BLEU, chrF and the brevity penalty of each, and
+    writes the best by BLEU into RUN/model.json (the run's current setting wins a tie), which
+    translate, score --run, align and the Python API then use for the run's model. Training
+    the run again forgets it.
+
+    Example: mtkit tune-length runs/en-de-multi30k
+    """
+    from mtkit.device import inference_device
+    from mtkit.score.length_sweep import sweep
+
+    try:
+        values = [float(a) for a in alphas.split(",") if a.strip()]
+    except ValueError:
+        refuse([f"--alphas {alphas}: expected comma-separated numbers such as 0.6,1.0,1.5"])
+    def starting(settings: list) -> None:
+        typer.echo(f"mtkit: decoding {split} of {run} with {len(settings)} length penalties",
+                   err=True)
+
+    def said(p) -> None:
+        typer.echo(f"  {p.setting.label():<16} BLEU {p.bleu:6.2f}  chrF {p.chrf:6.2f}  "
+                   f"BP {p.brevity_penalty:.3f}  hyp/ref length {p.length_ratio:.3f}", err=True)
+
+    res = sweep(run, split=split, alphas=values, device=inference_device(device or "auto"),
+                threads=threads or 0, starting=starting, progress=said)
+    c, was = res.chosen, res.current
+    change = ("kept" if c.setting == was.setting else
+              f"was {was.setting.label()}, BLEU {was.bleu:.2f}")
+    typer.echo(f"mtkit: {res.checkpoint.name} decodes with length penalty {c.setting.label()} "
+               f"(BLEU {c.bleu:.2f} on {split}; {change}); written to {res.choice_path}, "
+               "which translate, score --run and align use", err=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mtkit.config.guided import GuidedAlignmentConfig, guided_problems
+from mtkit.config.regularize import RDropConfig, SubwordSamplingConfig, regularize_problems
 
 if typing.TYPE_CHECKING:
     from mtkit.config.loading import Valid
@@ -350,6 +351,9 @@ class TrainConfig:
     # (pip install 'mtkit[tensorboard]'), on (an error without it), off
     tensorboard: Literal["auto", "on", "off"] = "auto"
     guided_alignment: GuidedAlignmentConfig = field(default_factory=GuidedAlignmentConfig)
+    # subword regularization of the training batches (`regularize`); off by default
+    subword_sampling: SubwordSamplingConfig = field(default_factory=SubwordSamplingConfig)
+    rdrop: RDropConfig = field(default_factory=RDropConfig)  # R-Drop (`regularize`); off
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
@@ -469,4 +473,4 @@ class Recipe:
                 and tf.max_positions < self.data.max_len + 1):
             out.append(("model.transformer.max_positions", f"learned positions must cover "
                         f"data.max_len + 1 ({self.data.max_len + 1}) tokens"))
-        return out + guided_problems(self, valid)
+        return out + guided_problems(self, valid) + regularize_problems(self, valid)

@@ -1,10 +1,7 @@
-"""Reading a text file whole, and the rules that clean the training split, chunk by chunk.
-
-`read_lines` reads a whole file under mtkit's text policy (`mtkit.fileio`: only ``\\n`` ends a
-line, invalid UTF-8 is replaced and counted), by the block reader prep streams with
-(`stream.read_blocks`), and strips surrounding whitespace. Cleaning happens in two stages,
-because the length rules count sentencepiece tokens and sentencepiece is trained on the text
-that survives the first stage:
+"""The rules that clean the training split, chunk by chunk (read by `stream.read_blocks`,
+lines stripped of surrounding whitespace). Cleaning happens in two stages, because the length
+rules count sentencepiece tokens and sentencepiece is trained on the text that survives the
+first stage:
 
 1. text rules (`clean_text`): drop pairs with an empty side; optionally drop exact duplicates
    (remembered by hash, `dedup.SeenPairs`, so that a stream of any length fits in memory);
@@ -21,36 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from pathlib import Path
 
 import numpy as np
 from rich.table import Table
 
 from mtkit.config import CleanConfig
 from mtkit.data.dedup import SeenPairs, pair_hashes
-from mtkit.data.stream import read_blocks
-from mtkit.fileio import InvalidUtf8
 
 # The rules in the order they are applied; each pair is dropped by the first rule it breaks.
 RULES = ("empty", "duplicate", "too_short", "too_long", "ratio")
-
-
-@dataclass
-class TextFile:
-    """The stripped lines of one file and where invalid UTF-8 was replaced in them."""
-
-    path: Path
-    lines: list[str]
-    invalid: InvalidUtf8
-
-
-def read_lines(path: str | Path) -> TextFile:
-    """Read a plain or gzip UTF-8 file whole under mtkit's text policy (`mtkit.fileio`), each
-    line stripped of surrounding whitespace."""
-    path = Path(path)
-    invalid = InvalidUtf8(str(path))
-    return TextFile(path, [line for block in read_blocks(path, invalid) for line in block],
-                    invalid)
 
 
 @dataclass

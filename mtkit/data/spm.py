@@ -218,6 +218,14 @@ class Tokenizer:
     def encode_tgt_lines(self, lines: Sequence[str]) -> list[list[int]]:
         return self._tgt.encode(list(lines), out_type=int, num_threads=os.cpu_count() or 1)
 
+    def sample_lines(self, side: Literal["src", "tgt"], lines: Sequence[str], *, alpha: float,
+                     nbest_size: int, seed: int) -> list[list[int]]:
+        """A sampled segmentation of each line (ids without BOS/EOS): the unigram model's
+        lattice sampling, or BPE-dropout for a BPE model (`config.regularize`); the same
+        `seed` (0 to 2**32 - 2) gives the same segmentations."""
+        proc = self._src if side == "src" else self._tgt
+        return sample_encode(proc, lines, alpha=alpha, nbest_size=nbest_size, seed=seed)
+
     def decode_src(self, ids: Iterable[int]) -> str:
         return self._src.decode(_plain(ids))
 
@@ -269,3 +277,29 @@ def _plain(ids: Iterable[int]) -> list[int]:
 def _unescape(normalized: str) -> str:
     # Sentencepiece marks spaces (and the dummy prefix) with U+2581 in normalized text.
     return normalized.replace("\u2581", " ").strip(" ")
+
+
+# sentencepiece draws from one generator per thread, seeded from a process-wide seed when
+# the thread first samples (util.cc, `random::GetRandomGenerator`); its API has no per-call
+# seed. So each call sets the seed and samples in a thread of its own, under a lock: the
+# only way to make a draw reproducible from (seed, step). Tested in tests/unit/data.
+_SAMPLING = threading.Lock()
+
+
+def sample_encode(proc: spm.SentencePieceProcessor, lines: Sequence[str], *, alpha: float,
+                  nbest_size: int, seed: int) -> list[list[int]]:
+    """`lines` encoded by `proc` with sampling, reproducibly from `seed`."""
+    out: list[list[int]] = []
+
+    def draw() -> None:  # line by line: a batch call would sample on pool threads
+        out.extend(proc.encode(line, out_type=int, enable_sampling=True, alpha=alpha,
+                               nbest_size=nbest_size) for line in lines)
+
+    with _SAMPLING:
+        spm.set_random_generator_seed(seed)
+        worker = threading.Thread(target=draw, name="mtkit-spm-sample")
+        worker.start()
+        worker.join()
+    if len(out) != len(lines):  # the thread failed (its exception was printed)
+        raise RuntimeError("sentencepiece sampling failed")
+    return out

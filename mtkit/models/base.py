@@ -194,7 +194,7 @@ class Translator(nn.Module):
         raise NotImplementedError
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
-                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+                         head: int | str | None = None) -> AttentionChoice:
         """Check a choice of attention against this model, before any work, and fill in its
         defaults (a Transformer: the top layer and the mean over heads). Raises OptionError
         naming the argument at fault (kind, layer, head)."""

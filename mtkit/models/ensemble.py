@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 from torch import nn
@@ -122,7 +121,7 @@ class Ensemble(Translator):
         return with_attn
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
-                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+                         head: int | str | None = None) -> AttentionChoice:
         """The choice as asked, once every member with attention has accepted it; each
         member fills in its own defaults (an RNN has no layers, a Transformer does)."""
         for m in self._with_attention():

@@ -22,8 +22,6 @@ The RNN modules take (L, B, Hd); we transpose only at that call.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -375,7 +373,7 @@ class RNNTranslator(Translator):
         return Output(logits, attn)
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
-                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+                         head: int | str | None = None) -> AttentionChoice:
         """An RNN has one cross-attention, without layers or heads."""
         if not self.has_attention:
             raise MtkitError("this model has no attention (model.rnn.attention: none; one "

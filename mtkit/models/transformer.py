@@ -20,7 +20,6 @@ memory a reordering step copies it into (`mtkit.models.kv_cache`), and "spare_lo
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -361,7 +360,7 @@ class Transformer(Translator):
         return Output(self.generator(x), None if cw is None else _pick_head(cw, self.align_head))
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
-                         head: int | Literal["mean"] | None = None) -> AttentionChoice:
+                         head: int | str | None = None) -> AttentionChoice:
         """Default: for the cross-attention, the model's own `align_layer` and `align_head`
         (what its search returns, and what guided alignment trained); for self-attention, the
         top layer and the mean over heads. The top layer aligned best in every model trained
@@ -382,7 +381,7 @@ class Transformer(Translator):
             raise OptionError.one("layer", f"the model has {n} {side} layers; expected "
                                   f"0..{n - 1} or -{n}..-1 (from the top)", value=layer)
         head = "mean" if head is None else head
-        if head != "mean" and not 0 <= head < self.heads:
+        if head != "mean" and not (isinstance(head, int) and 0 <= head < self.heads):
             raise OptionError.one("head", f"the model has {self.heads} heads; expected "
                                   f"0..{self.heads - 1} or mean", value=head)
         return AttentionChoice(kind, layer, head)  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ from mtkit.fileio import WriteError
 from mtkit.process.signals import GracefulStop
 from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
+from mtkit.train.choose import choose_model
 from mtkit.train.distributed import Dist
 from mtkit.train.progress import (
     Closing,
@@ -215,7 +216,10 @@ class Trainer:
 
     def _update(self, group: list[np.ndarray]) -> None:
         """One update on the batches `group` (arrays of sentence indices)."""
-        batches = list(iterate_batches(self.s.train_data, group, self.recipe.data.max_len))
+        batches = list(iterate_batches(self.s.train_data, group, self.recipe.data.max_len)
+                       if self.s.resegment is None else self.s.resegment.batches(
+                           self.s.train_data, group, epoch=self.p.epoch,
+                           position=self.p.position))
         ntok = sum(b.num_tgt_tokens for b in batches)
         normalizer = token_normalizer(ntok, dist=self.dist, device=self.device)
         guide, rows = self._guide(batches)
@@ -224,7 +228,8 @@ class Trainer:
             fb = forward_backward(
                 self.s.net, batches, device=self.device, amp=self.s.amp,
                 smoothing=self.cfg.label_smoothing, normalizer=normalizer, guide=guide,
-                no_sync=self.s.net.no_sync if self.dist.enabled else None)
+                no_sync=self.s.net.no_sync if self.dist.enabled else None,
+                rdrop=self.cfg.rdrop.weight)
             sums = finish_update(self.s.params, self.s.optimizer, self.s.amp,
                                  clip_norm=self.cfg.clip_norm, loss_sum=fb.loss,
                                  nll_sum=fb.nll, align_sum=fb.align, dist=self.dist)
@@ -490,6 +495,8 @@ class Trainer:
                         **res.as_dict())
         log.info("averaged %d checkpoints (%s) into %s: valid BLEU %.2f, chrF %.2f, ppl %.2f",
                  len(paths), ", ".join(q.name for q in paths), out, res.bleu, res.chrf, res.ppl)
+        choose_model(self.run_dir, self.rep, metric=self.cfg.valid_metric, best=self.p.best,
+                     best_update=self.p.best_update, averaged=res, update=self.p.update)
         return out
 
     def _check_ranks_agree(self) -> None:

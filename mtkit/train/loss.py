@@ -87,6 +87,24 @@ class _SmoothedNLL(torch.autograd.Function):
         return grad.to(ctx.dtype), None, None
 
 
+def rdrop_loss(logits: torch.Tensor, target: torch.Tensor, *, smoothing: float,
+               weight: float) -> LossSums:
+    """R-Drop (Liang et al. 2021): logits (2B, T, V) of one batch passed twice through the
+    model, rows b and B + b the same sentence under two dropout masks; target (B, T), PAD
+    where padded -> summed losses.
+
+    Per real token, with p1, p2 the two predicted distributions and l1, l2 their
+    label-smoothed losses: loss = (l1 + l2) / 2 + weight / 4 * (KL(p1||p2) + KL(p2||p1)), the
+    paper's eq. 3 halved, so that the translation term is on the scale of one pass (the
+    learning rate keeps its meaning) and `weight` is the paper's alpha. nll: the mean of the
+    two passes' NLL. KL(p1||p2) + KL(p2||p1) = sum_v (p1 - p2)(log p1 - log p2)."""
+    both = label_smoothed_nll(logits, target.repeat(2, 1), smoothing=smoothing)
+    lp1, lp2 = F.log_softmax(logits.float(), dim=-1).chunk(2)
+    sym = ((lp1.exp() - lp2.exp()) * (lp1 - lp2)).sum(-1)  # (B, T)
+    kl = sym.masked_fill(target == PAD_ID, 0.0).sum()
+    return LossSums(both.loss / 2 + weight / 4 * kl, both.nll / 2)
+
+
 def perplexity(nll_per_token: float) -> float:
     """exp of the mean NLL (nats per token), capped so a diverged run logs inf, not an error."""
     return math.exp(nll_per_token) if nll_per_token < 700 else math.inf

@@ -15,7 +15,14 @@ from mtkit.data.prep import is_prepared, prepare
 from mtkit.device import resolve_device, setup_backend
 from mtkit.errors import ConfigError
 from mtkit.process.lock import run_lock
-from mtkit.run import LAST, check_writable_run_dir, data_dir, remove_stale_temporaries
+from mtkit.run import (
+    CHOICE,
+    LAST,
+    check_writable_run_dir,
+    clear_choice,
+    data_dir,
+    remove_stale_temporaries,
+)
 from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
@@ -72,12 +79,18 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
                 if changed:
                     console.print("resuming with settings changed since the last checkpoint: "
                                   + ", ".join(changed), highlight=False, soft_wrap=True)
+                if clear_choice(run_dir):  # it named a model that training now changes
+                    log.info("%s: forgotten: training changes the run's checkpoints (the "
+                             "end of training chooses again with train.average_last; tune "
+                             "the length again with mtkit tune-length)", run_dir / CHOICE)
                 return True
 
             dist.main_result(prepare_data, "rank 0 stopped before training (its error says "
                              "why)")
             setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state,
                                 init=init)
+            if dist.is_main:
+                _say_regularizers(recipe)
             return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
                            console=console).run()
     finally:
@@ -109,3 +122,17 @@ def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, mirror: str | Path
     if prepared:
         console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
                       soft_wrap=True)
+
+
+def _say_regularizers(recipe: Recipe) -> None:
+    """What the regularizers that change a batch's cost do to the log's figures."""
+    sw, rdrop = recipe.train.subword_sampling, recipe.train.rdrop
+    if sw.enabled:
+        what = "BPE-dropout" if recipe.data.spm.model_type == "bpe" else "unigram sampling"
+        log.info("train.subword_sampling: %s (alpha %g%s) of the %s of each training batch; "
+                 "tgt tokens count the sampled pieces", what, sw.alpha,
+                 "" if recipe.data.spm.model_type == "bpe" else f", nbest_size {sw.nbest_size}",
+                 "source and target" if sw.target else "source")
+    if rdrop.enabled:
+        log.info("train.rdrop: weight %g; each batch passes twice through the model (R-Drop), "
+                 "and tgt tok/s counts its tokens once, so it shows the cost", rdrop.weight)

@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtkit.config import Recipe, dump_recipe, recipe_from_yaml_text, recipe_to_dict
 from mtkit.data.batch import Batch
+from mtkit.data.resegment import Resegmenter
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.spm import Tokenizer, model_files
 from mtkit.data.store import ParallelData, text_path
@@ -66,6 +67,9 @@ class Setup:
     amp: Amp
     # the checkpoint this run's weights started from (--init-from): path, sha256, update
     init_from: dict[str, Any] | None = None
+    # builds the training batches with sampled segmentations (train.subword_sampling); None:
+    # the prepared ones
+    resegment: Resegmenter | None = None
 
 
 # --------------------------------------------------------------------------- resume checks
@@ -268,7 +272,10 @@ def build_setup(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.devi
         valid_refs=read_lines(text_path(ddir, "valid", "tgt")), model=model, net=net,
         params=[p for p in model.parameters() if p.requires_grad], optimizer=optimizer,
         schedule=schedule, amp=amp,
-        init_from=init["meta"] if init is not None else (state or {}).get("init_from"))
+        init_from=init["meta"] if init is not None else (state or {}).get("init_from"),
+        resegment=Resegmenter(tokenizer, cfg.subword_sampling, seed=cfg.seed,
+                              batch_tokens=cfg.batch_tokens, max_len=recipe.data.max_len,
+                              rank=dist.rank) if cfg.subword_sampling.enabled else None)
 
 
 def seed_all(seed: int) -> None:

@@ -22,7 +22,7 @@ from mtkit.config.guided import Readout
 from mtkit.data.batch import Batch
 from mtkit.device import Amp
 from mtkit.train.distributed import Dist
-from mtkit.train.loss import alignment_ce, label_smoothed_nll
+from mtkit.train.loss import alignment_ce, label_smoothed_nll, rdrop_loss
 from mtkit.train.optim import optimizer_step
 
 
@@ -88,7 +88,7 @@ def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.
                      amp: Amp, smoothing: float, normalizer: float | torch.Tensor,
                      guide: Guide | None = None,
                      no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
-                     ) -> BackwardSums:
+                     rdrop: float = 0.0) -> BackwardSums:
     """Accumulate into ``.grad`` the gradient of ``normalizer * sum of token losses`` over
     `batches` (host batches; each is copied to `device` here), plus with `guide`
     ``weight * guide.normalizer * sum of alignment cross-entropies`` (`loss.alignment_ce`, on
@@ -98,7 +98,8 @@ def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.
     mean token loss of their union: gradient accumulation gives the update of one larger
     batch (Ott et al. 2018, §4.2), however the tokens fall into batches; the alignment term is
     likewise the mean over the update's linked target pieces. `no_sync` (DDP's) defers the
-    gradient all-reduce to the last batch.
+    gradient all-reduce to the last batch. `rdrop` > 0: each batch passes twice through
+    the model and the token loss is `loss.rdrop_loss` (alignment from the first pass).
     """
     loss_sum = torch.zeros((), device=device)
     nll_sum = torch.zeros((), device=device)
@@ -109,12 +110,14 @@ def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.
         ctx = no_sync() if no_sync is not None and not last else contextlib.nullcontext()
         with ctx:
             with amp.autocast():
-                out = net(b.src, b.src_lens, b.tgt_in, return_attn=guide is not None)
-            sums = label_smoothed_nll(out.logits, b.tgt_out, smoothing=smoothing)
+                out = net(*_twice(b) if rdrop else (b.src, b.src_lens, b.tgt_in),
+                          return_attn=guide is not None)
+            sums = (rdrop_loss(out.logits, b.tgt_out, smoothing=smoothing, weight=rdrop)
+                    if rdrop else label_smoothed_nll(out.logits, b.tgt_out, smoothing=smoothing))
             total = sums.loss * normalizer
             if guide is not None:
                 assert out.attn is not None and b.align is not None, "guided without links"
-                ce = alignment_ce(out.attn, b.align, readout=guide.readout)
+                ce = alignment_ce(out.attn[:len(b.src)], b.align, readout=guide.readout)
                 total = total + guide.weight * guide.normalizer * ce
                 align_sum += ce.detach()
             del out  # the logits: the graph keeps what the backward pass needs, not them
@@ -122,6 +125,14 @@ def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.
         loss_sum += sums.loss.detach()
         nll_sum += sums.nll
     return BackwardSums(loss_sum, nll_sum, align_sum)
+
+
+def _twice(b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The model's inputs with the batch stacked on itself, (2B, ...): one call, two dropout
+    masks (R-Drop)."""
+    assert b.tgt_in is not None, "a training batch has a target"
+    return (torch.cat([b.src, b.src]), torch.cat([b.src_lens, b.src_lens]),
+            torch.cat([b.tgt_in, b.tgt_in]))
 
 
 def finish_update(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, amp: Amp, *,

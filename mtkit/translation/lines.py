@@ -194,7 +194,7 @@ class LineTranslator:
                  align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
                  workers: int = 1) -> None:
         """max_out_len: the most tokens before EOS the model's positions allow (None: no
-        limit); a sentence's --max-len-a/b limit above it is lowered and counted."""
+        limit); a sentence's decode.max_len_a/b limit above it is lowered and counted."""
         assert fmt in FORMATS and chunk_lines >= 1 and workers >= 1, (fmt, chunk_lines, workers)
         self.tok = tokenizer
         self.cfg = cfg

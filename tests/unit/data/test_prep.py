@@ -27,11 +27,12 @@ from mtkit.cli import app
 from mtkit.config import FileSource, Recipe, load_recipe, recipe_from_dict
 from mtkit.data import prep as prep_mod
 from mtkit.data import sources
-from mtkit.data.clean import read_lines
 from mtkit.data.prep import is_prepared, prepare
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData, text_path
+from mtkit.data.stream import read_blocks
 from mtkit.errors import DataError
+from mtkit.fileio import InvalidUtf8
 from mtkit.run import data_dir
 from tests.conftest import REPO
 
@@ -299,13 +300,20 @@ def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None
                             f"lines, {tgt} has 998; expected one target line per source line")
 
 
+def _read(path: Path) -> tuple[list[str], InvalidUtf8]:
+    """A whole file as prep reads it (`stream.read_blocks`), and where UTF-8 was invalid."""
+    invalid = InvalidUtf8(str(path))
+    return [line for block in read_blocks(path, invalid) for line in block], invalid
+
+
 def test_invalid_utf8_is_replaced_counted_and_reported(tmp_path: Path) -> None:
     src, _ = _toy_copy(tmp_path)
     lines = (TOY / "train.src").read_bytes().split(b"\n")
     lines[3] = b"ba \xff ko"
     lines[7] = b"\xc3\x28 tu"
     src.write_bytes(b"\n".join(lines))
-    assert read_lines(src).lines[3] == "ba \ufffd ko" and read_lines(src).invalid.lines == 2
+    lines, invalid = _read(src)
+    assert lines[3] == "ba \ufffd ko" and invalid.lines == 2
     out = io.StringIO()
     report = prepare(_recipe(tmp_path, "train.src", "train.tgt"), tmp_path / "run",
                      console=Console(file=out, width=60))
@@ -318,7 +326,7 @@ def test_invalid_utf8_is_replaced_counted_and_reported(tmp_path: Path) -> None:
 def test_reading_splits_on_newline_only_and_strips(tmp_path: Path) -> None:
     path = tmp_path / "x.txt"
     path.write_bytes("  a\u2028b \r\n\n c\tc\n".encode())
-    assert read_lines(path).lines == ["a\u2028b", "", "c\tc"]
+    assert _read(path)[0] == ["a\u2028b", "", "c\tc"]
 
 
 def test_cleaning_rule_counts_on_a_hand_made_corpus(tmp_path: Path) -> None:

@@ -1,0 +1,165 @@
+"""Issue 33's quality levers on the CPU recipe, each alone and combined, against the recipe as
+it is, at a fixed wall-clock budget, interleaved in one run so the host's speed (which varies
+2x between days) touches every configuration alike.
+
+    python bench/quality.py --work /tmp/q --minutes 10 --seeds 1,2
+
+Configurations (each recipes/en-de-cpu.yaml with --set overrides; `length` and `combined`
+also run `mtkit tune-length` after training):
+  today      the recipe as shipped
+  average    train.average_last: 3 (the better of best.pt and averaged.pt is the run's model)
+  length     mtkit tune-length on the validation split after training
+  sampling   train.subword_sampling.alpha: 0.3 (unigram, whole lattice: ~12% more pieces)
+  rdrop      train.rdrop.weight: 1.0 (two passes a batch: about half the updates)
+  combined   --combined (default: average + sampling + length)
+`today` and `combined` run with every seed of --seeds, the others with the first (one seed
+chooses; two compare). Rounds go seed by seed, each through the configurations in order.
+Each run is scored on Multi30k test2016 (the run's model and decoding, beam 5): BLEU, chrF2,
+the brevity penalty and hyp/ref length, with the updates it made and the load average before
+and after. Prints a table (means over seeds) and writes every record to WORK/results.jsonl.
+The data is read from $MTKIT_DATA_MIRROR (default ../shared/data/multi30k), written under
+--work only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPE = REPO / "recipes" / "en-de-cpu.yaml"
+MIRROR = Path(os.environ.get("MTKIT_DATA_MIRROR", REPO.parent / "shared" / "data" / "multi30k"))
+
+LEVERS: dict[str, list[str]] = {
+    "today": [],
+    "average": ["train.average_last=3"],
+    "length": [],
+    "sampling": ["train.subword_sampling.alpha=0.3"],
+    "rdrop": ["train.rdrop.weight=1.0"],
+}
+TUNED = {"length"}  # configurations that run tune-length after training
+
+
+def _mtkit(*args: str, log: Path) -> None:
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"$ mtkit {' '.join(args)}\n")
+        f.flush()
+        subprocess.run([sys.executable, "-m", "mtkit", *args], stdout=f, stderr=f, check=True,
+                       env={**os.environ, "MTKIT_DATA_MIRROR": str(MIRROR)})
+
+
+def _score(run: Path) -> dict:
+    import sacrebleu
+
+    from mtkit.fileio import read_lines
+
+    (hyp,) = sorted((run / "translations").glob("test2016.*.txt"))
+    hyps, refs = read_lines(hyp), read_lines(run / "data" / "test2016.tgt.txt")
+    bleu = sacrebleu.corpus_bleu(hyps, [refs])
+    return {"bleu": bleu.score, "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
+            "bp": bleu.bp, "ratio": bleu.sys_len / bleu.ref_len}
+
+
+def _one(work: Path, data: Path, name: str, sets: list[str], *, tuned: bool, seed: int,
+         minutes: float, alphas: str, threads: int) -> dict:
+    run = work / f"{name}-s{seed}"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    shutil.copytree(data, run / "data")  # prepared once: the same data for every run
+    log = run.parent / f"{run.name}.log"
+    load0 = os.getloadavg()
+    t0 = time.monotonic()
+    args = [a for s in [*sets, f"train.seed={seed}", f"train.max_time={minutes * 60:.0f}s",
+                        f"train.threads={threads}"] for a in ("--set", s)]
+    _mtkit("train", str(RECIPE), "--run-dir", str(run), *args, log=log)
+    trained = time.monotonic() - t0
+    if tuned:
+        _mtkit("tune-length", str(run), "--alphas", alphas, "--threads", str(threads), log=log)
+    _mtkit("score", "--run", str(run), "--split", "test2016", "--metrics", "bleu,chrf",
+           "--threads", str(threads), log=log)
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    end = next(r for r in reversed(recs) if r["kind"] == "end")
+    choice = json.loads((run / "model.json").read_text()) if (run / "model.json").is_file() else {}
+    return {"config": name, "seed": seed, "sets": sets, "tuned": tuned, **_score(run),
+            "updates": end["update"], "train_s": round(trained, 1),
+            "model": choice.get("checkpoint", "best.pt"), "decode": choice.get("decode", {}),
+            "load_before": [round(x, 2) for x in load0],
+            "load_after": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _table(results: list[dict]) -> str:
+    rows = ["| config | seeds | updates | BLEU | chrF2 | BP | hyp/ref | model, decoding |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    base = None
+    for name in dict.fromkeys(r["config"] for r in results):
+        rs = [r for r in results if r["config"] == name]
+        mean = {k: statistics.mean(r[k] for r in rs) for k in ("bleu", "chrf", "bp", "ratio")}
+        base = mean["bleu"] if name == "today" else base
+        delta = f" ({mean['bleu'] - base:+.2f})" if base is not None and name != "today" else ""
+        bleus = "/".join(f"{r['bleu']:.2f}" for r in rs)
+        how = "; ".join(sorted({f"{r['model']} {r['decode'] or ''}".strip() for r in rs}))
+        rows.append(f"| {name} | {','.join(str(r['seed']) for r in rs)} | "
+                    f"{'/'.join(str(r['updates']) for r in rs)} | {mean['bleu']:.2f}{delta} "
+                    f"[{bleus}] | {mean['chrf']:.2f} | {mean['bp']:.3f} | {mean['ratio']:.3f} "
+                    f"| {how} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", type=Path, required=True, help="folder for the runs")
+    ap.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
+    ap.add_argument("--seeds", default="1,2", help="seeds of today and combined")
+    ap.add_argument("--configs", default="today,average,length,sampling,rdrop,combined",
+                    help="configurations run, in this order within a round")
+    ap.add_argument("--combined", default="average,sampling,length",
+                    help="the levers of the combined configuration")
+    ap.add_argument("--alphas", default="0.6,1.0,1.5,2.0", help="tune-length's GNMT alphas")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
+    a = ap.parse_args()
+    seeds = [int(s) for s in a.seeds.split(",")]
+    configs = a.configs.split(",")
+    combined = a.combined.split(",")
+    for name in [*configs, *combined]:
+        if name not in LEVERS and name != "combined":
+            sys.exit(f"quality.py: unknown configuration {name!r}; expected one of "
+                     f"{', '.join([*LEVERS, 'combined'])}")
+    a.work.mkdir(parents=True, exist_ok=True)
+    prep = a.work / "prep"
+    if not (prep / "data" / "manifest.json").is_file():
+        shutil.rmtree(prep, ignore_errors=True)
+        _mtkit("prep", str(RECIPE), "--run-dir", str(prep), log=a.work / "prep.log")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    print(f"quality.py: {started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} "
+          f"CPUs, load {os.getloadavg()}, {a.minutes:g} min per run, seeds {seeds}",
+          flush=True)
+    results = []
+    with open(a.work / "results.jsonl", "a", encoding="utf-8") as out:
+        for i, seed in enumerate(seeds):
+            for name in configs:
+                if i > 0 and name not in ("today", "combined"):
+                    continue
+                parts = combined if name == "combined" else [name]
+                sets = [s for p in parts for s in LEVERS[p]]
+                res = _one(a.work, prep / "data", name, sets, tuned=bool(TUNED & set(parts)),
+                           seed=seed, minutes=a.minutes, alphas=a.alphas, threads=a.threads)
+                out.write(json.dumps(res) + "\n")
+                out.flush()
+                results.append(res)
+                print(f"  {name} seed {seed}: BLEU {res['bleu']:.2f}, chrF2 {res['chrf']:.2f}, "
+                      f"BP {res['bp']:.3f}, {res['updates']} updates, load "
+                      f"{res['load_before'][0]:.2f} -> {res['load_after'][0]:.2f}", flush=True)
+    print(_table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""R-Drop's loss and update, and whole toy runs with the regularizers on: they change the
+training, and a resumed run ends bitwise as the uninterrupted one."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from mtkit.config import load_recipe
+from mtkit.data.vocab import PAD_ID
+from mtkit.device import Amp
+from mtkit.models.build import build_model
+from mtkit.run import load_checkpoint
+from mtkit.train import session
+from mtkit.train.checkpoint import weights_digest
+from mtkit.train.loss import label_smoothed_nll, rdrop_loss
+from mtkit.train.step import forward_backward
+from tests.conftest import RECIPES
+from tests.helpers import reversal_batch
+
+TOY = RECIPES / "toy.yaml"
+
+
+def test_rdrop_loss_equals_a_hand_computation() -> None:
+    # one sentence of two target tokens (the second is padding) and a 3-piece vocabulary
+    z1 = [[2.0, 0.0, -1.0], [0.3, 0.1, 0.2]]
+    z2 = [[1.0, 0.5, 0.0], [9.0, 9.0, 9.0]]
+    logits = torch.tensor([z1, z2])  # (2B, T, V), B = 1
+    target = torch.tensor([[2, PAD_ID]])  # piece 2 (an id like any other here)
+    eps, w = 0.1, 2.0
+
+    def softmax(z: list[float]) -> list[float]:
+        e = [math.exp(x) for x in z]
+        return [x / sum(e) for x in e]
+
+    p, q = softmax(z1[0]), softmax(z2[0])
+    smoothed = [(1 - eps) * -math.log(d[2]) + eps * sum(-math.log(x) for x in d) / 3
+                for d in (p, q)]
+    kl = sum(a * math.log(a / b) for a, b in zip(p, q, strict=True)) + sum(
+        b * math.log(b / a) for a, b in zip(p, q, strict=True))
+    sums = rdrop_loss(logits, target, smoothing=eps, weight=w)
+    assert sums.loss.item() == pytest.approx((smoothed[0] + smoothed[1]) / 2 + w / 4 * kl,
+                                             rel=1e-5)
+    assert sums.nll.item() == pytest.approx((-math.log(p[2]) - math.log(q[2])) / 2, rel=1e-5)
+
+
+def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_the_kl() -> None:
+    g = torch.Generator().manual_seed(0)
+    batch = reversal_batch(6, 20, g)
+    for dropout in (0.0, 0.3):
+        recipe = load_recipe(TOY, [f"model.transformer.dropout={dropout}"])
+        model = build_model(recipe.model, 20, 20).train()
+        plain = forward_backward(model, [batch], device=torch.device("cpu"), amp=Amp.for_device(
+            torch.device("cpu"), "fp32"), smoothing=0.1, normalizer=1.0)
+        torch.manual_seed(0)
+        rd = forward_backward(model, [batch], device=torch.device("cpu"), amp=Amp.for_device(
+            torch.device("cpu"), "fp32"), smoothing=0.1, normalizer=1.0, rdrop=1.0)
+        if dropout == 0.0:
+            torch.testing.assert_close(rd.loss, plain.loss)
+        else:  # two masks: the passes disagree, so the loss holds a positive KL
+            torch.manual_seed(0)
+            out = model(torch.cat([batch.src] * 2), torch.cat([batch.src_lens] * 2),
+                        torch.cat([batch.tgt_in] * 2))
+            ce = label_smoothed_nll(out.logits, batch.tgt_out.repeat(2, 1), smoothing=0.1)
+            assert rd.loss > ce.loss.detach() / 2
+
+
+def _train(run_dir: Path, *sets: str, resume: bool = False):
+    recipe = load_recipe(TOY, ["train.max_time=null", *sets])
+    return session.train(recipe, run_dir, resume=resume, console=Console(file=io.StringIO()))
+
+
+def _digest(path: Path) -> str:
+    return weights_digest(load_checkpoint(path)["model"])
+
+
+SETS = ["train.max_updates=16", "train.checkpoint_every=4", "train.valid_every=1000",
+        "train.log_every=4", "model.transformer.dropout=0.2", "train.keep_last=10",
+        "data.spm.vocab_size=51"]
+
+
+def test_subword_sampling_and_rdrop_resume_bitwise_and_change_training(tmp_path: Path) -> None:
+    levers = ["train.subword_sampling.alpha=0.1", "train.subword_sampling.target=true",
+              "train.rdrop.weight=1.0", "train.update_freq=2"]
+    _train(tmp_path / "whole", *SETS, *levers)
+    _train(tmp_path / "split", *SETS, *levers, "train.max_updates=8")
+    _train(tmp_path / "split", *SETS, *levers, resume=True)
+    assert _digest(tmp_path / "split" / "last.pt") == _digest(tmp_path / "whole" / "last.pt")
+    for name, lever in (("sampling", levers[0]), ("rdrop", levers[2])):  # each changes it
+        _train(tmp_path / name, *SETS, "train.update_freq=2", lever)
+    _train(tmp_path / "off", *SETS, "train.update_freq=2")
+    digests = {_digest(tmp_path / n / "last.pt") for n in ("off", "sampling", "rdrop")}
+    assert len(digests) == 3
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["train.subword_sampling.target=true"], "train.subword_sampling.target: set, but alpha is 0"),
+    (["train.subword_sampling.alpha=0.1", "train.subword_sampling.nbest_size=1"],
+     "expected -1 (the whole lattice) or more than 1, got 1"),
+    (["train.subword_sampling.alpha=0.1", "data.spm.model_type=bpe",
+      "train.subword_sampling.nbest_size=8"], "applies to unigram models"),
+    (["train.subword_sampling.alpha=1.0", "data.spm.model_type=bpe"], "expected < 1"),
+    (["train.rdrop.weight=-1"], "train.rdrop.weight: out of range"),
+])
+def test_bad_settings_are_named(sets: list[str], message: str) -> None:
+    from mtkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_recipe(TOY, sets)
