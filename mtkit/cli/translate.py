@@ -62,13 +62,15 @@ class TranslateFlags:
             (self.readout is not None and not self.align, "--readout needs --align"),
             (self.ensemble_mode is not None and self.models < 2,
              "--ensemble-mode: needs two or more models"),
-            (self.ensemble_mode not in (None, "logprob", "prob"), "--ensemble-mode: invalid "
-             f"choice {self.ensemble_mode!r}; expected logprob or prob"),
             (self.terms_method is not None and not self.terms, "--terms-method needs --terms"),
             (self.terms_method not in (None, *TERMS_METHODS), f"--terms-method: invalid "
              f"choice {self.terms_method!r}; expected {' or '.join(TERMS_METHODS)}"),
         ]
         choices = aligner_problems(self.align_method, self.readout)
+        if self.ensemble_mode is not None:  # the models' owner imports torch: only when named
+            from mtkit.models.ensemble import Ensemble
+
+            choices += Ensemble.mode_problems(self.ensemble_mode)
         return [message for bad, message in checks if bad] + [p.text(flag_of) for p in choices]
 
 

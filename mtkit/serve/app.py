@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import parse_qs
 
 from fastapi import Depends, FastAPI, Request
@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from mtkit.api import Extras, TranslationModel
-from mtkit.errors import ConfigError, MtkitError
+from mtkit.errors import MtkitError, OptionError
 from mtkit.serve.batcher import Batcher, Closed, QueueFull
 from mtkit.serve.metrics import ServerMetrics
 from mtkit.serve.schema import (
@@ -41,6 +41,10 @@ from mtkit.serve.schema import (
 
 PAGE = Path(__file__).parent / "page"
 WARM_UP = "Hello."
+
+
+LogFormat = Literal["text", "json"]  # a request's log line: plain text, or a JSON object
+LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,12 @@ class ServeSettings:
     max_wait_ms: float = 50.0  # the longest a request waits for others to batch with
     timeout: float = 60.0  # seconds a request may take; then a 504
     token: str | None = None  # a bearer token every API request must carry
-    log_format: Literal["text", "json"] = "text"
+    log_format: LogFormat = "text"
+
+    def __post_init__(self) -> None:
+        if self.log_format not in LOG_FORMATS:
+            raise OptionError.one("log_format", f"invalid choice {self.log_format!r}; "
+                                  f"expected {' or '.join(LOG_FORMATS)}")
 
 
 class ApiError(Exception):
@@ -105,7 +114,7 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
             extras = model.extras(**asdict(extras))
             prefixes = model.checked_prefixes(prefix, len(lines))
             if terms_method is not None and terms is None:
-                raise ConfigError("terms_method: it places terms, which need terms")
+                raise OptionError.one("terms_method", "it places terms, which need terms")
             glossary = None if terms is None else model.glossary(terms, terms_method or "prefix")
             tag = model.checked_tag(tag)
         except MtkitError as e:
