@@ -409,20 +409,17 @@ class Loaded(NamedTuple):
     tokenizer: Tokenizer
 
 
-def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
-    """Rebuild a trained model for inference. The tokenizer is read from the ``data/`` folder
-    of the run directory that holds the checkpoint."""
-    from mtkit.device import host_memory_defaults
-
-    host_memory_defaults()  # before torch allocates its first tensor (the checkpoint's)
-    import torch
-
-    from mtkit.config import recipe_from_yaml_text
-    from mtkit.data.spm import DamagedModelError, Tokenizer
-    from mtkit.models.build import build_model
-
+def checkpoint_recipe(run_dir_or_ckpt: str | Path) -> Recipe:
+    """The recipe a model decodes with (`load_model`'s), without building the model: its
+    checkpoint's, with the decoding chosen for the run's model. The weights are mapped, not
+    read."""
     path = resolve_checkpoint(run_dir_or_ckpt)
-    state = load_checkpoint(path, mmap=True)
+    return _decoding_recipe(path, load_checkpoint(path, mmap=True))
+
+
+def _decoding_recipe(path: Path, state: dict[str, Any]) -> Recipe:
+    from mtkit.config import recipe_from_yaml_text
+
     recipe = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
     if tuned := chosen_decode(path):  # the run's model decodes as chosen for it
         try:
@@ -431,6 +428,23 @@ def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
         except TypeError:
             raise CheckpointError(f"{path.parent / CHOICE}: `decode` holds a key that is not "
                                   f"a decode field ({', '.join(sorted(tuned))})") from None
+    return recipe
+
+
+def load_model(run_dir_or_ckpt: str | Path, device: Any = "cpu") -> Loaded:
+    """Rebuild a trained model for inference. The tokenizer is read from the ``data/`` folder
+    of the run directory that holds the checkpoint."""
+    from mtkit.device import host_memory_defaults
+
+    host_memory_defaults()  # before torch allocates its first tensor (the checkpoint's)
+    import torch
+
+    from mtkit.data.spm import DamagedModelError, Tokenizer
+    from mtkit.models.build import build_model
+
+    path = resolve_checkpoint(run_dir_or_ckpt)
+    state = load_checkpoint(path, mmap=True)
+    recipe = _decoding_recipe(path, state)
     ddir = data_dir(path.parent)
     try:
         tokenizer = Tokenizer.load(ddir)

@@ -41,6 +41,7 @@ from mtkit.translation.lines import (
 if TYPE_CHECKING:
     from mtkit.models.base import AttentionChoice
     from mtkit.translation.hypothesis import Hypothesis
+    from mtkit.translation.terms import Glossary
 
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
 Engine = Literal["mtkit", "ctranslate2"]
@@ -127,33 +128,100 @@ class TranslationModel:
         return cfg
 
     def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
-                   attention: bool = False, chunk_lines: int | None = None
-                   ) -> LineTranslator:
-        """A `LineTranslator` of this model with `cfg` (from `options`): what `mtkit
+                   attention: bool = False, chunk_lines: int | None = None,
+                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+        """A `LineTranslator` of this model with `cfg` (from `options`), a glossary (from
+        `glossary`) and the language tag `checked_tag` gives for `tag`: what `mtkit
         translate` streams files through."""
         return self._base.configured(cfg, align_fn=align_fn, attention=attention,
-                                     chunk_lines=chunk_lines)
+                                     chunk_lines=chunk_lines, terms=terms,
+                                     tag=self.checked_tag(tag))
 
-    def translate(self, text: str | Sequence[str], **options: Any) -> Any:
+    @property
+    def tags(self) -> list[str]:
+        """The language tags this model was trained with (data.*.tag), each a direction."""
+        return list(self._base.tags)
+
+    def checked_tag(self, tag: str | None) -> str | None:
+        """The tag put before every source line: `tag`, else the recipe's data.tag; an
+        OptionError for a tag the model does not have, or for none chosen where the model
+        has tags."""
+        tags = self.tags
+        if tag is None:
+            tag = self.recipe.data.tag
+            if tag is None and tags:
+                raise OptionError.one("tag", f"this model translates {len(tags)} ways, by the "
+                                      f"tag put before the source; choose one of "
+                                      f"{', '.join(tags)}")
+        if tag is not None and tag not in tags:
+            have = ", ".join(tags) if tags else "none (it translates one way)"
+            raise OptionError.one("tag", f"{tag!r} is not a tag of this model; its tags: {have}")
+        return tag
+
+    def glossary(self, terms: Any, method: str = "prefix", *, name: str = "terms"
+                 ) -> Glossary:
+        """A checked glossary for this model: `terms` a mapping of source term to target
+        term, or (source, target) pairs; `method` prefix or align (`mtkit.translation.terms`);
+        `name` what errors call the terms."""
+        from mtkit.align.readout import default_readout
+        from mtkit.translation.terms import as_pairs, glossary
+
+        if not self.info.has_attention:
+            raise ConfigError(f"{name}: terms are placed through the model's attention, and "
+                              "this model has none (model.rnn.attention: none)")
+        return glossary(as_pairs(terms), method=method, readout=default_readout(self.recipe),
+                        name=name)
+
+    def translate(self, text: str | Sequence[str], *,
+                  prefix: str | Sequence[str] | None = None, terms: Any = None,
+                  terms_method: str = "prefix", tag: str | None = None, **options: Any) -> Any:
         """The best translation of one sentence (a str) or of each of a list of sentences
-        (a list of str); `options`: DecodeConfig fields (beam_size=5, method='greedy', ...)."""
-        lines = [text] if isinstance(text, str) else list(text)
-        out = [t.text for t in self.translate_full(lines, **options)]
-        return out[0] if isinstance(text, str) else out
+        (a list of str); `prefix`: the target text each translation starts with (a str for
+        one sentence, one per sentence for a list, "" for none); `terms`, `terms_method`,
+        `tag`: as for `translate_full`; `options`: DecodeConfig fields (beam_size=5,
+        method='greedy', ...)."""
+        one = isinstance(text, str)
+        lines = [text] if one else list(text)
+        if one and isinstance(prefix, str):
+            prefix = [prefix]
+        out = [t.text for t in self.translate_full(lines, prefix=prefix, terms=terms,
+                                                   terms_method=terms_method, tag=tag,
+                                                   **options)]
+        return out[0] if one else out
 
     def translate_full(self, lines: Iterable[str], *, align: bool = False,
                        attention: bool = False, layer: int | None = None,
                        head: int | Literal["mean"] | None = None,
                        align_method: str | None = None, readout: str | None = None,
-                       **options: Any) -> list[Translation]:
+                       prefix: Sequence[str] | None = None, terms: Any = None,
+                       terms_method: str = "prefix", tag: str | None = None, **options: Any
+                       ) -> list[Translation]:
         """Every sentence's hypotheses (`options`: DecodeConfig fields; nbest=3 for three),
         with Pharaoh word links (`align`, by `align_method` from the rows of `readout`, as
         `mtkit translate --align`), and attention matrices (`attention`): the search's own
         (the model's alignment layer, heads averaged), or with `layer`/`head` that layer's
-        and head's (mtkit's own decoder only: one more forced pass)."""
+        and head's (mtkit's own decoder only: one more forced pass). `prefix`: one target
+        text per sentence that its hypotheses start with ("" for none): forced, scored and
+        given attention like the rest of the output. `terms`: a glossary, source term ->
+        target term (a mapping or pairs), that every hypothesis of a sentence holding a
+        source term must use, placed by `terms_method` (prefix or align: `mtkit.translation.terms`).
+        `tag`: for a model trained with language tags, the direction (one of `tags`; default
+        the recipe's data.tag), put before every source line."""
         extras = self.extras(align=align, attention=attention, layer=layer, head=head,
                              align_method=align_method, readout=readout)
-        return self.decode(lines, self.options(options), extras)
+        lines = list(lines)
+        cfg = self.options(options)
+        found = None if terms is None else self.glossary(terms, terms_method)
+        return self.decode(lines, cfg, extras, terms=found, tag=self.checked_tag(tag),
+                           prefixes=self.checked_prefixes(prefix, len(lines)))
+
+    def checked_prefixes(self, prefix: Any, n: int) -> list[str] | None:
+        """`prefix` as one target text for each of n sentences (None: none), checked against
+        this model's positions; a ConfigError or a `PrefixError` otherwise."""
+        prefixes = checked_prefixes(prefix, n)
+        if prefixes is not None:
+            self._base.prefix_ids(prefixes)
+        return prefixes
 
     def extras(self, *, align: bool = False, attention: bool = False,
                layer: int | None = None, head: int | Literal["mean"] | None = None,
@@ -171,15 +239,19 @@ class TranslationModel:
             self.attention_choice(layer, head)
         return extras
 
-    def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None
-               ) -> list[Translation]:
-        """`translate_full` with options already checked (`options`, `extras`)."""
+    def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None, *,
+               prefixes: Sequence[str] | None = None, terms: Glossary | None = None,
+               tag: str | None = None) -> list[Translation]:
+        """`translate_full` with options already checked (`options`, `extras`,
+        `checked_prefixes`, `glossary`, `checked_tag`)."""
         extras = extras or Extras()
         choice = self.attention_choice(extras.layer, extras.head) if extras.attention else None
         translator = self.translator(cfg, align_fn=self._aligner(extras),
-                                     attention=extras.attention and choice is None)
+                                     attention=extras.attention and choice is None,
+                                     terms=terms, tag=tag)
         stats = TranslateStats(max_src_len=translator.max_src_len)
-        items = [it for chunk in translator.decoded(lines, stats) for it in chunk]
+        items = [it for chunk in translator.decoded(lines, stats, prefixes=prefixes)
+                 for it in chunk]
         forced = self._forced(items, choice, cfg.batch_tokens) if choice else None
         return [self._result(translator, it, attention=extras.attention, choice=choice,
                              forced=None if forced is None else forced[n])
@@ -274,6 +346,21 @@ class TranslationModel:
             return "cross-attention"
         head = "mean" if tf.align_head is None else tf.align_head
         return f"cross-attention, layer {tf.align_layer}, head {head}"
+
+
+def checked_prefixes(prefix: Any, n: int) -> list[str] | None:
+    """`prefix` as one target text per sentence (None: none), or a ConfigError."""
+    if prefix is None:
+        return None
+    if isinstance(prefix, str) or not all(isinstance(p, str) for p in prefix):
+        raise ConfigError("prefix: expected a list of strings, one per sentence")
+    prefixes = list(prefix)
+    if len(prefixes) != n:
+        raise ConfigError(f"prefix: {len(prefixes)} prefixes for {n} sentences; expected one "
+                          "per sentence (\"\" for none)")
+    if any("\n" in p or "\r" in p for p in prefixes):
+        raise ConfigError("prefix: a prefix is one line; found a line break")
+    return None if not any(prefixes) else prefixes
 
 
 def _matrix(weights: Any, src: Sequence[str], tgt: Sequence[str],
@@ -376,6 +463,7 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
                                        streaming=streaming, default=usable)
     translator = CT2Translator(export, cfg, device=device, threads=each,
                                chunk_lines=chunk_lines, workers=workers)
+    translator.tags = tuple(recipe.data.tags())
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
@@ -412,6 +500,7 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
                                   chunk_lines=chunk_lines, workers=workers,
                                   dtype=torch.bfloat16 if bf16 else None)
+    translator.tags = tuple(recipe.data.tags())
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))

@@ -265,7 +265,8 @@ def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: boo
 
     decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam)
     done = translate_split(run, split, device=inference_device(device or "auto"),
-                           decode=decoding.over, threads=threads or 0)
+                           decode=decoding.given(), origins=DecodeFlags.FLAGS,
+                           threads=threads or 0)
     if done.stats is None:
         typer.echo(f"mtkit: reusing {done.path} (same {done.checkpoint}, source and decoding)",
                    err=True)

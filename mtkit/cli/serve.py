@@ -83,22 +83,20 @@ def serve(
 
     Example: mtkit serve runs/en-de-multi30k --port 8000
     """
-    if log_format not in ("text", "json"):
-        raise ConfigError(f"--log-format: invalid choice {log_format!r}; expected text or json")
     token = _read_token(token_file)
     decode, origins = _decode_defaults(sets or [])
     uvicorn = _serve_extra()
     from mtkit.api.model import open_model
     from mtkit.serve.app import ServeSettings, create_app
 
+    settings = ServeSettings(  # checked before a model is loaded
+        max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
+        max_beam=max_beam, queue_size=queue_size, max_wait_ms=max_wait_ms, timeout=timeout,
+        token=token, log_format=log_format)  # type: ignore[arg-type]  # it checks it
     sock = _listen(host, port)
     with collector_paused():
         model = open_model(list(models), device=device, threads=threads, decode=decode,
                            origins=origins, precision=precision)
-    settings = ServeSettings(
-        max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
-        max_beam=max_beam, queue_size=queue_size, max_wait_ms=max_wait_ms, timeout=timeout,
-        token=token, log_format=log_format)  # type: ignore[arg-type]  # checked above
     app = create_app(model, settings)
     bound_host, bound_port = sock.getsockname()[:2]
     if token is None and not _loopback(host):

@@ -44,10 +44,13 @@ class TranslateFlags:
     align_method: str | None
     readout: str | None
     ensemble_mode: str | None
+    terms: bool = False
+    terms_method: str | None = None
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
         from mtkit.translation.lines import FORMATS, aligner_problems
+        from mtkit.translation.terms import TERMS_METHODS
 
         checks = [
             (self.greedy and self.sample, "--greedy and --sample exclude each other"),
@@ -59,10 +62,15 @@ class TranslateFlags:
             (self.readout is not None and not self.align, "--readout needs --align"),
             (self.ensemble_mode is not None and self.models < 2,
              "--ensemble-mode: needs two or more models"),
-            (self.ensemble_mode not in (None, "logprob", "prob"), "--ensemble-mode: invalid "
-             f"choice {self.ensemble_mode!r}; expected logprob or prob"),
+            (self.terms_method is not None and not self.terms, "--terms-method needs --terms"),
+            (self.terms_method not in (None, *TERMS_METHODS), f"--terms-method: invalid "
+             f"choice {self.terms_method!r}; expected {' or '.join(TERMS_METHODS)}"),
         ]
         choices = aligner_problems(self.align_method, self.readout)
+        if self.ensemble_mode is not None:  # the models' owner imports torch: only when named
+            from mtkit.models.ensemble import Ensemble
+
+            choices += Ensemble.mode_problems(self.ensemble_mode)
         return [message for bad, message in checks if bad] + [p.text(flag_of) for p in choices]
 
 
@@ -123,6 +131,24 @@ def translate(
         "--ensemble-mode", metavar="MODE", help="With several models: logprob, the average of "
         "the log-probabilities, renormalised; or prob, the average of the probabilities "
         "(default: logprob).")] = None,
+    prefix: Annotated[Path | None, typer.Option(
+        "--prefix", metavar="FILE", help="Target prefixes, one per input line (an empty line "
+        "for none): each translation starts with its line's prefix, which is forced and "
+        "scored like the rest, and the model continues it (default: none).")] = None,
+    terms: Annotated[Path | None, typer.Option(
+        "--terms", metavar="FILE", help="Glossary: lines of source term TAB target term "
+        "(whole words, matched without case or surrounding punctuation; # starts a comment). "
+        "Every translation of a line holding a source term uses its target term; lines "
+        "without one decode as without --terms (default: none).")] = None,
+    tag: Annotated[str | None, typer.Option(
+        "--tag", metavar="TAG", help="For a model trained with language tags (data.*.tag): "
+        "the direction, as the tag put before each source line, e.g. '<2de>' (default: the "
+        "recipe's data.tag).")] = None,
+    terms_method: Annotated[str | None, typer.Option(
+        "--terms-method", metavar="METHOD", help="How a missing term is placed where the "
+        "model's attention aligns its source: prefix, the translation up to there and the "
+        "term are forced and the rest translated again; or align, the aligned words are "
+        "replaced (one search, no rewording) (default: prefix).")] = None,
     _help: HelpOpt = False,
 ) -> None:
     """Translate lines of a file or of stdin, one output line per input line.
@@ -140,9 +166,14 @@ def translate(
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
         models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
-        align_method=align_method, readout=readout, ensemble_mode=ensemble_mode).problems())
+        align_method=align_method, readout=readout, ensemble_mode=ensemble_mode,
+        terms=terms is not None, terms_method=terms_method).problems())
     if input is not None and (problem := missing_input(input, "input")):
         raise DataError(f"-i {problem}")
+    if prefix is not None and (problem := missing_input(prefix, "prefix")):
+        raise DataError(f"--prefix {problem}")
+    if terms is not None and (problem := missing_input(terms, "terms")):
+        raise DataError(f"--terms {problem}")
     from mtkit.api.model import exported_model, open_model
 
     exported = exported_model(list(models))
@@ -150,6 +181,8 @@ def translate(
         stdin_raw()  # closed: said now, before loading
     # The file on standard input (`< f`), too: `-o f` replaced it before it was read.
     source = {"the input file": input} if input else {"standard input,": Path("/dev/stdin")}
+    if prefix is not None:
+        source["the prefix file"] = prefix
     refuse(output_problems({"-o": output}, {**source, **model_files(models, exported)}))
     decoding = DecodeFlags(
         method=search_method(greedy=greedy, sample=sample, beam=beam), beam_size=beam,
@@ -178,11 +211,13 @@ def translate(
 
         align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
                                       readout or default_readout(loaded.recipe))
-    worker = loaded.translator(cfg, align_fn=align_fn)
+    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
+    chosen = loaded.checked_tag(tag)
+    worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen)
     worker.fmt = cast("OutputFormat", fmt)  # checked by TranslateFlags
     for note in getattr(worker, "notes", []):
         typer.echo(f"mtkit: note: {note}", err=True)
-    report_translation(_run_translation(worker, input, output))
+    report_translation(_run_translation(worker, input, output, prefix))
 
 
 def export(
@@ -217,9 +252,21 @@ def export(
                f"{report.quantization})", err=True)
 
 
-def _run_translation(worker: Any, input: Path | None, output: Path | None) -> Any:
-    """Run `worker` from `input` (else stdin) to `output` (else stdout), with a progress bar on
-    stderr when it is a terminal that translations are not printed to."""
+def _glossary(loaded: Any, path: Path, method: str) -> Any:
+    """The --terms file as the model's glossary; a problem named by the flag and file."""
+    from mtkit.fileio import InvalidUtf8, read_lines
+    from mtkit.translation.terms import parse_tsv
+
+    name = f"--terms {path}"
+    pairs = parse_tsv(read_lines(path, InvalidUtf8(str(path))), name)
+    return loaded.glossary(pairs, method, name=name)
+
+
+def _run_translation(worker: Any, input: Path | None, output: Path | None,
+                     prefix: Path | None = None) -> Any:
+    """Run `worker` from `input` (else stdin) to `output` (else stdout), each line with its
+    line of `prefix` if given, with a progress bar on stderr when it is a terminal that
+    translations are not printed to."""
     from contextlib import ExitStack
 
     from mtkit.fileio import (
@@ -235,14 +282,18 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         write_error,
     )
     from mtkit.process.startup import drop_stdout
+    from mtkit.translation.lines import PrefixError
 
     invalid = InvalidUtf8("<stdin>" if input is None else str(input))
+    invalid_prefix = InvalidUtf8(str(prefix))
     if output is None and sys.stdout is None:  # `>&-`
         raise WriteError("standard output is closed; give -o FILE or redirect it")
     with ExitStack() as stack:
         if output is None:
             sys.stdout.reconfigure(encoding="utf-8")
         raw = stack.enter_context(open_binary(input)) if input else stdin_binary()
+        prefixes = None if prefix is None else decode_lines(
+            stack.enter_context(open_binary(prefix)), invalid_prefix)
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         to_stdout = output is None or names_stdout(output)
         typed = sys.stdin.isatty() if input is None else is_terminal(input)
@@ -252,14 +303,18 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None) -> An
         if sys.stderr.isatty() and not shared:
             on_batch = _progress_bar(stack, count_lines(input or "/dev/stdin"))
         try:
-            stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch)
+            stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch,
+                               prefixes=prefixes)
+        except PrefixError as e:
+            raise DataError(f"--prefix {prefix}: {e.reason}") from None
         except OSError as e:  # a full disk under `> file` (no other error means a write)
             if output is not None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise
             drop_stdout()  # what is still buffered cannot go either
             raise write_error("standard output", e) from None
-    if invalid.found:
-        typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
+    for report in (invalid, invalid_prefix):
+        if report.found:
+            typer.echo(f"mtkit: warning: {report.warning()}", err=True)
     return stats
 
 

@@ -82,6 +82,10 @@ class SplitConfig:
     src: FileSource = field(default_factory=FileSource)
     tgt: FileSource = field(default_factory=FileSource)
     align: FileSource | None = None
+    # A target-language tag ("<2de>") put before every source line of this corpus, so that one
+    # model learns several directions from corpora tagged by their target (Johnson et al. 2017,
+    # §3); sentencepiece keeps it whole. `mtkit translate --tag` (or data.tag) picks one.
+    tag: str | None = None
 
 
 # A split is one corpus (a mapping with `src` and `tgt`) or a list of corpora, concatenated in
@@ -129,6 +133,21 @@ class SpmConfig:
     # model(s) prep reuses instead of training: a fine-tuned child must use its parent's
     # vocabulary. The fields above must then be the ones that run trained its model with.
     from_run: str | None = None
+    # Strings sentencepiece keeps as one piece wherever they occur (its user_defined_symbols):
+    # markup, placeholders. The corpora's tags are added to them.
+    user_symbols: tuple[str, ...] = ()
+
+    def _problems(self, valid: Valid) -> list[tuple[str, str]]:
+        out = []
+        if not valid("user_symbols"):
+            return out
+        for i, symbol in enumerate(self.user_symbols):
+            if not symbol or any(c.isspace() for c in symbol):
+                out.append((f"user_symbols[{i}]", f"expected a string without spaces, got "
+                            f"{symbol!r}"))
+        if len(set(self.user_symbols)) != len(self.user_symbols):
+            out.append(("user_symbols", "a symbol is listed twice"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -143,6 +162,18 @@ class DataConfig:
     # Sequences longer than this (tokens, without BOS/EOS) are truncated at training and
     # translation time, with a count in the log.
     max_len: int = _rng(256, ge=2)
+    # The corpora's tag `mtkit translate` (and the API, the server) puts before a source line
+    # when none is asked for; null: a model with tags then needs one asked for.
+    tag: str | None = None
+
+    def tags(self) -> list[str]:
+        """The tags of the training corpora, in recipe order, each once."""
+        found = [c.tag for _, c in split_corpora(self.train or ()) if c.tag is not None]
+        return list(dict.fromkeys(found))
+
+    def reserved_symbols(self) -> tuple[str, ...]:
+        """What sentencepiece must keep whole: data.spm.user_symbols, then the tags."""
+        return tuple(dict.fromkeys([*self.spm.user_symbols, *self.tags()]))
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
@@ -159,6 +190,30 @@ class DataConfig:
                     or not name.strip(".")):  # '..' wrote data/...src.txt
                 out.append((f"test.{name}", "test set names use letters, digits, '_', '-', '.'"
                             " and may not be 'train', 'valid' or dots alone"))
+        return out + self._tag_problems(valid)
+
+    def _tag_problems(self, valid: Valid) -> list[tuple[str, str]]:
+        if not valid("train", "valid", "test", "tag"):
+            return []
+        out = []
+        known = self.tags()
+        for name, split in (("train", self.train), ("valid", self.valid),
+                            *((f"test.{n}", t) for n, t in self.test.items())):
+            for suffix, corpus in split_corpora(split or ()):
+                key = f"{name}{suffix}.tag"
+                if corpus.tag is None:
+                    continue
+                if not corpus.tag or any(c.isspace() for c in corpus.tag):
+                    out.append((key, f"expected a string without spaces, got {corpus.tag!r}"))
+                elif corpus.align is not None:
+                    out.append((key, "a corpus with word alignments (align) cannot have a tag: "
+                                "the tag would shift the links' source words"))
+                elif name != "train" and corpus.tag not in known:
+                    out.append((key, f"{corpus.tag!r} tags no training corpus; expected one of "
+                                f"{', '.join(known) or '(none: no training corpus has a tag)'}"))
+        if self.tag is not None and self.tag not in known:
+            out.append(("tag", f"{self.tag!r} tags no training corpus; expected one of "
+                        f"{', '.join(known) or '(none: no training corpus has a tag)'}"))
         return out
 
 

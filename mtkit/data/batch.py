@@ -111,6 +111,13 @@ def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]] | None,
                  torch.from_numpy(np.array(list(ids), dtype=np.int64)), gold)
 
 
+def padded_ids(seqs: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Token-id sequences as (B, max(1, longest)) rows, PAD after each (e.g. target prefixes:
+    an empty one is a row of PAD)."""
+    lens, flat = _flat(seqs, None)
+    return torch.from_numpy(_padded(lens, flat, max(1, int(lens.max(initial=0))), 0))
+
+
 def _dense_links(links: Sequence[np.ndarray], src_lens: np.ndarray, tgt_lens: np.ndarray,
                  shape: tuple[int, int]) -> np.ndarray:
     """Per-pair (L, 2) links -> (B, T, S) bool, [b, target piece, source piece]; links beyond

@@ -10,7 +10,7 @@ written as the ``align`` side (`store`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, compress
 from pathlib import Path
 
@@ -33,6 +33,7 @@ class SplitInfo:
     tgt_tokens: int = 0
     src_over_max_len: int = 0
     tgt_over_max_len: int = 0
+    tags: dict[str, int] = field(default_factory=dict)  # pairs per data.*.tag, if any
 
     def add(self, src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int) -> None:
         self.pairs += len(src_lens)
@@ -74,6 +75,7 @@ def encode_split(name: str, corpora: list[Corpus], tok: Tokenizer, out_dir: Path
     info, start = SplitInfo(), 0
     try:
         for corpus in corpora:
+            before = info.pairs
             for part in read_corpus(corpus, {}):  # the first pass counted bad UTF-8
                 if train is None:
                     for f, lines in zip(texts, (part.src, part.tgt), strict=True):
@@ -85,6 +87,8 @@ def encode_split(name: str, corpora: list[Corpus], tok: Tokenizer, out_dir: Path
                 info.add(sides[0][0], sides[1][0], max_len)
                 for writer, (lens, flat) in zip(writers, sides, strict=True):
                     writer.append(flat, lens)
+            if corpus.tag is not None:
+                info.tags[corpus.tag] = info.tags.get(corpus.tag, 0) + info.pairs - before
     finally:
         for f in texts:
             f.close()

@@ -30,20 +30,25 @@ def data_hash(data: DataConfig) -> str:
 
 def without_unset(data: dict) -> dict:
     """The data section dict less the keys added since manifests were first written, where
-    unset (`align`, `spm.from_run`): prepared data stays up to date across versions."""
+    unset (`align`, `tag`, `spm.from_run`, `spm.user_symbols`): prepared data stays up to
+    date across versions."""
     out = without_unset_align(data)
+    if out.get("tag", 0) is None:
+        del out["tag"]
     spm = out.get("spm")
-    if isinstance(spm, dict) and spm.get("from_run", 0) is None:
-        out["spm"] = {k: v for k, v in spm.items() if k != "from_run"}
+    if isinstance(spm, dict):
+        unset = {"from_run": None, "user_symbols": []}
+        out["spm"] = {k: v for k, v in spm.items() if not (k in unset and v == unset[k])}
     return out
 
 
 def without_unset_align(value: Any) -> Any:
-    """The data section less every corpus's ``align: null``: a corpus without alignments
-    hashes as it did before corpora could have one, so existing data stays up to date."""
+    """The data section less every corpus's ``align: null`` and ``tag: null``: a corpus
+    without them hashes as it did before corpora could have them, so existing data stays up
+    to date."""
     if isinstance(value, dict):
         return {k: without_unset_align(v) for k, v in value.items()
-                if not (k == "align" and v is None and "src" in value)}
+                if not (k in ("align", "tag") and v is None and "src" in value)}
     if isinstance(value, list):
         return [without_unset_align(v) for v in value]
     return value

@@ -168,6 +168,12 @@ def _build(recipe: Recipe, run_dir: Path, *, mirror: str | Path | None,
     if tokenizer is None and data.spm.from_run is not None:
         tokenizer = parent_tokenizer(data.spm)
     tok = tokenizer or _train_tokenizer(scan.samples, recipe)
+    if cut := [t for t in data.tags() if tok.tag_id(t) is None]:
+        # only a reused model can lack them: a trained one keeps them (`reserved_symbols`)
+        raise DataError(f"data.train: the tag(s) {', '.join(cut)} are not one piece of the "
+                        "sentencepiece model reused (data.spm.from_run, or the run's own for "
+                        "new evaluation splits); prepare the parent with them in "
+                        "data.spm.user_symbols")
     phases["sentencepiece"] = time.perf_counter() - t0 - phases["read"]
     ddir = data_dir(run_dir)
     with _staging(ddir) as tmp:
@@ -224,7 +230,7 @@ def _resolvesplits(data: DataConfig, *, mirror: str | Path | None,
         raise DataError("; ".join(missing))
     return {name: [Corpus(get(c.src, f"{key}.src"), get(c.tgt, f"{key}.tgt"),
                           None if c.align is None else get(c.align, f"{key}.align"),
-                          key=f"data.{key}")
+                          key=f"data.{key}", tag=c.tag)
                    for key, c in corpora]
             for name, corpora in split_inputs(data).items()}
 
@@ -252,7 +258,8 @@ def parent_tokenizer(cfg: SpmConfig) -> Tokenizer:
     was = recipe_from_yaml_text(saved.read_text(encoding="utf-8"), source=str(saved)).data.spm
     before, now = (recipe_to_dict(c) for c in (was, cfg))
     for key, value in now.items():
-        if key != "from_run" and before.get(key) != value:
+        # a parent prepared before user_symbols existed had none
+        if key != "from_run" and before.get(key, [] if key == "user_symbols" else None) != value:
             raise DataError(f"data.spm.{key} is {json.dumps(value)} but {parent}'s sentencepiece "
                             f"model was trained with {json.dumps(before.get(key))}; set it to "
                             "that value (the model is reused, not trained)")
@@ -264,10 +271,14 @@ def _train_tokenizer(samples: list[Reservoir], recipe: Recipe) -> Tokenizer:
     if not len(samples[0]):
         raise DataError("the training split is empty after cleaning; nothing to train "
                         "sentencepiece on")
+    # Tags are source-side words: a separate target model keeps the user's symbols only.
+    both = recipe.data.reserved_symbols()
     if cfg.joint:
-        return Tokenizer(train_spm(samples[0].drain(), cfg))
-    return Tokenizer(train_spm(samples[0].drain(), cfg, what=f"source ({recipe.data.src_lang})"),
-                     train_spm(samples[1].drain(), cfg, what=f"target ({recipe.data.tgt_lang})"))
+        return Tokenizer(train_spm(samples[0].drain(), cfg, symbols=both))
+    return Tokenizer(train_spm(samples[0].drain(), cfg, what=f"source ({recipe.data.src_lang})",
+                               symbols=both),
+                     train_spm(samples[1].drain(), cfg, what=f"target ({recipe.data.tgt_lang})",
+                               symbols=cfg.user_symbols))
 
 
 def _publish(paths: list[Path]) -> dict[str, int]:

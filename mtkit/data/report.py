@@ -97,6 +97,8 @@ def print_report(report: PrepReport, recipe: Recipe, console: Console) -> None:
     vocab = (f"joint {report.src_vocab_size}" if recipe.data.spm.joint else
              f"source {report.src_vocab_size}, target {report.tgt_vocab_size}")
     console.print(f"sentencepiece {recipe.data.spm.model_type}: {vocab} pieces")
+    if (tags := tags_line(report, recipe)) is not None:
+        console.print(tags, markup=False, highlight=False)
     console.print(f"batching: {report.train_batches} training batches of <= "
                   f"{report.batch_tokens} tokens per side; padding efficiency "
                   f"{report.padding_efficiency:.3f} (real / padded tokens)")
@@ -115,3 +117,23 @@ def _splits_table(report: PrepReport, recipe: Recipe) -> Table:
         table.add_row(name, str(s.pairs), str(s.src_tokens), str(s.tgt_tokens),
                       f"{s.src_over_max_len}/{s.tgt_over_max_len}")
     return table
+
+
+def tags_line(report: PrepReport, recipe: Recipe) -> str | None:
+    """The language tags and their pairs per split, with whether each is one piece (and
+    which) of the source vocabulary; None without tags."""
+    tags = recipe.data.tags()
+    if not tags:
+        return None
+    from mtkit.data.spm import Tokenizer
+
+    tok = Tokenizer.load(report.data_dir)
+    parts = []
+    for tag in tags:
+        ids = tok.tag_id(tag)
+        piece = f"piece {ids}" if ids is not None else "NOT one piece"
+        counts = ", ".join(f"{name} {s.tags[tag]}" for name, s in report.splits.items()
+                           if tag in s.tags)
+        parts.append(f"{tag} ({piece}; {counts or 'no pairs'})")
+    default = recipe.data.tag or "none: translate needs --tag"
+    return f"language tags: {'; '.join(parts)}; default {default}"

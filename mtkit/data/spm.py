@@ -62,8 +62,10 @@ def model_files(joint: bool) -> list[str]:
     return [JOINT_MODEL] if joint else [SRC_MODEL, TGT_MODEL]
 
 
-def train_spm(sentences: Iterable[str], cfg: SpmConfig, *, what: str = "joint") -> bytes:
-    """Train a sentencepiece model on `sentences` (in memory) and return its serialized bytes.
+def train_spm(sentences: Iterable[str], cfg: SpmConfig, *, what: str = "joint",
+              symbols: Sequence[str] = ()) -> bytes:
+    """Train a sentencepiece model on `sentences` (in memory) and return its serialized bytes;
+    `symbols` are kept whole (sentencepiece's user_defined_symbols).
 
     Raises DataError when the text cannot support the requested vocabulary size.
     """
@@ -83,6 +85,8 @@ def train_spm(sentences: Iterable[str], cfg: SpmConfig, *, what: str = "joint") 
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
             num_threads=max(1, os.cpu_count() or 1),
+            # only when given: the models trained without it stay byte for byte the same
+            **({"user_defined_symbols": list(symbols)} if symbols else {}),
             minloglevel=2,  # sentencepiece's INFO log is pages long; warnings still show
         )
     except RuntimeError as e:
@@ -244,6 +248,13 @@ class Tokenizer:
             self._starts[side] = np.array(
                 [proc.id_to_piece(i).startswith("\u2581") for i in range(proc.get_piece_size())])
         return self._starts[side]
+
+    def tag_id(self, tag: str) -> int | None:
+        """The source id of a language tag kept as one piece (`data.spm.user_symbols`), or
+        None when sentencepiece cuts it. (A line's first piece is a lone word-start mark
+        before the tag's: `encode_src(tag)` gives both.)"""
+        ids = self.encode_src(tag)
+        return ids[-1] if ids and self.src_pieces(ids[-1:]) == [tag] else None
 
     def normalize_src(self, line: str) -> str:
         """`line` as sentencepiece normalizes it (NFKC, collapsed spaces): what decoding the

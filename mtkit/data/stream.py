@@ -65,6 +65,7 @@ class Corpus(NamedTuple):
     tgt: Path
     align: Path | None = None
     key: str = ""  # the recipe's name for it ('data.train[1]'), which errors give
+    tag: str | None = None  # put before every non-blank source line (data.*.tag)
 
 
 class Chunk(NamedTuple):
@@ -99,6 +100,8 @@ def read_corpus(corpus: Corpus, invalid: dict[str, InvalidUtf8], *,
             raise DataError(_count_error(c.path, a.path, c.count(), a.count()))
         if not s:
             return
+        if corpus.tag is not None:  # a blank line stays blank: cleaning drops the pair
+            s = [f"{corpus.tag} {line}" if line.strip() else line for line in s]
         yield Chunk(s, t, links, first)
         first += len(s)
 

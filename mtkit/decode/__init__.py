@@ -11,33 +11,53 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import Batch
+from mtkit.data.vocab import PAD_ID
 from mtkit.decode.beam import beam_search
 from mtkit.decode.forced import forced
 from mtkit.decode.greedy import greedy
 from mtkit.decode.sampling import sample
-from mtkit.decode.scoring import Hypothesis, length_penalty, max_lengths
+from mtkit.decode.scoring import (
+    NEW_WORD,
+    Hypothesis,
+    force_prefix,
+    length_penalty,
+    max_lengths,
+)
 from mtkit.models.base import Translator
 
-__all__ = ["Hypothesis", "beam_search", "decode_batch", "forced", "greedy", "length_penalty",
-           "max_lengths", "sample"]
+__all__ = ["NEW_WORD", "Hypothesis", "beam_search", "decode_batch", "force_prefix", "forced",
+           "greedy", "length_penalty", "max_lengths", "sample"]
 
 
 @torch.no_grad()
 def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
-                 need_attn: bool = False) -> list[list[Hypothesis]]:
+                 need_attn: bool = False, prefix: torch.Tensor | None = None,
+                 continuing: torch.Tensor | None = None) -> list[list[Hypothesis]]:
     """Translate one batch with cfg.method; the output limit per sentence is
     ``max_len_a * source tokens + max_len_b`` (see `max_lengths`), and within the model's
     `max_target_len`.
 
-    batch.src: (B, S) on the model's device. Returns, in batch order, each sentence's
-    hypotheses sorted by score: cfg.nbest for beam and sampling, one for greedy.
+    batch.src: (B, S) on the model's device. prefix: (B, P) target ids (PAD after each, a
+    row of PAD for none) that each sentence's outputs start with: forced, scored and given
+    attention like the tokens the search chose; they count towards the output limit, which
+    is raised to a prefix's length where it is shorter (the caller keeps prefixes within
+    the model's `max_target_len`); a NEW_WORD after a row's prefix makes the next token one
+    that begins a word, of those `continuing` (V,) does not mark (`force_prefix`). Returns,
+    in batch order, each sentence's hypotheses sorted by score: cfg.nbest for beam and
+    sampling, one for greedy.
     """
     enc = model.encode(batch.src, batch.src_lens)
     max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
     if model.max_target_len is not None:  # e.g. learned positions: EOS by the last one
         max_len = max_len.clamp(max=model.max_target_len - 1)
+    if prefix is not None:
+        prefix = prefix.to(batch.src.device)
+        max_len = torch.maximum(max_len, (prefix > PAD_ID).sum(1))
+        continuing = None if continuing is None else continuing.to(batch.src.device)
     if cfg.method == "sample":  # each batch its own random stream, from its first sentence
         stream = int(batch.ids.min()) if batch.ids.numel() else 0
-        return sample(model, enc, cfg, max_len=max_len, need_attn=need_attn, stream=stream)
+        return sample(model, enc, cfg, max_len=max_len, need_attn=need_attn, stream=stream,
+                      prefix=prefix, continuing=continuing)
     search = {"beam": beam_search, "greedy": greedy}[cfg.method]
-    return search(model, enc, cfg, max_len=max_len, need_attn=need_attn)
+    return search(model, enc, cfg, max_len=max_len, need_attn=need_attn, prefix=prefix,
+                  continuing=continuing)

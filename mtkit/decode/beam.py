@@ -25,6 +25,7 @@ from mtkit.decode.scoring import (
     Hypothesis,
     Scratch,
     as_lengths,
+    force_prefix,
     length_penalty,
     source_lengths,
     step_logprobs,
@@ -100,6 +101,7 @@ class _Beam:
     enc: Encoded  # Ba*K rows
     state: State  # as the last step left it: its rows are reordered by the next step...
     order: torch.Tensor | None  # ... (Ba*K,): the state row each hypothesis continues
+    prefix: torch.Tensor | None = None  # (Ba*K, P) forced first tokens, PAD after each
 
 
 def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
@@ -206,20 +208,27 @@ def _next_beam(beam: _Beam, state: State, scores: torch.Tensor, order: torch.Ten
     """The beam after selection: `order` (Ba*K,) the state row each new hypothesis extends,
     dropping the sentences in `done` (Ba,) if given."""
     if done is None:
-        return _Beam(beam.alive, scores, beam.max_len, token, beam.enc, state, order)
+        return _Beam(beam.alive, scores, beam.max_len, token, beam.enc, state, order,
+                     beam.prefix)
     k = scores.size(1)
     keep = (~done).nonzero().squeeze(1)
     rows = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
     hist.keep_rows(rows)
     return _Beam(beam.alive[keep], scores[keep], beam.max_len[rows], token[rows],
-                 beam.enc.index_select(rows), state, order[rows])
+                 beam.enc.index_select(rows), state, order[rows],
+                 None if beam.prefix is None else beam.prefix[rows])
 
 
 @torch.no_grad()
 def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
-                max_len: torch.Tensor | int, need_attn: bool = False) -> list[list[Hypothesis]]:
+                max_len: torch.Tensor | int, need_attn: bool = False,
+                prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
+                ) -> list[list[Hypothesis]]:
     """Beam search (cfg.beam_size, cfg.nbest, cfg.min_len, length penalty) for every
-    sentence of `enc` (B rows); max_len: int or (B,) limits (see `max_lengths`).
+    sentence of `enc` (B rows); max_len: int or (B,) limits (see `max_lengths`); prefix:
+    (B, P) target ids every hypothesis of a sentence starts with, PAD after each, and
+    continuing (V,) (`force_prefix`): while inside it a sentence's beam holds that one
+    hypothesis.
 
     Returns per sentence, in batch order, its nbest hypotheses sorted by score (fewer only
     when fewer than nbest distinct outputs exist).
@@ -233,23 +242,26 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     shortest = int(limits.min())  # rows only leave, so the shortest limit only grows
     beam = _Beam(torch.arange(batch, device=device), scores, limits.index_select(0, rows),
                  torch.full((batch,), BOS_ID, dtype=torch.long, device=device),
-                 model.expand(enc, k), model.init_state(enc), None)
+                 model.expand(enc, k), model.init_state(enc), None,
+                 None if prefix is None else prefix.index_select(0, rows))
     fin, hist, scratch = _Finished.empty(batch, k, device), _History(), Scratch(device)
     for t in range(int(limits.max()) + 1):
         if t == 0:
             # The K rows of a sentence are identical before the first step: it runs once
             # per sentence, and its output is tiled (the state by the next step's order).
             out = model.step(beam.prev, beam.state, enc, need_attn=need_attn)
+            first = step_logprobs(out.logits, t, cfg.min_len, limits, shortest=shortest)
             lp = torch.index_select(
-                step_logprobs(out.logits, t, cfg.min_len, limits, shortest=shortest), 0, rows,
+                force_prefix(first, t, prefix, continuing), 0, rows,
                 out=scratch.take("logprobs", (rows.numel(), out.logits.size(1))))
             attn = out.attn.index_select(0, rows) if need_attn and out.attn is not None \
                 else None
         else:
             out = model.step(beam.prev, beam.state, beam.enc, need_attn=need_attn,
                              order=beam.order)
-            lp = step_logprobs(out.logits, t, cfg.min_len, beam.max_len, shortest=shortest,
-                               scratch=scratch)
+            lp = force_prefix(step_logprobs(out.logits, t, cfg.min_len, beam.max_len,
+                                            shortest=shortest, scratch=scratch),
+                              t, beam.prefix, continuing)
             attn = out.attn if need_attn else None
         scores, parent, token = _advance(beam, lp, attn, t, fin, hist, cfg)
         order = rows[parent] if t == 0 else parent  # rows of the state each extends

@@ -15,6 +15,7 @@ from mtkit.decode.scoring import (
     Hypothesis,
     Scratch,
     as_lengths,
+    force_prefix,
     source_lengths,
     step_logprobs,
     to_hypotheses,
@@ -27,9 +28,12 @@ Chooser = Callable[[torch.Tensor], torch.Tensor]
 
 @torch.no_grad()
 def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
-                  max_len: torch.Tensor | int, min_len: int, need_attn: bool
+                  max_len: torch.Tensor | int, min_len: int, need_attn: bool,
+                  prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Decode one output per row of `enc`, the token at each step picked by `choose`.
+    """Decode one output per row of `enc`, the token at each step picked by `choose`; a row's
+    first tokens are its prefix's (prefix: (B, P) target ids, PAD after each; continuing:
+    (V,) see `force_prefix`).
 
     Returns tokens (B, T) with one EOS per row (PAD after it), their log-probabilities
     (B, T) (0 after the EOS) and attention (B, T, S) or None. One model step per position
@@ -49,7 +53,7 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
     for t in range(steps):
         out = model.step(prev, state, enc, need_attn=need_attn, order=order)
         lp = step_logprobs(out.logits, t, min_len, limit, shortest=shortest, scratch=scratch)
-        tok = choose(lp)
+        tok = choose(force_prefix(lp, t, prefix, continuing))
         tokens[rows, t] = tok
         lps[rows, t] = lp.gather(1, tok.unsqueeze(1)).squeeze(1)
         if need_attn and out.attn is not None:
@@ -64,19 +68,25 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
         if n_ended:
             keep = (~ended).nonzero().squeeze(1)
             rows, limit, prev = rows[keep], limit[keep], prev[keep]
+            prefix = None if prefix is None else prefix[keep]
             enc, order = enc.index_select(keep), keep
     return tokens[:, : t + 1], lps[:, : t + 1], None if attn is None else attn[:, : t + 1]
 
 
 def greedy(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
-           max_len: torch.Tensor | int, need_attn: bool = False) -> list[list[Hypothesis]]:
-    """Greedy search for every sentence of `enc` (B rows); max_len: int or (B,) limits.
+           max_len: torch.Tensor | int, need_attn: bool = False,
+           prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
+           ) -> list[list[Hypothesis]]:
+    """Greedy search for every sentence of `enc` (B rows); max_len: int or (B,) limits;
+    prefix: (B, P) target ids each output starts with, PAD after each, and continuing (V,)
+    (`force_prefix`).
 
     Uses cfg.min_len and the length penalty (cfg.length_penalty, cfg.alpha) for the score.
     Returns one single-hypothesis list per sentence, in batch order.
     """
     tokens, lps, attn = one_path_each(model, enc, lambda lp: lp.argmax(-1), max_len=max_len,
-                                      min_len=cfg.min_len, need_attn=need_attn)
+                                      min_len=cfg.min_len, need_attn=need_attn,
+                                      prefix=prefix, continuing=continuing)
     hyps = to_hypotheses(tokens, lps, attn, source_lengths(enc.src_mask),
                          kind=cfg.length_penalty, alpha=cfg.alpha)
     return [[h] for h in hyps]

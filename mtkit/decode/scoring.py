@@ -12,11 +12,11 @@ import math
 import torch
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
 from mtkit.translation.hypothesis import Hypothesis
 
-__all__ = ["Hypothesis", "Scratch", "as_lengths", "length_penalty", "max_lengths", "source_lengths",
-           "step_logprobs", "to_hypotheses"]
+__all__ = ["NEW_WORD", "Hypothesis", "Scratch", "as_lengths", "force_prefix", "length_penalty",
+           "max_lengths", "source_lengths", "step_logprobs", "to_hypotheses"]
 
 
 def length_penalty(lengths: torch.Tensor | int, kind: str,
@@ -103,6 +103,32 @@ def step_logprobs(logits: torch.Tensor, t: int, min_len: int, max_len: torch.Ten
     lp[:, BOS_ID] = -math.inf
     lp.masked_fill_(forced.unsqueeze(1), -math.inf)
     lp[:, EOS_ID] = torch.where(forced, eos, -math.inf) if t < min_len else eos
+    return lp
+
+
+def force_prefix(lp: torch.Tensor, t: int, prefix: torch.Tensor | None,
+                 continuing: torch.Tensor | None = None) -> torch.Tensor:
+    """Step t's log-probabilities with each row's prefix token forced: lp (R, V) masked as
+    `step_logprobs` leaves it; prefix (R, P) target ids, PAD after a row's prefix (None: no
+    prefixes). A row still inside its prefix keeps only its prefix token, at the model's own
+    log-probability, so the prefix is scored like any other token and a search expands
+    nothing else there; rows past their prefix are left as they are. A NEW_WORD entry right
+    after a row's prefix bans the tokens `continuing` (V,) marks (pieces that continue a
+    word) at that step. Changes `lp` in place.
+
+    The caller keeps every row's limit at or past its prefix's length, so the forced token is
+    never one that `step_logprobs` banned for the limit.
+    """
+    if prefix is None or t >= prefix.size(1):
+        return lp
+    tok = prefix[:, t].unsqueeze(1)  # (R, 1)
+    if continuing is not None:
+        lp.masked_fill_((tok == NEW_WORD) & continuing.unsqueeze(0), -math.inf)
+    tok = tok.clamp(min=PAD_ID)
+    forced = tok != PAD_ID
+    kept = lp.gather(1, tok)
+    lp.masked_fill_(forced, -math.inf)
+    lp.scatter_(1, tok, torch.where(forced, kept, lp.gather(1, tok)))
     return lp
 
 

@@ -21,7 +21,14 @@ How mtkit's decoding options map onto the engine's (`Translator.translate_batch`
   mass, so rankings agree and scores differ by up to ~1e-3 (an output scored again, cut at
   its limit, has the model's);
 - sampling: temperature, top_k (0 = the whole vocabulary in both), top_p, seed; nbest samples
-  come from the source repeated nbest times.
+  come from the source repeated nbest times;
+- a target prefix -> target_prefix. The engine counts it in max_decoding_length, as mtkit
+  counts it in the output limit (raised to the prefix's length where shorter), gives its
+  tokens attention rows, and leaves their log-probabilities out of its score: an output with
+  a prefix is scored again, so its score is the model's, as mtkit's is. The engine's beam
+  ranks by its own score, so under the `average` penalty (which divides a sum without the
+  prefix) its beam can keep other hypotheses than mtkit's; greedy output, and a beam's under
+  `none`, are the same.
 
 Hypotheses carry the engine's score (or the model's, scored again) and, with --align, its
 attention (T, S): without the source EOS's column where the engine adds the EOS (exports
@@ -38,7 +45,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
 from mtkit.errors import CheckpointError, OptionError, Problem
 from mtkit.export.ct2_dir import Export, position_rows
 from mtkit.export.engine import ctranslate2
@@ -183,9 +190,10 @@ class CT2Translator(LineTranslator):
         if cfg.method == "sample":  # the engine's one random stream, per process
             ctranslate2().set_random_seed(cfg.seed)  # an unsigned 32-bit one
 
-    def _limits(self, ids: list[list[int]]) -> list[int]:
-        """Per-sentence output limits, as mtkit.decode.max_lengths computes them."""
-        return [min(self.cfg.output_limit(len(s)), self.max_target) for s in ids]
+    def _limits(self, ids: list[list[int]], prefixes: list[list[int]]) -> list[int]:
+        """Per-sentence output limits, as mtkit.decode.decode_batch computes them."""
+        return [max(min(self.cfg.output_limit(len(s)), self.max_target), len(p))
+                for s, p in zip(ids, prefixes, strict=True)]
 
     def _options(self, steps: int) -> dict[str, Any]:
         cfg = self.cfg
@@ -203,16 +211,20 @@ class CT2Translator(LineTranslator):
                         sampling_temperature=cfg.temperature)
         return opts
 
-    def _search(self, ids: list[list[int]], stop: threading.Event,
-                lines: list[int]) -> list[list[Hypothesis]]:
+    def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
+                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         # `lines` is not needed: samples come from the engine's own random stream, seeded
         # once per run (`set_random_seed`). `stop` is looked at between engine calls
         # (`_decode`).
-        limits = self._limits(ids)
+        # The engine cannot make a prefix's next token begin a word: NEW_WORD is dropped, and
+        # a term continued into a longer word is put back by `mtkit.translation.terms`.
+        given = [p[:-1] if p and p[-1] == NEW_WORD else p for p in prefixes or [[] for _ in ids]]
+        limits = self._limits(ids, given)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
         eos = [] if self.adds_eos else [self.src_pieces[EOS_ID]]
         src = [[self.src_pieces[i] for i in s] + eos for s in ids]
-        outputs = self._decode(src, max(limits) + 1, repeat, stop)
+        pre = None if prefixes is None else [[self.tgt_pieces[i] for i in p] for p in given]
+        outputs = self._decode(src, max(limits) + 1, repeat, stop, pre)
         if self.cfg.method == "beam":
             # A beam that ran past a sentence's own limit (the batch's is the largest) is
             # searched again to that limit. The engine's last step keeps its beam_size best
@@ -229,23 +241,29 @@ class CT2Translator(LineTranslator):
             k = self.cfg.beam_size
             for limit, members in past.items():
                 again = self._decode([src[i] for i in members], max(limit, 1), 1, stop,
+                                     None if pre is None else [pre[i] for i in members],
                                      num_hypotheses=2 * k, patience=2)
                 for i, found in zip(members, again, strict=True):
                     outputs[i] = found
-        return self._finish(src, limits, outputs)
+        return self._finish(src, limits, outputs, [bool(p) for p in given])
 
     def _decode(self, src: list[list[str]], steps: int, repeat: int, stop: threading.Event,
-                **engine: Any) -> list[list[_Output]]:
+                prefixes: list[list[str]] | None = None, **engine: Any) -> list[list[_Output]]:
         """Each source's engine outputs (`repeat` samples each when sampling), of at most
-        `steps` tokens (EOS included); `engine`: options over _options'. The sources go to
-        the engine (on a CPU) ENGINE_TOKENS at a time, and once `stop` is set the next part
-        raises Stopped instead."""
+        `steps` tokens (EOS included), starting with its prefix's pieces if given; `engine`:
+        options over _options'. The sources go to the engine (on a CPU) ENGINE_TOKENS at a
+        time, and once `stop` is set the next part raises Stopped instead."""
         opts = {**self._options(steps), **engine}
         results: list[Any] = []
         per_call = None if self.engine_tokens is None else max(self.engine_tokens // repeat, 1)
+        start = 0
         for part in _parts(src, per_call):
             if stop.is_set():
                 raise Stopped
+            if prefixes is not None:
+                opts["target_prefix"] = [p for p in prefixes[start:start + len(part)]
+                                         for _ in range(repeat)]
+            start += len(part)
             results += self.engine.translate_batch([s for s in part for _ in range(repeat)],
                                                    **opts)
         first = None
@@ -267,17 +285,19 @@ class CT2Translator(LineTranslator):
             out.append(found)
         return out
 
-    def _finish(self, src: list[list[str]], limits: list[int],
-                outputs: list[list[_Output]]) -> list[list[Hypothesis]]:
+    def _finish(self, src: list[list[str]], limits: list[int], outputs: list[list[_Output]],
+                prefixed: list[bool]) -> list[list[Hypothesis]]:
         """mtkit's hypotheses: an output longer than its sentence's limit is cut there, where
         mtkit forces EOS, and scored again as cut (the model's log-probabilities of its
-        tokens and EOS, by the engine's score_batch); in a beam's n-best list a cut that
-        repeats another output is dropped."""
+        tokens and EOS, by the engine's score_batch); so is every output of a sentence with
+        a prefix (`prefixed`), whose tokens the engine's score leaves out. In a beam's n-best
+        list a cut that repeats another output is dropped."""
         p, beam = _penalty(self.cfg), self.cfg.method == "beam"
         # With min_len the engine scores the first steps renormalised without EOS (mtkit
         # leaves the model's probabilities as they are): every output is scored again.
         again = [(i, o) for i, found in enumerate(outputs) for o in found
-                 if len(o.ids) > limits[i] or not o.ended or self.cfg.min_len > 0]
+                 if len(o.ids) > limits[i] or not o.ended or self.cfg.min_len > 0
+                 or prefixed[i]]
         rescored: dict[int, float] = {}
         if again:
             scores = self.engine.score_batch(
@@ -310,6 +330,29 @@ class CT2Translator(LineTranslator):
                 hyps.setdefault(tuple(ids) if beam else len(hyps), hyp)
             ranked = sorted(hyps.values(), key=lambda h: -h.score)
             out.append(ranked[:self.cfg.nbest] if beam else ranked)
+        return out
+
+    def _forced(self, ids: list[list[int]], targets: list[list[int]]) -> list[Hypothesis]:
+        """Pairs scored by the engine (score_batch), with the attention of the targets forced
+        as a prefix when asked for (one step past each, for its EOS row)."""
+        eos = [] if self.adds_eos else [self.src_pieces[EOS_ID]]
+        src = [[self.src_pieces[i] for i in s] + eos for s in ids]
+        tgt = [[self.tgt_pieces[t] for t in t_ids] for t_ids in targets]
+        scored = self.engine.score_batch(src, tgt, max_input_length=0)
+        rows: list[Any] = [None] * len(ids)
+        if self.need_attn:
+            done = self.engine.translate_batch(
+                src, target_prefix=tgt, beam_size=1,
+                max_decoding_length=max(len(t) for t in tgt) + 1, min_decoding_length=0,
+                max_input_length=0, return_attention=True, return_end_token=True)
+            rows = [_tensor(r.attention[0][:len(t) + 1]) for r, t in zip(done, tgt, strict=True)]
+        p = _penalty(self.cfg)
+        out = []
+        for t_ids, r, attn in zip(targets, scored, rows, strict=True):
+            lps = [float(x) for x in r.log_probs]
+            logprob = sum(lps)
+            out.append(Hypothesis(list(t_ids), logprob / (len(t_ids) + 1) ** p, logprob, lps,
+                                  attn))
         return out
 
     def _next_rows(self, src: list[list[str]], prefixes: list[list[int]]) -> list[list[float]]:

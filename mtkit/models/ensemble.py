@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import torch
 from torch import nn
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError, Problem
 from mtkit.models.base import AttentionChoice, Encoded, Output, State, Step, Translator
 
 
@@ -48,6 +49,9 @@ def _mean_attn(attns: list[torch.Tensor | None]) -> torch.Tensor | None:
     return torch.stack(given).mean(0) if given else None
 
 
+EnsembleMode = Literal["logprob", "prob"]
+
+
 class Ensemble(Translator):
     """Members decode in lockstep; their Encoded and states are packed into one, under
     keys prefixed with the member's index, so `reorder` and `Encoded.index_select` work
@@ -55,14 +59,21 @@ class Ensemble(Translator):
     combined by `mode` (see `_combine`: 'logprob' averages log-probabilities, 'prob'
     probabilities); attention is the mean over members that have it."""
 
-    MODES = ("logprob", "prob")
+    MODES: tuple[EnsembleMode, ...] = get_args(EnsembleMode)
+
+    @classmethod
+    def mode_problems(cls, mode: str) -> list[Problem]:
+        if mode in cls.MODES:
+            return []
+        return [Problem("ensemble_mode", f"invalid choice {mode!r}; expected "
+                        f"{' or '.join(cls.MODES)}")]
 
     def __init__(self, models: Sequence[Translator], mode: str = "logprob") -> None:
         super().__init__()
         if not models:
             raise MtkitError("an ensemble needs at least one model")
-        if mode not in self.MODES:
-            raise MtkitError(f"ensemble mode {mode!r}: expected one of {', '.join(self.MODES)}")
+        if problems := self.mode_problems(mode):
+            raise OptionError(*problems)
         self.mode = mode
         self.members = nn.ModuleList(models)
         self.has_attention = any(m.has_attention for m in models)

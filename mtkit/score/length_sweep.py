@@ -16,7 +16,6 @@ long outputs and the problem is short ones.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -41,8 +40,9 @@ class LengthSetting:
     length_penalty: Penalty
     alpha: float
 
-    def over(self, cfg: DecodeConfig) -> DecodeConfig:
-        return dataclasses.replace(cfg, length_penalty=self.length_penalty, alpha=self.alpha)
+    def changes(self) -> dict[str, object]:
+        """The decode fields this setting sets."""
+        return {"length_penalty": self.length_penalty, "alpha": self.alpha}
 
     def label(self) -> str:
         return (f"gnmt alpha {self.alpha:g}" if self.length_penalty == "gnmt"
@@ -96,14 +96,14 @@ def sweep(run: Path, *, split: str = "valid", alphas: Sequence[float] = DEFAULT_
     import sacrebleu
 
     from mtkit.fileio import read_lines
-    from mtkit.run import load_model, resolve_checkpoint
+    from mtkit.run import checkpoint_recipe, resolve_checkpoint
     from mtkit.score.split_translation import split_texts, translate_split
 
     if not Path(run).is_dir():
         raise ConfigError(f"{run}: expected a run directory (the length is chosen for the "
                           "run's model)")
     ckpt = resolve_checkpoint(run)
-    current = load_model(ckpt).recipe.decode
+    current = checkpoint_recipe(ckpt).decode
     if current.method != "beam":
         raise ConfigError(f"decode.method is {current.method}: the length penalty ranks the "
                           "hypotheses of beam search; set decode.method: beam")
@@ -116,7 +116,7 @@ def sweep(run: Path, *, split: str = "valid", alphas: Sequence[float] = DEFAULT_
         if starting is not None:
             starting(settings)
         for setting in settings:
-            done = translate_split(run, split, device=device, decode=setting.over,
+            done = translate_split(run, split, device=device, decode=setting.changes(),
                                    threads=threads)
             hyps, refs = read_lines(done.path), read_lines(done.reference)
             bleu = sacrebleu.corpus_bleu(hyps, [refs])

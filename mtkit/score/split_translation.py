@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,27 +75,33 @@ def split_run(run: Path) -> tuple[Path, Path]:
 
 
 def translate_split(run: Path, split: str, *, device: torch.device,
-                    decode: Callable[[DecodeConfig], DecodeConfig] = lambda d: d,
+                    decode: Mapping[str, Any] | None = None,
+                    origins: Mapping[str, str] | None = None,
                     threads: int = 0) -> SplitTranslation:
-    """Translate a run's split with its best checkpoint (else last), or with the checkpoint
-    `run` names, and its recipe's decode section as changed by `decode` (1-best), into
+    """Translate a run's split with its model (`run.resolve_checkpoint`), or with the
+    checkpoint `run` names, and its recipe's decode section with the fields `decode` changes
+    (validated as `mtkit.api.decode_options` does, problems named by `origins`; 1-best), into
     RUN_DIR/translations/SPLIT.TAG.txt (another checkpoint: translations/CHECKPOINT/...),
     written atomically. A file already there is reused only when its key file (.key beside
     it) records the same checkpoint contents, source text and decoding, and the translation's
     own contents: file dates prove nothing (a checkpoint copied in keeps an older date), and
-    an edited translation is made again. `threads` CPU threads (0: torch's count) are shared
+    an edited translation is made again; the model is loaded only to translate. `threads` CPU
+    threads (0: torch's count) are shared
     among batches decoded at once as by `mtkit translate --threads`; torch's thread count is
     set accordingly."""
     import torch
 
+    from mtkit.api.model import decode_options
     from mtkit.data.sources import sha256_file
     from mtkit.fileio import atomic_write, open_text, remove_leftovers
-    from mtkit.run import resolve_checkpoint
+    from mtkit.run import checkpoint_recipe, resolve_checkpoint
 
     run_dir, ckpt = split_run(run)
     src, ref = split_texts(run_dir, split)
-    model, recipe, tok = load_translator([ckpt], device)
-    cfg = dataclasses.replace(decode(recipe.decode), nbest=1)
+    recipe = checkpoint_recipe(ckpt)
+    cfg = decode_options(recipe.decode, dict(decode or {}), origins=origins,
+                         source="command line" if origins else "request")
+    cfg = dataclasses.replace(cfg, nbest=1)
     # another checkpoint than the run's own (averaged.pt) translates into a folder of its own
     try:
         own = ckpt.resolve() == resolve_checkpoint(run_dir).resolve()
@@ -107,6 +113,7 @@ def translate_split(run: Path, split: str, *, device: torch.device,
     if out.is_file() and _read_key(key_path) == {**key, "translation_sha256": sha256_file(out)}:
         return SplitTranslation(out, src, ref, ckpt, cfg, None)
     key_path.unlink(missing_ok=True)  # never a key beside a translation it does not describe
+    model, recipe, tok = load_translator([ckpt], device)
     workers, each = decode_parallelism(threads, cfg, cpu=device.type == "cpu", streaming=False,
                                        default=torch.get_num_threads())
     if each:

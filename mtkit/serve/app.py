@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import parse_qs
 
 from fastapi import Depends, FastAPI, Request
@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from mtkit.api import Extras, TranslationModel
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, OptionError
 from mtkit.serve.batcher import Batcher, Closed, QueueFull
 from mtkit.serve.metrics import ServerMetrics
 from mtkit.serve.schema import (
@@ -41,6 +41,10 @@ from mtkit.serve.schema import (
 
 PAGE = Path(__file__).parent / "page"
 WARM_UP = "Hello."
+
+
+LogFormat = Literal["text", "json"]  # a request's log line: plain text, or a JSON object
+LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,12 @@ class ServeSettings:
     max_wait_ms: float = 50.0  # the longest a request waits for others to batch with
     timeout: float = 60.0  # seconds a request may take; then a 504
     token: str | None = None  # a bearer token every API request must carry
-    log_format: Literal["text", "json"] = "text"
+    log_format: LogFormat = "text"
+
+    def __post_init__(self) -> None:
+        if self.log_format not in LOG_FORMATS:
+            raise OptionError.one("log_format", f"invalid choice {self.log_format!r}; "
+                                  f"expected {' or '.join(LOG_FORMATS)}")
 
 
 class ApiError(Exception):
@@ -77,7 +86,9 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
         batcher = Batcher(model, max_wait=settings.max_wait_ms / 1000,
                           max_queue=settings.queue_size, on_batch=metrics.batch)
         state["batcher"] = batcher
-        job = batcher.submit([WARM_UP], model.defaults, Extras())
+        # a model of several directions without a default one warms up with its first
+        warm_tag = model.recipe.data.tag or (model.tags[0] if model.tags else None)
+        job = batcher.submit([WARM_UP], model.defaults, Extras(), tag=warm_tag)
         await asyncio.wrap_future(job.future)
         state["ready"] = True
         try:
@@ -94,14 +105,22 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
     _middleware(app, settings, metrics)
     auth = Authorizer(settings.token)
 
-    async def translate(lines: list[str], changes: dict[str, Any], extras: Extras):
+    async def translate(lines: list[str], changes: dict[str, Any], extras: Extras,
+                        prefix: Any = None, terms: dict[str, str] | None = None,
+                        terms_method: str | None = None, tag: str | None = None):
         _check_limits(lines, changes, settings)
         try:
             cfg = model.options(changes)
             extras = model.extras(**asdict(extras))
+            prefixes = model.checked_prefixes(prefix, len(lines))
+            if terms_method is not None and terms is None:
+                raise OptionError.one("terms_method", "it places terms, which need terms")
+            glossary = None if terms is None else model.glossary(terms, terms_method or "prefix")
+            tag = model.checked_tag(tag)
         except MtkitError as e:
             raise ApiError(422, str(e)) from None
-        return await _decoded(state["batcher"], lines, cfg, extras, settings.timeout)
+        return await _decoded(state["batcher"], lines, cfg, extras, settings.timeout,
+                              prefixes, glossary, tag)
 
     @app.post("/v1/translate", response_model=TranslateResponse, tags=["translate"],
               dependencies=[Depends(auth)])
@@ -112,7 +131,8 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
         request.state.sentences = len(lines)
         extras = Extras(req.align, req.align_method, req.readout, req.attention, req.layer,
                         req.head)
-        results = await translate(lines, req.decode_changes(), extras)
+        results = await translate(lines, req.decode_changes(), extras, req.prefixes(),
+                                  req.terms, req.terms_method, req.tag)
         return {"model": model.info.name,
                 "translations": [{**r.to_dict(), "text": r.text} for r in results]}
 
@@ -186,10 +206,11 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
 
 
 async def _decoded(batcher: Batcher, lines: list[str], cfg: Any, extras: Extras,
-                   timeout: float) -> Any:
+                   timeout: float, prefixes: list[str] | None = None,
+                   terms: Any = None, tag: str | None = None) -> Any:
     """The job's results, or 503 (queue full, shutting down) or 504 (past `timeout`)."""
     try:
-        job = batcher.submit(lines, cfg, extras)
+        job = batcher.submit(lines, cfg, extras, prefixes, terms, tag)
     except QueueFull:
         raise ApiError(503, "the translation queue is full; try again shortly",
                        {"Retry-After": "1"}) from None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from mtkit.api import Extras, Translation, TranslationModel
 from mtkit.config import DecodeConfig
+from mtkit.translation.terms import Glossary
 
 
 class QueueFull(Exception):
@@ -45,6 +46,9 @@ class Job:
     cfg: DecodeConfig
     extras: Extras
     tokens: int  # source tokens, for the batch budget
+    prefixes: list[str] | None = None  # per line, the target text its output starts with
+    terms: Glossary | None = None  # the request's glossary
+    tag: str | None = None  # the request's language tag (checked)
     arrived: float = field(default_factory=time.monotonic)
     future: Future[list[Translation]] = field(default_factory=Future)
     serial: int = 0
@@ -52,7 +56,7 @@ class Job:
     def key(self) -> tuple[object, ...]:
         """Jobs decoded together share this key."""
         alone = self.serial if self.cfg.method == "sample" else 0
-        return (self.cfg, self.extras, alone)
+        return (self.cfg, self.extras, self.terms, self.tag, alone)
 
 
 @dataclass(frozen=True)
@@ -91,10 +95,15 @@ class Batcher:
         """Sentences waiting to be decoded."""
         return self._queued
 
-    def submit(self, lines: list[str], cfg: DecodeConfig, extras: Extras) -> Job:
-        """Queue a job (its future is set when it is decoded); raises QueueFull or Closed."""
+    def submit(self, lines: list[str], cfg: DecodeConfig, extras: Extras,
+               prefixes: list[str] | None = None, terms: Glossary | None = None,
+               tag: str | None = None) -> Job:
+        """Queue a job (its future is set when it is decoded); raises QueueFull or Closed.
+        prefixes: one per line (checked: `TranslationModel.checked_prefixes`), or None;
+        terms: the job's glossary (`TranslationModel.glossary`), or None; tag: its language
+        tag (`TranslationModel.checked_tag`)."""
         tokens = sum(len(line.split()) + 1 for line in lines)  # a cheap estimate
-        job = Job(lines, cfg, extras, tokens)
+        job = Job(lines, cfg, extras, tokens, prefixes=prefixes, terms=terms, tag=tag)
         with self._cond:
             if self._closed:
                 raise Closed
@@ -160,8 +169,14 @@ class Batcher:
         start = time.perf_counter()
         live = [j for j in batch if j.future.set_running_or_notify_cancel()]
         lines = [line for job in live for line in job.lines]
+        # Prefixes are per line: jobs with and without them decode together.
+        prefixes = None
+        if any(job.prefixes for job in live):
+            prefixes = [p for job in live for p in job.prefixes or [""] * len(job.lines)]
         try:
-            results = self.model.decode(lines, live[0].cfg, live[0].extras) if live else []
+            results = self.model.decode(lines, live[0].cfg, live[0].extras,
+                                        prefixes=prefixes, terms=live[0].terms,
+                                        tag=live[0].tag) if live else []
         except Exception as e:  # each caller gets the error; the thread goes on
             for job in live:
                 job.future.set_exception(e)

@@ -32,6 +32,13 @@ def _sentences(value: str | list[str]) -> str | list[str]:
     return _utf8(value)
 
 
+def _texts(value: str | list[str] | None) -> str | list[str] | None:
+    """None, one text or a list of them (any of them empty), each valid text."""
+    if value is None:
+        return None
+    return [_utf8(t) for t in value] if isinstance(value, list) else _utf8(value)
+
+
 class DecodeOptions(BaseModel):
     """Decoding options of one request; a field left out takes the model's default
     (`GET /v1/models`)."""
@@ -68,11 +75,31 @@ class TranslateRequest(DecodeOptions):
                               "alignment layer)")
     head: int | Literal["mean"] | None = Field(None, description="with attention: one head, "
                                                "or mean")
+    prefix: str | list[str] | None = Field(
+        None, description="target text the translation starts with (forced, then continued "
+        "by the model): a string for one sentence, a list of one per sentence (\"\" for none) "
+        "for a list")
+
+    terms: dict[str, str] | None = Field(
+        None, description="glossary, source term -> target term: every translation of a "
+        "sentence holding a source term uses its target term")
+    terms_method: Literal["prefix", "align"] | None = Field(
+        None, description="how a missing term is placed (default: prefix)")
+    tag: str | None = Field(None, description="for a model trained with language tags: the "
+                            "direction (one of the model's tags; default: its data.tag)")
 
     _text = field_validator("text")(_sentences)
+    _prefix = field_validator("prefix")(_texts)
 
     def lines(self) -> list[str]:
         return [self.text] if isinstance(self.text, str) else list(self.text)
+
+    def prefixes(self) -> list[str] | None:
+        """The prefix per sentence (None: none given); a string for a list of sentences, or
+        a list for one sentence, is given as it came for `checked_prefixes` to refuse."""
+        if isinstance(self.prefix, str) and isinstance(self.text, str):
+            return [self.prefix]
+        return self.prefix  # type: ignore[return-value]
 
     def decode_changes(self) -> dict[str, object]:
         """The decoding options given."""

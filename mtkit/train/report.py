@@ -273,6 +273,9 @@ class Reporter:
         line = (f"validation at update {row['update']:,}: loss {_fmt(row['loss'], '.3f')}, "
                 f"ppl {_fmt(row['ppl'], '.2f')}, BLEU {_fmt(row['bleu'], '.2f')}, chrF "
                 f"{_fmt(row['chrf'], '.2f')}{' (best)' if best else ''}")
+        if row.get("directions"):  # a recipe of several directions: each tag's own
+            line += "; " + ", ".join(f"{tag} BLEU {_fmt(d['bleu'], '.2f')}"
+                                     for tag, d in row["directions"].items())
         if not self._live:  # a log file or a pipe keeps every line it was given
             logging.getLogger("mtkit.train").info("%s", line)
             return

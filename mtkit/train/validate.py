@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import sacrebleu
@@ -32,7 +33,9 @@ HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
 @dataclass(frozen=True)
 class ValidResult:
     """loss: label-smoothed, per target token; nll and ppl: of the references; bleu, chrf:
-    sacreBLEU scores of the decoded output; seconds: wall-clock of the whole validation."""
+    sacreBLEU scores of the decoded output; seconds: wall-clock of the whole validation;
+    directions: for a recipe with language tags, each tag's {bleu, chrf, sentences} over the
+    validation pairs whose source starts with it."""
 
     loss: float
     nll: float
@@ -41,9 +44,15 @@ class ValidResult:
     chrf: float
     sentences: int
     seconds: float
+    directions: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, float | int]:
-        return dataclasses.asdict(self)
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, `directions` only when there are some (a one-way run's metrics read
+        as before)."""
+        out = dataclasses.asdict(self)
+        if not self.directions:
+            del out["directions"]
+        return out
 
 
 def valid_batches(data: ParallelData, recipe: Recipe) -> list[Batch]:
@@ -83,6 +92,7 @@ def validate(model: Translator, batches: list[Batch], refs: list[str], tokenizer
     nll = torch.zeros((), device=device, dtype=torch.float64)
     tokens = 0
     hyps: dict[int, str] = {}
+    first: dict[int, list[int]] = {}  # each sentence's first source ids: its tag's among them
     try:
         for host in batches:
             b = to_device(host, device)
@@ -93,17 +103,26 @@ def validate(model: Translator, batches: list[Batch], refs: list[str], tokenizer
             sums = label_smoothed_nll(out.logits, b.tgt_out, smoothing=cfg.label_smoothing)
             loss += sums.loss.double()
             nll += sums.nll.double()
-            for i, cands in zip(host.ids.tolist(), nbest, strict=True):
+            for i, cands, src0 in zip(host.ids.tolist(), nbest, host.src[:, :2].tolist(),
+                                      strict=True):
                 hyps[i] = tokenizer.decode_tgt(cands[0].tokens)
+                first[i] = src0
     finally:
         model.train(was_training)
     ids = sorted(hyps)  # the sentences validated: the split, or its sample
     ordered, refs = [hyps[i] for i in ids], [refs[i] for i in ids]
     mean_nll = nll.item() / max(tokens, 1)
     bleu, chrf = corpus_scores(ordered, refs)
+    directions = {}
+    for tag in recipe.data.tags():
+        tag_id = tokenizer.tag_id(tag)
+        mine = [k for k, i in enumerate(ids) if tag_id is not None and tag_id in first[i]]
+        if mine:
+            b, c = corpus_scores([ordered[k] for k in mine], [refs[k] for k in mine])
+            directions[tag] = {"bleu": b, "chrf": c, "sentences": len(mine)}
     return ValidResult(loss=loss.item() / max(tokens, 1), nll=mean_nll, ppl=perplexity(mean_nll),
                        bleu=bleu, chrf=chrf, sentences=len(hyps),
-                       seconds=time.monotonic() - start)
+                       seconds=time.monotonic() - start, directions=directions)
 
 
 def corpus_scores(hyps: list[str], refs: list[str]) -> tuple[float, float]:

@@ -28,7 +28,8 @@ from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.spm import Tokenizer
-from mtkit.errors import CheckpointError, Problem
+from mtkit.data.vocab import NEW_WORD
+from mtkit.errors import CheckpointError, DataError, Problem
 from mtkit.process.pipes import watching_reader
 from mtkit.translation.batching import parallel_batches
 from mtkit.translation.hypothesis import Hypothesis
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
     from mtkit.align import Words
     from mtkit.models.base import Translator
+    from mtkit.translation.terms import Glossary, Match
 
 OutputFormat = Literal["text", "jsonl"]
 FORMATS: tuple[str, ...] = get_args(OutputFormat)
@@ -122,6 +124,11 @@ class Item:
     nbest: list[Hypothesis] = field(default_factory=list)
     source: tuple[list[str], Words | None] | None = None  # pieces and words, made for --align
     truncated: bool = False  # cut to the model's longest source
+    prefix: list[int] = field(default_factory=list)  # target ids every output starts with
+    terms: list[Match] = field(default_factory=list)  # glossary terms found in the line
+    # the prefix ends with a term: the output's next token must begin a new word
+    closed: bool = False
+    tagged: int = 0  # source pieces of the language tag put before the line's own
 
 
 def name_problems(problems: list[tuple[str, str]], origins: Mapping[str, str]) -> list[str]:
@@ -140,6 +147,36 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
             chunk = []
     if chunk:
         yield chunk
+
+
+class PrefixError(DataError):
+    """The prefixes do not fit the input or the model; `reason` says how, for a caller to
+    name where the prefixes came from (`prefix: ...` by default)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"prefix: {reason}")
+        self.reason = reason
+
+
+def _paired(lines: Iterable[str], prefixes: Iterable[str] | None, size: int
+            ) -> Iterator[tuple[list[str], list[str] | None]]:
+    """`_chunks` of the lines, each with the prefixes of its lines (one per line, in order;
+    None: no prefixes), read as far as the lines are."""
+    if prefixes is None:
+        for chunk in _chunks(lines, size):
+            yield chunk, None
+        return
+    more = iter(prefixes)
+    seen = 0
+    for chunk in _chunks(lines, size):
+        given = [p.rstrip("\r\n") for _, p in zip(range(len(chunk)), more, strict=False)]
+        seen += len(given)
+        if len(given) < len(chunk):
+            raise PrefixError(f"{seen} prefixes for more input lines; expected one per line "
+                              "(an empty one for none)")
+        yield chunk, given
+    if next(more, None) is not None:
+        raise PrefixError(f"more prefixes than the {seen} input lines; expected one per line")
 
 
 class LineTranslator:
@@ -171,11 +208,16 @@ class LineTranslator:
         self._pools_lock = threading.Lock()
         self.chunk_lines = chunk_lines
         self.workers = workers
+        self.terms: Glossary | None = None  # terms every output must hold (mtkit.translation.terms)
+        self.tags: tuple[str, ...] = ()  # the model's language tags (data.*.tag)...
+        self.tag: str | None = None  # ... and the one put before every source line
 
     def configured(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
-                   attention: bool = False, chunk_lines: int | None = None) -> LineTranslator:
-        """This translator with another decoding configuration, aligner (none by default)
-        and chunk size, sharing its model or engine: how a caller with per-request options
+                   attention: bool = False, chunk_lines: int | None = None,
+                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+        """This translator with another decoding configuration, aligner (none by default),
+        chunk size, glossary (none by default) and language tag (one of `tags`; none by
+        default), sharing its model or engine: how a caller with per-request options
         (`mtkit.api`) decodes. attention: searches return each hypothesis's attention even
         without an aligner. `cfg` must have passed `decode_problems`. Sampling decodes one
         batch at a time, since its draws depend on how a chunk is split."""
@@ -185,6 +227,8 @@ class LineTranslator:
         other.need_attn = attention or align_fn is not None
         other.chunk_lines = self.chunk_lines if chunk_lines is None else chunk_lines
         other.workers = 1 if cfg.method == "sample" else self.workers
+        other.terms = terms
+        other.tag = tag
         return other
 
     def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
@@ -195,9 +239,11 @@ class LineTranslator:
         return []
 
     def run(self, lines: Iterable[str], out: IO[str],
-            on_batch: Callable[[int], None] | None = None) -> TranslateStats:
+            on_batch: Callable[[int], None] | None = None,
+            prefixes: Iterable[str] | None = None) -> TranslateStats:
         """Translate every line, writing one output record per input line to `out`, flushed
-        after each chunk; `on_batch(n)` is called after each decoded batch of n sentences."""
+        after each chunk; `on_batch(n)` is called after each decoded batch of n sentences;
+        `prefixes`: as for `decoded`."""
         stats = TranslateStats(max_src_len=self.max_src_len, max_out_len=self.max_out_len)
         start = time.perf_counter()
         stop, gone = threading.Event(), threading.Event()
@@ -208,7 +254,8 @@ class LineTranslator:
 
         try:
             with watching_reader(out, reader_gone):
-                for items in self.decoded(lines, stats, stop=stop, on_batch=on_batch):
+                for items in self.decoded(lines, stats, stop=stop, on_batch=on_batch,
+                                          prefixes=prefixes):
                     out.write("".join(self._format(it) for it in items))
                     out.flush()
         except Stopped:
@@ -220,22 +267,33 @@ class LineTranslator:
 
     def decoded(self, lines: Iterable[str], stats: TranslateStats, *,
                 stop: threading.Event | None = None,
-                on_batch: Callable[[int], None] | None = None) -> Iterator[list[Item]]:
+                on_batch: Callable[[int], None] | None = None,
+                prefixes: Iterable[str] | None = None) -> Iterator[list[Item]]:
         """Every line decoded, a chunk of `Item`s at a time in input order, counted in
-        `stats`. Once `stop` is set, the search ends at its next step by raising `Stopped`
+        `stats`; `prefixes`: one target text per line that its outputs start with (empty:
+        none). Once `stop` is set, the search ends at its next step by raising `Stopped`
         (an engine's search runs to the end of its call)."""
         stop = threading.Event() if stop is None else stop
 
         def search(batch: list[Item]) -> list[list[Hypothesis]]:
-            return self._search([it.ids for it in batch], stop, [it.index for it in batch])
+            ids, where = [it.ids for it in batch], [it.index for it in batch]
+            if not any(it.prefix for it in batch):
+                return self._search(ids, stop, where)
+            return self._search(ids, stop, where, [it.prefix for it in batch])
 
         pool = self._pool()
         started: list[Future[list[list[Hypothesis]]]] = []
         try:
-            for chunk in _chunks(lines, self.chunk_lines):
-                items = self._prepare(chunk, stats.sentences, stats)
-                self._decode_chunk(items, stats, search=search, stop=stop, on_batch=on_batch,
+            for chunk, chunk_prefixes in _paired(lines, prefixes, self.chunk_lines):
+                items = self._prepare(chunk, stats.sentences, stats, chunk_prefixes)
+                # Lines with terms are searched apart, with attention to place them: the
+                # others decode as they would without a glossary.
+                termed = self._find_terms(items)
+                plain = [it for it in items if not it.terms] if termed else items
+                self._decode_chunk(plain, stats, search=search, stop=stop, on_batch=on_batch,
                                    pool=pool, started=started)
+                if termed:
+                    self._place_terms(termed, stats, stop, on_batch)
                 stats.sentences += len(items)
                 stats.empty += sum(1 for it in items if not it.ids)
                 yield items
@@ -246,6 +304,58 @@ class LineTranslator:
             for future in started:
                 future.cancel()
             wait(started)
+
+    def _find_terms(self, items: list[Item]) -> list[Item]:
+        """The items whose lines hold glossary terms (each item's `terms` set)."""
+        if self.terms is None:
+            return []
+        for it in items:
+            if it.ids:
+                it.terms = self.terms.matches(it.line)
+        return [it for it in items if it.terms]
+
+    def _place_terms(self, items: list[Item], stats: TranslateStats, stop: threading.Event,
+                     on_batch: Callable[[int], None] | None) -> None:
+        from mtkit.translation.terms import place_terms
+
+        assert self.terms is not None
+        with_attn = self.configured(self.cfg, align_fn=self.align_fn, attention=True,
+                                    chunk_lines=self.chunk_lines, tag=self.tag)
+        place_terms(with_attn, items, self.terms, stop)
+        stats.tokens += sum(len(it.nbest[0].tokens) for it in items)
+        if on_batch is not None:
+            on_batch(len(items))
+
+    def search_items(self, items: list[Item], stop: threading.Event) -> None:
+        """Search `items` (with their prefixes) again, in length-sorted batches, one at a
+        time; their `nbest` is replaced."""
+        for idx in parallel_batches([len(it.ids) + 1 for it in items], self.cfg.batch_tokens,
+                                    1):
+            batch = [items[i] for i in idx]
+            ids, where = [it.ids for it in batch], [it.index for it in batch]
+            prefixes = [it.prefix + [NEW_WORD] if it.closed else it.prefix for it in batch]
+            found = self._search(ids, stop, where, prefixes)
+            for it, nbest in zip(batch, found, strict=True):
+                it.nbest = nbest
+
+    def forced_items(self, items: list[Item], targets: list[list[int]],
+                     stop: threading.Event) -> list[Hypothesis]:
+        """Each item's source with its target (ids without EOS) scored by the model, as a
+        Hypothesis with the length penalty of `cfg` and attention when `need_attn`."""
+        out: list[Hypothesis | None] = [None] * len(items)
+        for idx in parallel_batches([len(it.ids) + 1 for it in items], self.cfg.batch_tokens,
+                                    1):
+            if stop.is_set():
+                raise Stopped
+            found = self._forced([items[i].ids for i in idx], [targets[i] for i in idx])
+            for i, hyp in zip(idx, found, strict=True):
+                out[i] = hyp
+        return [h for h in out if h is not None]
+
+    def _forced(self, ids: list[list[int]], targets: list[list[int]]) -> list[Hypothesis]:
+        """Source ids (without EOS) and target ids (without EOS) of one batch -> each pair's
+        Hypothesis as `forced_items` says."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """End the workers' threads (after the batches they hold), for this translator and
@@ -294,10 +404,14 @@ class LineTranslator:
                 on_batch(len(batch))
         started.clear()  # all consumed: their results are the items' now
 
-    def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats) -> list[Item]:
+    def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats,
+                 prefixes: list[str] | None = None) -> list[Item]:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
+        targets = self.prefix_ids(prefixes, offset) if prefixes else [[] for _ in chunk]
+        tags = self._tag_ids(chunk, encoded)
         items = []
-        for i, (line, ids) in enumerate(zip(chunk, encoded, strict=True)):
+        for i, (line, ids, prefix) in enumerate(zip(chunk, encoded, targets, strict=True)):
+            ids = tags[i] + ids
             truncated = len(ids) > self.max_src_len
             if truncated:
                 ids = ids[: self.max_src_len]
@@ -305,16 +419,39 @@ class LineTranslator:
             if (self.max_out_len is not None and ids
                     and self.cfg.output_limit(len(ids)) > self.max_out_len):
                 stats.capped += 1
-            items.append(Item(offset + i, line, ids, truncated=truncated))
+            items.append(Item(offset + i, line, ids, truncated=truncated,
+                              prefix=prefix if ids else [], tagged=len(tags[i])))
         return items
 
-    def _search(self, ids: list[list[int]], stop: threading.Event,
-                lines: list[int]) -> list[list[Hypothesis]]:
+    def _tag_ids(self, chunk: list[str], encoded: list[list[int]]) -> list[list[int]]:
+        """The ids of `tag` for each line to put it before: not a blank one, nor one that
+        starts with a tag of the model already (a prepared split's text does)."""
+        if self.tag is None:
+            return [[] for _ in chunk]
+        ids = self.tok.encode_src(self.tag)
+        return [[] if not enc or line.split(maxsplit=1)[0] in self.tags else ids
+                for line, enc in zip(chunk, encoded, strict=True)]
+
+    def prefix_ids(self, prefixes: list[str], offset: int = 0) -> list[list[int]]:
+        """Each prefix's target ids (`offset`: the first one's line, from 0); one the model's
+        positions cannot hold is refused (`PrefixError`)."""
+        out = self.tok.encode_tgt_lines(prefixes)
+        for i, ids in enumerate(out):
+            if self.max_out_len is not None and len(ids) > self.max_out_len:
+                raise PrefixError(f"line {offset + i + 1}'s has {len(ids)} target tokens, but "
+                                  f"the model's outputs end by {self.max_out_len} tokens (its "
+                                  "positions)")
+        return out
+
+    def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
+                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first;
         `lines`: their 0-based lines in the input (sampling draws a batch's own random stream
-        from the first). Called from `workers` threads at once: it may not change the
-        translator. Once `stop` is set, the search may end early by raising `Stopped` (its
-        result is not wanted)."""
+        from the first); `prefixes`: each sentence's forced first target ids (empty: none),
+        or None when no sentence has one; one may end with NEW_WORD (`force_prefix`), which
+        an engine that cannot honour it drops. Called from `workers` threads at once: it may not
+        change the translator. Once `stop` is set, the search may end early by raising
+        `Stopped` (its result is not wanted)."""
         raise NotImplementedError
 
     def alignment(self, it: Item, hyp: Hypothesis | None, text: str) -> str:
@@ -323,16 +460,27 @@ class LineTranslator:
             return ""
         if not text.split():  # bare '▁' pieces: no word to link
             return ""
+
+        # Source indices count the line's whitespace words, as `mtkit align` does (a line cut
+        # to the model's length keeps the words its pieces decode to); made once for all of
+        # the line's hypotheses.
+        pieces, words, attn = self.source_view(it, hyp.attn)
+        return self.align_fn(pieces, self.tok.tgt_pieces(hyp.tokens), attn, words)
+
+    def source_view(self, it: Item, attn: torch.Tensor) -> tuple[list[str], Words | None,
+                                                                  torch.Tensor]:
+        """The line's own source pieces and words, and `attn` (T, S) without the columns of
+        the tag put before it (`Item.tagged`): what word links count."""
         from mtkit.align import line_words
 
         # Source indices count the line's whitespace words, as `mtkit align` does (a line cut
         # to the model's length keeps the words its pieces decode to); made once for all of
         # the line's hypotheses.
+        own = it.ids[it.tagged:]
         if it.source is None:
-            it.source = (self.tok.src_pieces(it.ids),
-                         line_words(self.tok.encode_src, it.line, it.ids))
+            it.source = (self.tok.src_pieces(own), line_words(self.tok.encode_src, it.line, own))
         pieces, words = it.source
-        return self.align_fn(pieces, self.tok.tgt_pieces(hyp.tokens), hyp.attn, words)
+        return pieces, words, attn[:, it.tagged:] if it.tagged else attn
 
     def _format(self, it: Item) -> str:
         # An empty line has no hypotheses: it is written as one empty one scoring 0.
@@ -384,19 +532,50 @@ class StreamTranslator(LineTranslator):
         self.model = model.eval()
         self.device = device
         self.dtype = dtype
+        self._continues: torch.Tensor | None = None  # made once (`_continuing`)
 
-    def _search(self, ids: list[list[int]], stop: threading.Event,
-                lines: list[int]) -> list[list[Hypothesis]]:
+    def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
+                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
         import torch
 
-        from mtkit.data.batch import collate
+        from mtkit.data.batch import collate, padded_ids
         from mtkit.decode import decode_batch
 
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                     enabled=self.dtype is not None):
             b = collate(ids, None, lines).to(self.device, non_blocking=True)
+            prefix = None if prefixes is None else padded_ids(prefixes).to(self.device)
+            continuing = None
+            if prefixes is not None and any(p and p[-1] == NEW_WORD for p in prefixes):
+                continuing = self._continuing()
             return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
-                                need_attn=self.need_attn)
+                                need_attn=self.need_attn, prefix=prefix, continuing=continuing)
+
+    def _continuing(self) -> torch.Tensor:
+        """(V,) bool: the target pieces that continue a word (no word-start mark, and a
+        letter or digit first), which may not follow a prefix that ends with NEW_WORD."""
+        import torch
+
+        if self._continues is None:
+            pieces = self.tok.tgt_pieces(range(self.tok.tgt_vocab_size))
+            self._continues = torch.tensor([p[:1].isalnum() for p in pieces])
+            self._continues &= ~torch.from_numpy(self.tok.starts_word("tgt"))
+        return self._continues
+
+    def _forced(self, ids: list[list[int]], targets: list[list[int]]) -> list[Hypothesis]:
+        import torch
+
+        from mtkit.data.batch import collate
+        from mtkit.decode import forced, length_penalty
+
+        with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
+                                                    enabled=self.dtype is not None):
+            b = collate(ids, targets, range(len(ids))).to(self.device, non_blocking=True)
+            found = forced(self.model, b, need_attn=self.need_attn)
+        kind, alpha = self.cfg.length_penalty, self.cfg.alpha
+        return [Hypothesis(h.tokens, h.logprob / float(length_penalty(len(h.tokens) + 1, kind,
+                                                                      alpha)),
+                           h.logprob, h.token_logprobs, h.attn) for h in found]
 
 
 class Stopped(Exception):

@@ -190,7 +190,7 @@ def test_output_file_is_written_whole_or_not_at_all(toy_model, src_file, tmp_pat
     assert len(out.read_text().splitlines()) == len(src_file.read_text().splitlines())
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
 
-    def fail(self, lines, stream, on_batch=None):
+    def fail(self, lines, stream, on_batch=None, prefixes=None):
         stream.write("half of it\n")
         raise MtkitError("the translation failed")
 

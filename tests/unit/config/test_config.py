@@ -420,3 +420,35 @@ def test_parse_duration() -> None:
     for bad in ("soon", "30 1", "1s30", "1:30"):
         with pytest.raises(ValueError, match="expected a duration"):
             parse_duration(bad)
+
+
+def test_language_tags_are_checked_against_the_training_corpora(tmp_path: Path) -> None:
+    two = [{"src": "a.en", "tgt": "a.de", "tag": "<2de>"},
+           {"src": "a.de", "tgt": "a.en", "tag": "<2en>"}]
+    r = recipe_from_dict(_with(**{"data.train": two, "data.valid": two, "data.tag": "<2de>",
+                                  "data.spm.user_symbols": ["<x>", "<2en>"]}),
+                         source="r.yaml", base=tmp_path)
+    assert r.data.tags() == ["<2de>", "<2en>"]
+    assert r.data.reserved_symbols() == ("<x>", "<2en>", "<2de>")
+    assert recipe_from_yaml_text(dump_recipe(r), source="saved") == r
+    message = _error(_with(**{"data.train": two, "data.valid": {"src": "v", "tgt": "w",
+                                                                 "tag": "<2fr>"},
+                              "data.tag": "<2it>", "data.spm.user_symbols": ["a b", "c", "c"]}))
+    for part in ("data.valid.tag: '<2fr>' tags no training corpus; expected one of <2de>, <2en>",
+                 "data.tag: '<2it>' tags no training corpus",
+                 "data.spm.user_symbols[0]: expected a string without spaces, got 'a b'",
+                 "data.spm.user_symbols: a symbol is listed twice"):
+        assert part in message, message
+    aligned = [{"src": "a.en", "tgt": "a.de", "align": "a.al", "tag": "<2de>"}]
+    assert "data.train[0].tag: a corpus with word alignments (align) cannot have a tag" in \
+        _error(_with(**{"data.train": aligned}))
+
+
+def test_a_data_section_without_tags_hashes_as_before(tmp_path: Path) -> None:
+    from mtkit.config import recipe_to_dict
+    from mtkit.data.manifest import without_unset
+
+    r = recipe_from_dict(_with(), source="r.yaml", base=tmp_path)
+    d = without_unset(recipe_to_dict(r.data))
+    assert "tag" not in d and "user_symbols" not in d["spm"]
+    assert all("tag" not in c for c in [d["train"], d["valid"]] if isinstance(c, dict))

@@ -122,7 +122,8 @@ def test_the_two_modes_differ_and_unknown_modes_are_refused():
         enc = ens.encode(b.src, b.src_lens)
         outs.append(ens.step(torch.full((4,), 2), ens.init_state(enc), enc).logits)
     assert not torch.allclose(outs[0], outs[1])
-    with pytest.raises(MtkitError, match="expected one of logprob, prob"):
+    with pytest.raises(MtkitError,
+                       match="^ensemble_mode: invalid choice .*; expected logprob or prob"):
         Ensemble(members, mode="geometric")
 
 

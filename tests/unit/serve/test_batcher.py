@@ -19,13 +19,15 @@ class FakeModel:
 
     def __init__(self) -> None:
         self.passes: list[list[str]] = []
+        self.prefixes: list[list[str] | None] = []  # each pass's
         self.hold = threading.Event()
         self.hold.set()
         self.fail = False
 
-    def decode(self, lines, cfg, extras):
+    def decode(self, lines, cfg, extras, *, prefixes=None, terms=None, tag=None):
         self.hold.wait(10)
         self.passes.append(list(lines))
+        self.prefixes.append(prefixes)
         if self.fail:
             raise RuntimeError("broken")
         from mtkit.api import Candidate
@@ -51,6 +53,23 @@ def test_jobs_that_come_together_share_a_pass_and_get_their_own_results(model):
     jobs = [b.submit([f"a{i}", f"b{i}"], CFG, Extras()) for i in range(5)]
     assert [_texts(j) for j in jobs] == [[f"A{i}", f"B{i}"] for i in range(5)]
     assert len(model.passes) == 1 and len(model.passes[0]) == 10
+    b.close()
+
+
+def test_prefixes_are_per_line_and_terms_and_tags_decode_apart(model):
+    from mtkit.translation.terms import glossary
+
+    b = Batcher(model, max_wait=2.0, max_queue=100, gap=0.3)
+    terms = glossary([("dog", "Hund")])
+    jobs = [b.submit(["a", "b"], CFG, Extras()),
+            b.submit(["c"], CFG, Extras(), prefixes=["Ein"]),
+            b.submit(["d"], CFG, Extras(), terms=terms),
+            b.submit(["e"], CFG, Extras(), tag="<2de>")]
+    assert [_texts(j) for j in jobs] == [["A", "B"], ["C"], ["D"], ["E"]]
+    # a job with prefixes shares its pass with one without (whose lines get none)
+    together = model.passes.index(["a", "b", "c"])
+    assert model.prefixes[together] == ["", "", "Ein"]
+    assert sorted(map(tuple, model.passes)) == [("a", "b", "c"), ("d",), ("e",)]
     b.close()
 
 

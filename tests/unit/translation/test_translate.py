@@ -380,10 +380,12 @@ def test_output_is_flushed_chunk_by_chunk(toy_model, test_lines):
 
 
 def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy_model,
-                                                                             tmp_path):
+                                                                             tmp_path,
+                                                                             monkeypatch):
     import shutil
 
     from mtkit.run import load_checkpoint, save_checkpoint
+    from mtkit.score import split_translation
 
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)
@@ -393,7 +395,9 @@ def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy
     assert first.path.name.startswith("test.beam4-")
     assert sorted(p.name for p in first.path.parent.iterdir()) == [
         first.path.name, first.path.name + ".key"]  # no temp file
-    again = translate_split(run, "test", device=CPU)
+    with monkeypatch.context() as m:  # a translation reused loads no model
+        m.setattr(split_translation, "load_translator", lambda *a, **k: pytest.fail("loaded"))
+        again = translate_split(run, "test", device=CPU)
     assert again.stats is None and again.path == first.path
     newer = first.path.stat().st_mtime + 10  # a touched checkpoint is the same checkpoint
     os.utime(first.checkpoint, (newer, newer))
@@ -407,8 +411,7 @@ def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy
     older = first.path.stat().st_mtime - 1000
     os.utime(first.checkpoint, (older, older))
     assert translate_split(run, "test", device=CPU).stats is not None
-    greedy = translate_split(run, "test", device=CPU,
-                             decode=lambda d: dataclasses.replace(d, method="greedy"))
+    greedy = translate_split(run, "test", device=CPU, decode={"method": "greedy"})
     assert greedy.path.name.startswith("test.greedy-") and greedy.stats is not None
 
 

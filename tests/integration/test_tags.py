@@ -1,0 +1,108 @@
+"""Language tags on recipes/toy-two-way.yaml (reverse with <rev>, copy with <copy>, one
+source file): prep keeps each tag one piece and reports it, validation scores each
+direction, and one model learns both, chosen by `translate --tag`, the API, the server and
+the export."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import mtkit
+from mtkit.config import load_recipe
+from mtkit.data.prep import data_dir, prepare
+from mtkit.data.spm import Tokenizer
+from mtkit.data.store import text_path
+from mtkit.errors import ConfigError
+from tests.conftest import RECIPES
+from tests.helpers import run_cli, serving
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def two_way(tmp_path_factory) -> Path:
+    """The two-way toy recipe prepared and trained for 600 updates (about 20 s)."""
+    from rich.console import Console
+
+    from mtkit.train.session import train
+
+    run = tmp_path_factory.mktemp("two-way") / "run"
+    recipe = load_recipe(RECIPES / "toy-two-way.yaml",
+                         ["train.max_time=null", "train.max_updates=600",
+                          "train.valid_every=600"])
+    prepare(recipe, run)
+    train(recipe, run, console=Console(file=io.StringIO()))
+    return run
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    return (RECIPES / "toy" / "test.src").read_text().splitlines()
+
+
+def test_prep_keeps_tags_whole_and_reports_them(two_way):
+    tok = Tokenizer.load(data_dir(two_way))
+    for tag in ("<rev>", "<copy>"):
+        assert tok.tag_id(tag) is not None
+        assert tok.src_pieces(tok.encode_src(f"{tag} sa gu"))[1] == tag
+    # the prepared text carries each corpus's tag, so `score --run` translates each way
+    valid = text_path(data_dir(two_way), "valid", "src").read_text().splitlines()
+    assert valid[0].startswith("<rev> ") and valid[60].startswith("<copy> ")
+    res = run_cli("prep", RECIPES / "toy-two-way.yaml", "--run-dir", two_way)
+    assert res.exit_code == 0, res.output
+    assert "language tags: <rev> (piece" in res.output and "valid 60" in res.output
+
+
+def test_validation_scores_each_direction(two_way):
+    records = [json.loads(x) for x in (two_way / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in records if r["kind"] == "valid"][-1]
+    assert set(valid["directions"]) == {"<rev>", "<copy>"}
+    assert all(d["sentences"] == 60 for d in valid["directions"].values())
+
+
+def test_one_model_learns_both_directions_from_tags(two_way, lines):
+    model = mtkit.load(two_way, device="cpu", threads=1)
+    assert model.tags == ["<rev>", "<copy>"]
+    rev = model.translate(lines, tag="<rev>")
+    copy = model.translate(lines, tag="<copy>")
+    assert model.translate(lines) == rev  # data.tag: <rev>
+    want_rev = [" ".join(s.split()[::-1]) for s in lines]
+    assert sum(a == b for a, b in zip(rev, want_rev, strict=True)) >= 0.8 * len(lines)
+    assert sum(a == b for a, b in zip(copy, lines, strict=True)) >= 0.8 * len(lines)
+    # links count the line's own words: a copy links word i to word i
+    [res] = model.translate_full([lines[0]], tag="<copy>", align=True)
+    assert res.candidates[0].alignment == " ".join(f"{i}-{i}" for i in
+                                                   range(len(lines[0].split())))
+    with pytest.raises(ConfigError, match="tag: '<x>' is not a tag of this model"):
+        model.translate(lines[0], tag="<x>")
+
+
+def test_cli_server_and_export_take_the_tag(two_way, lines, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines[:10]) + "\n")
+    model = mtkit.load(two_way, device="cpu", threads=1)
+    want = model.translate(lines[:10], tag="<copy>")
+    res = run_cli("translate", two_way, "-i", src, "--tag", "<copy>", "--threads", "1")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == want
+    bad = run_cli("translate", two_way, "-i", src, "--tag", "<fr>")
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines()[-1] == (
+        "mtkit: error: --tag: '<fr>' is not a tag of this model; its tags: <rev>, <copy>")
+    with serving(two_way) as server:
+        r = server.client.post("/v1/translate", json={"text": lines[:10], "tag": "<copy>"})
+        assert r.status_code == 200, r.text
+        assert [t["text"] for t in r.json()["translations"]] == want
+        r = server.client.post("/v1/translate", json={"text": "sa", "tag": "<fr>"})
+        assert r.status_code == 422 and r.json()["error"].startswith("tag: '<fr>'")
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "ct2"
+    assert run_cli("export", two_way, "-o", out).exit_code == 0
+    exported = mtkit.load(out, device="cpu", threads=1)
+    assert exported.tags == ["<rev>", "<copy>"]
+    got = exported.translate(lines[:10], tag="<copy>", method="greedy")
+    assert got == model.translate(lines[:10], tag="<copy>", method="greedy")
