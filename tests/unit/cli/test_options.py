@@ -90,3 +90,41 @@ def test_the_layering_rules_hold(rule):
                                                      if n == banned or n.startswith(banned + "."))
                  for p in modules}
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def _named_options() -> set[str]:
+    """The option fields library errors name (`Problem(...)`, `X.about(...)`, `X.one(...)`
+    with a literal first argument, and the `others` they mention), outside mtkit/cli."""
+    names: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        if "cli" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called not in ("Problem", "about", "one"):
+                continue
+            if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value:
+                names.add(node.args[0].value)
+            for kw in node.keywords:
+                if kw.arg == "others" and isinstance(kw.value, ast.Tuple):
+                    names |= {e.value for e in kw.value.elts if isinstance(e, ast.Constant)}
+    return names
+
+
+def test_every_option_a_library_error_names_is_a_flag_of_the_command_line():
+    """The library names options by their fields and the CLI says them as flags
+    (`flag_of`): a field without a flag of that name would tell a user to pass an option
+    that does not exist."""
+    import typer.main
+
+    from mtkit.cli import app
+    from mtkit.cli.options import flag_of
+
+    group = typer.main.get_command(app)
+    flags = {opt for cmd in group.commands.values() for p in cmd.params for opt in p.opts}
+    names = _named_options()
+    assert {"layer", "kind", "heatmap_dir", "resume", "device"} <= names  # the scan finds them
+    assert {n: flag_of(n) for n in names if flag_of(n) not in flags} == {}
