@@ -81,7 +81,8 @@ class Extras:
 class ModelInfo:
     """What is loaded: the recipe's name and languages, the architecture, the checkpoint(s) or
     export, which engine decodes on which device, the decoding defaults, the precision, and the
-    attention a caller may choose (`layers`, `heads`: None where there is no choice)."""
+    attention a caller may choose (`layers`, `heads`: None where there is no choice), and the
+    language tags that choose a direction (`tags`: none for a model of one direction)."""
 
     name: str
     src_lang: str
@@ -95,6 +96,7 @@ class ModelInfo:
     precision: str  # fp32 or bf16 for mtkit's own decoder; the engine's compute type
     layers: int | None
     heads: int | None
+    tags: tuple[str, ...] = ()
 
 
 class TranslationModel:
@@ -470,7 +472,7 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
                      recipe.model.arch, [str(export.path)], "ctranslate2",
                      str(translator.engine.device), cfg, has_attention=True,
                      precision=translator.engine.compute_type, layers=None,
-                     heads=None)
+                     heads=None, tags=tuple(recipe.data.tags()))
     return TranslationModel(translator, recipe, info)
 
 
@@ -511,5 +513,5 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
                      str(dev), cfg, has_attention=bool(model.has_attention),
                      precision="bf16" if bf16 else "fp32",
                      layers=tf.dec_layers if transformer else None,
-                     heads=tf.heads if transformer else None)
+                     heads=tf.heads if transformer else None, tags=tuple(recipe.data.tags()))
     return TranslationModel(translator, recipe, info, model=model if len(paths) == 1 else None)

@@ -148,13 +148,13 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
         auth.check(request, req.api_key)
         lines = [req.q] if isinstance(req.q, str) else list(req.q)
         request.state.sentences = len(lines)
-        _check_pair(model, req)
+        tag = _libre_tag(model, req)
         if req.format != "text":
             raise ApiError(400, "format: this server translates plain text only (text)")
         changes = {"nbest": req.alternatives + 1} if req.alternatives else {}
         if req.alternatives and model.defaults.method == "beam":
             changes["beam_size"] = max(model.defaults.beam_size, req.alternatives + 1)
-        results = await translate(lines, changes, Extras())
+        results = await translate(lines, changes, Extras(), tag=tag)
         texts = [r.text for r in results]
         out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
         if req.alternatives:
@@ -168,9 +168,18 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
 
     @app.get("/languages", tags=["LibreTranslate"])
     async def languages() -> list[dict[str, Any]]:
-        """LibreTranslate's language list: the model's source language and its target."""
-        info = model.info
-        return [{"code": info.src_lang, "name": info.src_lang, "targets": [info.tgt_lang]}]
+        """LibreTranslate's language list: the model's source language and its target; for
+        a model with `<2xx>` tags, each source language (`data.src_lang` 'en+de') with the
+        tags' targets."""
+        targets = _tag_targets(model)
+        if model.tags and not targets:  # tags that name no language: none to list
+            return []
+        if not targets:
+            info = model.info
+            return [{"code": info.src_lang, "name": info.src_lang, "targets": [info.tgt_lang]}]
+        sources = model.info.src_lang.split("+")
+        return [{"code": s, "name": s, "targets": [t for t in targets if t != s]}
+                for s in sources]
 
     @app.get("/v1/models", tags=["service"], dependencies=[Depends(auth)])
     async def models() -> dict[str, Any]:
@@ -241,11 +250,32 @@ def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSett
                            f"{settings.max_beam}")
 
 
-def _check_pair(model: TranslationModel, req: LibreRequest) -> None:
+def _tag_targets(model: TranslationModel) -> dict[str, str]:
+    """A tagged model's target languages by LibreTranslate code: the tags written `<2xx>`
+    (Johnson et al. 2017's form, the recipes'), xx being the code."""
+    return {tag[2:-1]: tag for tag in model.tags
+            if tag.startswith("<2") and tag.endswith(">") and len(tag) > 3}
+
+
+def _libre_tag(model: TranslationModel, req: LibreRequest) -> str | None:
+    """The tag a LibreTranslate request's `target` picks (None for a model without tags);
+    a 400 for a pair the model does not translate."""
     info = model.info
-    if req.source not in ("auto", info.src_lang) or req.target != info.tgt_lang:
-        raise ApiError(400, f"{req.source} -> {req.target}: this server translates "
-                       f"{info.src_lang} -> {info.tgt_lang}")
+    if not model.tags:
+        if req.source not in ("auto", info.src_lang) or req.target != info.tgt_lang:
+            raise ApiError(400, f"{req.source} -> {req.target}: this server translates "
+                           f"{info.src_lang} -> {info.tgt_lang}")
+        return None
+    targets = _tag_targets(model)
+    sources = info.src_lang.split("+")
+    if req.source == "auto" and len(sources) > 1:  # it would have to say which it detected
+        raise ApiError(400, f"source: auto: this server detects no language; give one of "
+                       f"{', '.join(sources)}")
+    if req.target not in targets or req.source not in ("auto", *sources):
+        offered = ", ".join(targets) or f"none (its tags, {', '.join(model.tags)}, are not <2xx>)"
+        raise ApiError(400, f"{req.source} -> {req.target}: this server translates from "
+                       f"{' or '.join(sources)} into {offered}, chosen by target")
+    return targets[req.target]
 
 
 async def _libre_request(request: Request) -> LibreRequest:

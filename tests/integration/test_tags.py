@@ -99,6 +99,11 @@ def test_cli_server_and_export_take_the_tag(two_way, lines, tmp_path):
         assert [t["text"] for t in r.json()["translations"]] == want
         r = server.client.post("/v1/translate", json={"text": "sa", "tag": "<fr>"})
         assert r.status_code == 422 and r.json()["error"].startswith("tag: '<fr>'")
+        assert server.client.get("/v1/models").json()["models"][0]["tags"] == ["<rev>", "<copy>"]
+        # LibreTranslate's target picks a tag written <2xx>; these name no language
+        assert server.client.get("/languages").json() == []
+        r = server.client.post("/translate", json={"q": "sa", "source": "src", "target": "tgt"})
+        assert r.status_code == 400 and "are not <2xx>" in r.json()["error"]
     pytest.importorskip("ctranslate2")
     out = tmp_path / "ct2"
     assert run_cli("export", two_way, "-o", out).exit_code == 0
