@@ -126,3 +126,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def two_way(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """recipes/toy-two-way.yaml (reverse with <rev>, copy with <copy>) prepared and trained
+    for 600 updates (about 20 s): a model of two directions chosen by a language tag.
+    Read-only."""
+    import io
+
+    from rich.console import Console
+
+    from mtkit.train.session import train
+
+    run = tmp_path_factory.mktemp("two-way") / "run"
+    recipe = load_recipe(RECIPES / "toy-two-way.yaml",
+                         ["train.max_time=null", "train.max_updates=600",
+                          "train.valid_every=600"])
+    prepare(recipe, run)
+    train(recipe, run, console=Console(file=io.StringIO()))
+    return run

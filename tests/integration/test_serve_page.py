@@ -42,9 +42,12 @@ def browser() -> Iterator[object]:
 
 
 def _wait(driver, condition, timeout: float = 30):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout).until(condition)
+    # an element read while the page renders it again is stale: look again
+    return WebDriverWait(driver, timeout, ignored_exceptions=(
+        StaleElementReferenceException,)).until(condition)
 
 
 def test_translate_and_look_at_attention(browser, toy_model: Path):
@@ -93,3 +96,25 @@ def test_translate_and_look_at_attention(browser, toy_model: Path):
         box.send_keys(Keys.ENTER)
         _wait(browser, lambda d: d.find_element(By.ID, "error").is_displayed())
         assert "2100 characters" in browser.find_element(By.ID, "error").text
+
+
+def test_a_tagged_model_offers_its_directions(browser, two_way: Path):
+    """A model of several directions: the page lists its tags and translates the one chosen."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    with serving(two_way) as server:
+        want = {tag: server.post("/v1/translate", {"text": "sa gu mir", "tag": tag}).json()[
+            "translations"][0]["text"] for tag in ("<rev>", "<copy>")}
+        assert want["<rev>"] != want["<copy>"]
+        browser.get(server.url)
+        _wait(browser, lambda d: d.find_element(By.ID, "tag-box").is_displayed())
+        options = browser.find_elements(By.CSS_SELECTOR, "#tag option")
+        assert [o.text for o in options] == ["<rev>", "<copy>"]
+        box = browser.find_element(By.ID, "source")
+        box.send_keys("sa gu mir")
+        for tag in ("<copy>", "<rev>"):
+            browser.find_element(By.CSS_SELECTOR, f"#tag option[value='{tag}']").click()
+            box.send_keys(Keys.ENTER)
+            _wait(browser, lambda d, tag=tag: [e.text for e in d.find_elements(
+                By.CSS_SELECTOR, "#nbest-list .text")][:1] == [want[tag]])

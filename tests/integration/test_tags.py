@@ -5,15 +5,12 @@ the export."""
 
 from __future__ import annotations
 
-import io
 import json
-from pathlib import Path
 
 import pytest
 
 import mtkit
-from mtkit.config import load_recipe
-from mtkit.data.prep import data_dir, prepare
+from mtkit.data.prep import data_dir
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError
@@ -21,22 +18,6 @@ from tests.conftest import RECIPES
 from tests.helpers import run_cli, serving
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def two_way(tmp_path_factory) -> Path:
-    """The two-way toy recipe prepared and trained for 600 updates (about 20 s)."""
-    from rich.console import Console
-
-    from mtkit.train.session import train
-
-    run = tmp_path_factory.mktemp("two-way") / "run"
-    recipe = load_recipe(RECIPES / "toy-two-way.yaml",
-                         ["train.max_time=null", "train.max_updates=600",
-                          "train.valid_every=600"])
-    prepare(recipe, run)
-    train(recipe, run, console=Console(file=io.StringIO()))
-    return run
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,10 @@ async function loadModel() {
     const m = data.models[0];
     state.model = m;
     $("model").textContent = `${m.name}: ${m.src_lang} → ${m.tgt_lang} · ${m.arch} · ${m.engine} on ${m.device}`;
+    if (m.tags && m.tags.length) {  // one model, several directions: the tag chooses
+      fill($("tag"), m.tags.map((t) => [t, t]));
+      $("tag-box").hidden = false;
+    }
     if (m.layers !== null) {
       fill($("layer"), [["", "alignment layer"], ...range(m.layers).map((l) => [String(l), String(l)])]);
       fill($("head"), [["", "mean"], ...range(m.heads).map((h) => [String(h), String(h)])]);
@@ -76,6 +80,7 @@ async function translate() {
     if (d.method === "greedy") body.method = "beam";
     if (d.method !== "sample" && body.nbest > d.beam_size) body.beam_size = body.nbest;
   }
+  if (!$("tag-box").hidden) body.tag = $("tag").value;
   if ($("layer").value !== "") body.layer = Number($("layer").value);
   if ($("head").value !== "") body.head = Number($("head").value);
   $("go").disabled = true;
@@ -225,7 +230,7 @@ $("source").addEventListener("keydown", (e) => {
 });
 $("level").addEventListener("change", render);
 $("links").addEventListener("change", render);
-for (const id of ["layer", "head", "nbest"]) {
+for (const id of ["tag", "layer", "head", "nbest"]) {
   $(id).addEventListener("change", () => { if (state.result) translate(); });
 }
 loadModel();
