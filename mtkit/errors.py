@@ -45,8 +45,16 @@ class MtkitError(Exception):
     def about(cls: type[_E], option: str | None, why: str, *, value: object = None,
               others: tuple[str, ...] = ()) -> _E:
         problem = Problem(option, why, value, others)
-        error = cls(problem.text(str))
+        error = cls.__new__(cls)  # OptionError's constructor takes problems, not a message
+        Exception.__init__(error, problem.text(str))
         error.problems = (problem,)
+        return error
+
+    def with_note(self: _E, note: str) -> _E:
+        """This error with `note` after its message, its options still named as fields."""
+        error = type(self).__new__(type(self))
+        Exception.__init__(error, f"{self}; {note}")
+        error.problems = (*self.problems, Problem(None, note)) if self.problems else ()
         return error
 
     def text(self, name: Callable[[str], str]) -> str:

@@ -413,6 +413,9 @@ def checkpoint_recipe(run_dir_or_ckpt: str | Path) -> Recipe:
     """The recipe a model decodes with (`load_model`'s), without building the model: its
     checkpoint's, with the decoding chosen for the run's model. The weights are mapped, not
     read."""
+    from mtkit.device import host_memory_defaults
+
+    host_memory_defaults()  # before torch's first allocation, as `load_model` does
     path = resolve_checkpoint(run_dir_or_ckpt)
     return _decoding_recipe(path, load_checkpoint(path, mmap=True))
 

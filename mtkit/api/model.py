@@ -405,9 +405,11 @@ def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
                chunk_lines: int = CHUNK_LINES) -> TranslationModel:
     """`load`, for callers that name the options' origins (the command's flags) and stream
     line by line (`streaming`: one batch at a time, on every thread)."""
-    if ensemble_mode not in ("logprob", "prob"):
-        raise ConfigError(f"ensemble_mode: invalid choice {ensemble_mode!r}; expected "
-                          "logprob or prob")
+    if ensemble_mode != "logprob":  # its owner imports torch, which an export never needs
+        from mtkit.models.ensemble import Ensemble
+
+        if problems := Ensemble.mode_problems(ensemble_mode):
+            raise OptionError(*problems)
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError(f"precision: invalid choice {precision!r}; expected one of "
                           f"{', '.join(PRECISIONS)}")

@@ -68,7 +68,6 @@ from mtkit.errors import DataError
 from mtkit.fileio import WRITE_ERRNOS, InvalidUtf8, atomic_write, umask, write_error
 from mtkit.process.lock import run_lock
 from mtkit.run import (
-    DATA_DIR,
     MANIFEST,
     RECIPE,
     check_writable_run_dir,
@@ -79,7 +78,7 @@ from mtkit.run import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DATA_DIR", "MANIFEST", "PrepReport", "data_dir", "is_prepared", "prepare"]
+__all__ = ["PrepReport", "is_prepared", "prepare"]
 
 def prepare(recipe: Recipe, run_dir: str | Path, *, mirror: str | Path | None = None,
             console: Console | None = None, on_download: DownloadProgress | None = None,

@@ -1,8 +1,8 @@
 """Reading parallel text in chunks: both sides of a corpus, line-aligned, in bounded memory.
 
 Lines follow mtkit's text policy (`mtkit.fileio`: only ``\\n`` ends a line, invalid UTF-8 is
-replaced and counted per file) and are stripped of surrounding whitespace, as `clean.read_lines`
-does for a whole file. Memory is a few MB of text and one chunk of lines per side, whatever the
+replaced and counted per file) and are stripped of surrounding whitespace (`read_blocks` reads
+a whole file so). Memory is a few MB of text and one chunk of lines per side, whatever the
 size of the files.
 """
 

@@ -393,7 +393,7 @@ class Trainer:
             note = (f"validation at update {self.p.update} failed; checkpoint saved to "
                     f"{self.last_checkpoint} (resume with --resume once fixed)")
             if isinstance(e, MtkitError):
-                raise type(e)(f"{e}; {note}") from None
+                raise e.with_note(note) from None
             log.error("%s", note)
             raise
 

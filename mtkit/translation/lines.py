@@ -605,14 +605,23 @@ def load_translator(paths: list[Path], device: torch.device, *, mode: str = "log
     their log-probabilities by `mode` (see `Ensemble`). Returns the model in eval mode, the
     first model's recipe and tokenizer."""
     from mtkit.models.ensemble import Ensemble
-    from mtkit.run import load_model, same_vocab, vocab_info
+    from mtkit.run import load_model
 
     loaded = [load_model(p, device) for p in paths]
     model, recipe, tok = loaded[0]
     if len(loaded) == 1:
         return model, recipe, tok
     for p, (_, _, other) in zip(paths[1:], loaded[1:], strict=True):
-        if not same_vocab(vocab_info(tok), vocab_info(other)):
+        if not _same_pieces(tok, other):
             raise CheckpointError(f"{p}: its vocabulary differs from {paths[0]}'s; an ensemble "
                                   "needs checkpoints trained on the same sentencepiece model")
     return Ensemble([m for m, _, _ in loaded], mode=mode).eval(), recipe, tok
+
+
+def _same_pieces(a: Tokenizer, b: Tokenizer) -> bool:
+    """Whether two tokenizers give the same pieces the same ids, which an ensemble's
+    averaged distributions need (their sentencepiece files may differ in settings only)."""
+    if (a.src_vocab_size, a.tgt_vocab_size) != (b.src_vocab_size, b.tgt_vocab_size):
+        return False
+    return (a.src_pieces(range(a.src_vocab_size)) == b.src_pieces(range(b.src_vocab_size))
+            and a.tgt_pieces(range(a.tgt_vocab_size)) == b.tgt_pieces(range(b.tgt_vocab_size)))

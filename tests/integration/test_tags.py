@@ -10,10 +10,10 @@ import json
 import pytest
 
 import mtkit
-from mtkit.data.prep import data_dir
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError
+from mtkit.run import data_dir
 from tests.conftest import RECIPES
 from tests.helpers import run_cli, serving
 

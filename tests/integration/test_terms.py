@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import mtkit
-from mtkit.data.prep import data_dir
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError
+from mtkit.run import data_dir
 from mtkit.translation.terms import occurrences
 from tests.helpers import run_cli, serving
 

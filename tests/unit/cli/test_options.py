@@ -128,3 +128,22 @@ def test_every_option_a_library_error_names_is_a_flag_of_the_command_line():
     names = _named_options()
     assert {"layer", "kind", "heatmap_dir", "resume", "device"} <= names  # the scan finds them
     assert {n: flag_of(n) for n in names if flag_of(n) not in flags} == {}
+
+
+def test_errors_keep_their_class_and_name_options_as_fields_through_a_note():
+    """`about` makes any error class; `with_note` (a validation that failed after a checkpoint
+    was saved) keeps the problems, so the command line still names flags."""
+    from mtkit.cli.options import flag_of
+    from mtkit.errors import CheckpointError, DataError, OptionError
+
+    option = OptionError.about("layer", "the model has 2 layers", value=3)
+    assert isinstance(option, OptionError) and str(option) == "layer 3: the model has 2 layers"
+    noted = option.with_note("checkpoint saved")
+    assert isinstance(noted, OptionError)
+    assert str(noted) == "layer 3: the model has 2 layers; checkpoint saved"
+    assert noted.text(flag_of) == "--layer 3: the model has 2 layers; checkpoint saved"
+    resume = CheckpointError.about("resume", "nothing to resume").with_note("fix it")
+    assert type(resume) is CheckpointError and resume.text(flag_of) == (
+        "--resume: nothing to resume; fix it")
+    plain = DataError("bad line").with_note("fix it")
+    assert type(plain) is DataError and plain.text(flag_of) == str(plain) == "bad line; fix it"
