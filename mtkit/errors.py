@@ -74,11 +74,6 @@ class OptionError(ConfigError):
         super().__init__("; ".join(p.text(str) for p in problems))
         self.problems = problems
 
-    @classmethod
-    def one(cls, option: str | None, why: str, *, value: object = None,
-            others: tuple[str, ...] = ()) -> OptionError:
-        return cls(Problem(option, why, value, others))
-
 
 class DataError(MtkitError):
     """Input text, a download or a prepared data directory is unusable."""

@@ -21,7 +21,7 @@ from mtkit.fileio import atomic_write, temporary_of
 MARKER = "mtkit-heatmaps.json"
 
 def _refused(folder: Path, why: str) -> OptionError:
-    return OptionError.one("heatmap_dir", why, value=folder)
+    return OptionError.about("heatmap_dir", why, value=folder)
 
 
 def _read_marker(folder: Path) -> set[str]:

@@ -66,15 +66,15 @@ def check_inputs(src: Path, tgt: Path | None, gold: Path | None) -> None:
     """Fail early (before a model is loaded) when an input file is missing; - (standard
     input) may stand for the source or the target, not both, nor for the gold links."""
     if str(src) == str(tgt) == "-":
-        raise OptionError.one(None, "{0} - and {1} -: standard input can be one of them; give "
-                              "the other a file", others=("src", "tgt"))
+        raise OptionError.about(None, "{0} - and {1} -: standard input can be one of them; give "
+                                "the other a file", others=("src", "tgt"))
     if gold is not None and str(gold) == "-":
-        raise OptionError.one("gold", "give the gold links as a file", value="-")
+        raise OptionError.about("gold", "give the gold links as a file", value="-")
     for option, path, what in (("src", src, "source"), ("tgt", tgt, "target"),
                                ("gold", gold, "gold alignment")):
         if path is not None and str(path) != "-" and (
                 problem := fileio.missing_input(path, what)):
-            raise OptionError.one(option, problem.removeprefix(f"{path}: "), value=path)
+            raise OptionError.about(option, problem.removeprefix(f"{path}: "), value=path)
 
 
 def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | None, *,
@@ -88,13 +88,13 @@ def check_lengths(model: Translator, pairs: list[Pair], src: Path, tgt: Path | N
         for option, path, ids, limit in (("src", src, p.src, model.max_source_len),
                                          ("tgt", tgt, p.tgt, model.max_target_len)):
             if limit is not None and path is not None and len(ids) + 1 > limit:
-                raise OptionError.one(option, value=f"{path}:{p.index + 1}", why=(
+                raise OptionError.about(option, value=f"{path}:{p.index + 1}", why=(
                     f"{len(ids)} tokens, more than the model's {limit} positions allow (with "
                     f"EOS or BOS; {model.source_len_key})"))
     for p in pairs:
         for option, path, ids in (("src", src, p.src), ("tgt", tgt, p.tgt)):
             if max_len is not None and path is not None and len(ids) > max_len:
-                raise OptionError.one(option, value=f"{path}:{p.index + 1}", why=(
+                raise OptionError.about(option, value=f"{path}:{p.index + 1}", why=(
                     f"{len(ids)} tokens, more than the model's data.max_len ({max_len}); "
                     "align lines of at most that length (split the line)"))
 

@@ -52,9 +52,9 @@ def check_direction(forward: DataConfig, reverse: DataConfig, *, name: str) -> s
                 f"-> {default[1]}), so mtkit cannot check that {name} translates "
                 f"{fwd[1]} -> {fwd[0]}")
     if rev != fwd[::-1]:
-        raise OptionError.one("reverse", f"translates {rev[0]} -> {rev[1]}; expected "
-                              f"{fwd[1]} -> {fwd[0]}, the other direction of the model aligned",
-                              value=name)
+        raise OptionError.about("reverse", f"translates {rev[0]} -> {rev[1]}; expected "
+                                f"{fwd[1]} -> {fwd[0]}, the other direction of the model aligned",
+                                value=name)
     return None
 
 

@@ -132,12 +132,12 @@ class AlignOutputs:
             for option, path in (("pharaoh", self.pharaoh), ("json", self.json)):
                 if path is not None and str(path) != "-" and (
                         os.path.abspath(path) == os.path.abspath(self.heatmap_dir)):
-                    raise OptionError.one(option, "is the {0} folder; give {1} a file of its "
-                                          "own", value=path, others=("heatmap_dir", option))
+                    raise OptionError.about(option, "is the {0} folder; give {1} a file of its "
+                                            "own", value=path, others=("heatmap_dir", option))
                 if path is not None and holds(self.heatmap_dir, path):
-                    raise OptionError.one(option, "inside the {0} folder, which holds only "
-                                          "heatmaps (a rerun replaces them); write it elsewhere",
-                                          value=path, others=("heatmap_dir",))
+                    raise OptionError.about(option, "inside the {0} folder, which holds only "
+                                            "heatmaps (a rerun replaces them); write it elsewhere",
+                                            value=path, others=("heatmap_dir",))
 
 
 def reading_problems(*, kind: str, readout: str, reverse: bool, symmetrize: str,

@@ -152,12 +152,12 @@ class TranslationModel:
         if tag is None:
             tag = self.recipe.data.tag
             if tag is None and tags:
-                raise OptionError.one("tag", f"this model translates {len(tags)} ways, by the "
-                                      f"tag put before the source; choose one of "
-                                      f"{', '.join(tags)}")
+                raise OptionError.about("tag", f"this model translates {len(tags)} ways, by the "
+                                        f"tag put before the source; choose one of "
+                                        f"{', '.join(tags)}")
         if tag is not None and tag not in tags:
             have = ", ".join(tags) if tags else "none (it translates one way)"
-            raise OptionError.one("tag", f"{tag!r} is not a tag of this model; its tags: {have}")
+            raise OptionError.about("tag", f"{tag!r} is not a tag of this model; its tags: {have}")
         return tag
 
     def glossary(self, terms: Any, method: str = "prefix", *, name: str = "terms"

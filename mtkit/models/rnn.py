@@ -387,11 +387,11 @@ class RNNTranslator(Translator):
         if problems := kind_problems(kind):
             raise OptionError(*problems)
         if kind != "cross":
-            raise OptionError.one("kind", "an RNN model has no self-attention", value=kind)
+            raise OptionError.about("kind", "an RNN model has no self-attention", value=kind)
         if layer is not None or head is not None:
-            raise OptionError.one(None, "{0} and {1} apply to Transformer models; this RNN "
-                                  "model has one attention without layers or heads",
-                                  others=("layer", "head"))
+            raise OptionError.about(None, "{0} and {1} apply to Transformer models; this RNN "
+                                    "model has one attention without layers or heads",
+                                    others=("layer", "head"))
         return AttentionChoice("cross")
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

@@ -384,12 +384,12 @@ class Transformer(Translator):
         layer = -1 if layer is None else layer
         if not -n <= layer < n:
             side = "encoder" if kind == "encoder" else "decoder"
-            raise OptionError.one("layer", f"the model has {n} {side} layers; expected "
-                                  f"0..{n - 1} or -{n}..-1 (from the top)", value=layer)
+            raise OptionError.about("layer", f"the model has {n} {side} layers; expected "
+                                    f"0..{n - 1} or -{n}..-1 (from the top)", value=layer)
         head = "mean" if head is None else head
         if head != "mean" and not (isinstance(head, int) and 0 <= head < self.heads):
-            raise OptionError.one("head", f"the model has {self.heads} heads; expected "
-                                  f"0..{self.heads - 1} or mean", value=head)
+            raise OptionError.about("head", f"the model has {self.heads} heads; expected "
+                                    f"0..{self.heads - 1} or mean", value=head)
         return AttentionChoice(kind, layer, head)  # type: ignore[arg-type]
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

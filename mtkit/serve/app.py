@@ -63,8 +63,8 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
-            raise OptionError.one("log_format", f"invalid choice {self.log_format!r}; "
-                                  f"expected {' or '.join(LOG_FORMATS)}")
+            raise OptionError.about("log_format", f"invalid choice {self.log_format!r}; "
+                                    f"expected {' or '.join(LOG_FORMATS)}")
 
 
 class ApiError(Exception):
@@ -114,7 +114,7 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
             extras = model.extras(**asdict(extras))
             prefixes = model.checked_prefixes(prefix, len(lines))
             if terms_method is not None and terms is None:
-                raise OptionError.one("terms_method", "it places terms, which need terms")
+                raise OptionError.about("terms_method", "it places terms, which need terms")
             glossary = None if terms is None else model.glossary(terms, terms_method or "prefix")
             tag = model.checked_tag(tag)
         except MtkitError as e:

@@ -176,11 +176,11 @@ def check_init_fresh(init_fresh: Sequence[str], init_from: object) -> list[str]:
     OptionError for another name, or without `init_from` to take the other parts from."""
     unknown = [p for p in init_fresh if p not in VOCABULARY_PARTS]
     if unknown:
-        raise OptionError.one("init_fresh", "not a part of a model; choose from "
-                              f"{', '.join(VOCABULARY_PARTS)}", value=unknown[0])
+        raise OptionError.about("init_fresh", "not a part of a model; choose from "
+                                f"{', '.join(VOCABULARY_PARTS)}", value=unknown[0])
     if init_fresh and init_from is None:
-        raise OptionError.one("init_fresh", "re-initializes parts of the model {0} loads; "
-                              "give {0}", others=("init_from",))
+        raise OptionError.about("init_fresh", "re-initializes parts of the model {0} loads; "
+                                "give {0}", others=("init_from",))
     return [p for p in VOCABULARY_PARTS if p in init_fresh]
 
 
@@ -321,9 +321,9 @@ def _load_init(model: Translator, init: dict) -> None:
         for other in VOCABULARY_PARTS:
             if other not in fresh and any(params[a] is params[b] for a in parts[part]
                                           for b in parts[other]):
-                raise OptionError.one("init_fresh", f"{part} shares its weights with {other} "
-                                      "(tied embeddings in the recipe's model section); "
-                                      "re-initialize both, or neither")
+                raise OptionError.about("init_fresh", f"{part} shares its weights with {other} "
+                                        "(tied embeddings in the recipe's model section); "
+                                        "re-initialize both, or neither")
     skipped = {name for part in fresh for name in parts[part]}
     missing, unexpected = model.load_state_dict(
         {k: v for k, v in init["model"].items() if k not in skipped}, strict=False)

@@ -93,7 +93,7 @@ def test_the_layering_rules_hold(rule):
 
 
 def _named_options() -> set[str]:
-    """The option fields library errors name (`Problem(...)`, `X.about(...)`, `X.one(...)`
+    """The option fields library errors name (`Problem(...)`, `X.about(...)`
     with a literal first argument, and the `others` they mention), outside mtkit/cli."""
     names: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
@@ -104,7 +104,7 @@ def _named_options() -> set[str]:
                 continue
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called not in ("Problem", "about", "one"):
+            if called not in ("Problem", "about"):
                 continue
             if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value:
                 names.add(node.args[0].value)
