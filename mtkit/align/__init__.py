@@ -5,10 +5,10 @@ Modules: `readout` (which decoding step's attention rows align the target tokens
 or Chen et al.'s `shift`), `matrix` (attention as a word-level matrix), `links` (link
 extraction, symmetrization, Pharaoh format), `gold` (gold links, AER), `records` (JSON), `viz`
 (heatmaps, terminal tables), `heatmap_folder` (which files of --heatmap DIR mtkit wrote),
-`run` (reading pairs, a model's attention for them, the outputs) and `reverse` (the links of
-a model of the other direction). The first five work on a plain attention matrix of shape
-(T, S), one row per target token and one column per source token, and need no model; they are
-re-exported here.
+`files` (aligning files: pairs read, a model's attention for them, the outputs) and `reverse`
+(the links of a model of the other direction). The first five work on a plain attention
+matrix of shape (T, S), one row per target token and one column per source token, and need no
+model; they are re-exported here.
 
 Conventions (the ones of fast_align, GIZA++ and the Pharaoh/Moses tools):
 - a link is a pair (i, j): 0-based source word i, 0-based target word j, written ``i-j``;

@@ -41,7 +41,7 @@ def write_json(path: str | Path, records: Sequence[dict[str, Any]], *,
                stdout: IO[str] | None = None) -> None:
     """Write records from `matrix_record` (and corpus scores) atomically as one JSON document:
     {"format": "mtkit-align", "version": 1, "settings": {...}, "sentences": [...], "scores":
-    {...}}; settings say what made the matrices (`mtkit.align.run.settings_record`).
+    {...}}; settings say what made the matrices (`mtkit.align.files.settings_record`).
     weights[j][i] is the attention of target token j on source token i. A path of '-' writes
     to `stdout`."""
     doc: dict[str, Any] = {"format": "mtkit-align", "version": 1}

@@ -64,7 +64,7 @@ class AlignFlags:
         could not honour, before the model is loaded; the choices of outputs are checked by
         their owner (`AlignOutputs.check`)."""
         from mtkit.align import DEFAULT_READOUT
-        from mtkit.align.run import reading_problems
+        from mtkit.align.files import reading_problems
         from mtkit.align.viz import MIN_WIDTH
         from mtkit.models.base import kind_problems
 
@@ -244,7 +244,7 @@ def align(
         from rich.console import Console
 
         from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
-        from mtkit.align import run as ar
+        from mtkit.align import files as ar
         from mtkit.align.heatmap_folder import holds
         from mtkit.device import inference_device
         from mtkit.run import load_model, resolve_checkpoint

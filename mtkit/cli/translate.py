@@ -242,7 +242,7 @@ def export(
 
     Example: mtkit export runs/en-de-multi30k -o exports/en-de --quantize int8
     """
-    from mtkit.export.run import check_request, export_ctranslate2
+    from mtkit.export.ct2_export import check_request, export_ctranslate2
 
     check_request(engine, quantize)
     report = export_ctranslate2(source, output, quantization=quantize)

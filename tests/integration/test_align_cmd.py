@@ -1,6 +1,6 @@
 """`mtkit align` end to end on the toy reversal task: a Transformer trained briefly by
 `mtkit train`, plus untrained RNN checkpoints (with and without attention) saved with the
-checkpoint helpers; and the library pieces of mtkit.align.run that the CLI calls.
+checkpoint helpers; and the library pieces of mtkit.align.files that the CLI calls.
 
 The toy words are single sentencepiece pieces, so word-level tokens are the words of each line.
 """
@@ -19,7 +19,7 @@ import torch
 from typer.testing import CliRunner
 
 from mtkit.align import AlignMatrix, parse_links, score_links
-from mtkit.align import run as ar
+from mtkit.align import files as ar
 from mtkit.align.viz import DEFAULT_DPI, figure_size
 from mtkit.cli import app
 from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe

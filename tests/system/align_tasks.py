@@ -1,5 +1,5 @@
 """Synthetic translation tasks whose word alignment is known, and the AER of a model's attention
-on them through the same code as `mtkit align -t` (mtkit.align.run: batched forced attention,
+on them through the same code as `mtkit align -t` (mtkit.align.files: batched forced attention,
 slicing, the read-out's rows, EOS dropped, pieces merged into words, argmax-tgt links).
 
 Tasks (fresh random pairs at every call; word-level gold links are sure links):
@@ -33,7 +33,7 @@ from mtkit.align import (
     parse_links,
     score_corpus,
 )
-from mtkit.align import run as ar
+from mtkit.align import files as ar
 from mtkit.align.matrix import Link
 from mtkit.align.readout import Readout, select_rows
 from mtkit.config import ModelConfig

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from mtkit.align import Gold, extract_links, from_attention, score_corpus
-from mtkit.align import run as ar
+from mtkit.align import files as ar
 from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.alignments import Links, piece_links, word_counts
 from mtkit.data.batch import collate

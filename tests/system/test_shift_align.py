@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from mtkit.align import extract_links, from_attention
-from mtkit.align import run as ar
+from mtkit.align import files as ar
 from mtkit.align.readout import select_rows
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.models.base import Translator

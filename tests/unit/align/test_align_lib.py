@@ -28,7 +28,7 @@ from mtkit.align import (
     words,
     write_json,
 )
-from mtkit.align.run import AlignReport
+from mtkit.align.files import AlignReport
 from mtkit.errors import DataError, MtkitError
 
 SRC = ["▁Das", "▁Fahr", "rad", "▁fährt"]
@@ -263,7 +263,7 @@ def test_json_export_round_trip(tmp_path):
 def test_json_settings_record_the_length_penalty_that_chose_the_targets():
     """--length-penalty and --alpha change which translation is aligned; the settings named
     the beam but not them."""
-    from mtkit.align.run import AlignOutputs, settings_record
+    from mtkit.align.files import AlignOutputs, settings_record
     from mtkit.config import DecodeConfig
     from mtkit.models.base import AttentionChoice
 

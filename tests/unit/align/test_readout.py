@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from mtkit.align import READOUTS, check_readout, default_readout, select_rows, symmetrize
+from mtkit.align.files import reading_problems
 from mtkit.align.matrix import AlignMatrix
 from mtkit.align.pairs import Pair, label
 from mtkit.align.reverse import check_direction, combined_links
-from mtkit.align.run import reading_problems
 from mtkit.config import (
     DataConfig,
     DecodeConfig,

@@ -13,7 +13,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from mtkit.align import run as ar
+from mtkit.align import files as ar
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig, load_recipe
 from mtkit.config.guided import Readout
 from mtkit.data.batch import collate
