@@ -43,6 +43,16 @@ def reversal_batch(n: int, vocab: int, g: torch.Generator, *, lo: int = 3,
     return collate(src, [s[::-1] for s in src], range(n))
 
 
+def wait_for_training(run, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Wait until the training `proc` into `run` has logged an update to metrics.jsonl (or has
+    ended): the point where a signal meets a run under way."""
+    deadline = time.monotonic() + timeout
+    metrics = run / "metrics.jsonl"
+    while not (metrics.exists() and '"train"' in metrics.read_text()) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def run_cli(*args: object, input: str | bytes | None = None, env: dict[str, str] | None = None):
     """`mtkit ARGS` in this process (typer's runner): exit_code, stdout, stderr separately.
     The arguments go through what the console script does to them first (`train --resume`'s

@@ -24,7 +24,7 @@ from mtkit.run import load_checkpoint
 from mtkit.train import loop, session
 from mtkit.train.distributed import shared_store_warning
 from tests.conftest import REPO
-from tests.helpers import run_mtkit
+from tests.helpers import run_mtkit, wait_for_training
 
 TOY = REPO / "recipes" / "toy.yaml"
 
@@ -192,11 +192,7 @@ def test_sigterm_to_the_torchrun_agent_leaves_a_checkpoint_that_resumes(tmp_path
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     try:  # however the test ends, no training is left running
-        deadline = time.monotonic() + 180
-        while not ((run / "metrics.jsonl").exists() and '"train"' in (
-                run / "metrics.jsonl").read_text()) and proc.poll() is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_training(run, proc)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
     finally:

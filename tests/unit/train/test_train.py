@@ -38,6 +38,7 @@ from mtkit.train.loss import LossSums, label_smoothed_nll, perplexity
 from mtkit.train.optim import Schedule, build_optimizer, optimizer_step
 from mtkit.train.progress import TrainResult
 from tests.conftest import REPO
+from tests.helpers import wait_for_training
 
 TOY = REPO / "recipes" / "toy.yaml"
 
@@ -658,11 +659,7 @@ def test_a_signal_under_torchrun_is_told_once_with_a_torchrun_resume(tmp_path: P
          "train.log_every=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
     try:  # however the test ends, no training is left running
-        deadline = time.monotonic() + 180
-        while not ((run / "metrics.jsonl").exists() and '"train"' in (
-                run / "metrics.jsonl").read_text()) and proc.poll() is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_training(run, proc)
         proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
         _, err = proc.communicate(timeout=180)
     finally:
