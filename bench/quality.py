@@ -4,16 +4,20 @@ it is, at a fixed wall-clock budget, interleaved in one run so the host's speed 
 
     python bench/quality.py --work /tmp/q --minutes 10 --seeds 1,2
 
-Configurations (each recipes/en-de-cpu.yaml with --set overrides; `length` and `combined`
-also run `mtkit tune-length` after training):
+Training configurations (each recipes/en-de-cpu.yaml with --set overrides):
   today      the recipe as shipped
-  average    train.average_last: 3 (the better of best.pt and averaged.pt is the run's model)
-  length     mtkit tune-length on the validation split after training
+  average    train.average_last: 5 of checkpoints 50 updates apart (the better of best.pt and
+             averaged.pt on validation is the run's model)
   sampling   train.subword_sampling.alpha: 0.3 (unigram, whole lattice: ~12% more pieces)
   rdrop      train.rdrop.weight: 1.0 (two passes a batch: about half the updates)
-  combined   --combined (default: average + sampling + length)
+  combined   the training levers that beat `today` with the first seed (or --combined)
+The length lever needs no training of its own: every run is scored as trained, then
+`mtkit tune-length` chooses its length penalty on the validation split and the run is scored
+again (rows `+length`). So `today +length` is the length lever alone, on the same model.
 `today` and `combined` run with every seed of --seeds, the others with the first (one seed
-chooses; two compare). Rounds go seed by seed, each through the configurations in order.
+chooses; two compare). Rounds go seed by seed, each through the configurations in order;
+`combined` comes last in a round, so the first round chooses it. When no training lever won,
+`combined` is `today` (+length) and is not trained again.
 Each run is scored on Multi30k test2016 (the run's model and decoding, beam 5): BLEU, chrF2,
 the brevity penalty and hyp/ref length, with the updates it made and the load average before
 and after. Prints a table (means over seeds) and writes every record to WORK/results.jsonl.
@@ -41,12 +45,12 @@ MIRROR = Path(os.environ.get("MTKIT_DATA_MIRROR", REPO.parent / "shared" / "data
 
 LEVERS: dict[str, list[str]] = {
     "today": [],
-    "average": ["train.average_last=3"],
-    "length": [],
+    # Checkpoints 50 updates apart: at the validations' spacing (250 updates, three in a 10-minute
+    # run) the average would mix a model a third into its training with the last one.
+    "average": ["train.average_last=5", "train.keep_last=5", "train.checkpoint_every=50"],
     "sampling": ["train.subword_sampling.alpha=0.3"],
     "rdrop": ["train.rdrop.weight=1.0"],
 }
-TUNED = {"length"}  # configurations that run tune-length after training
 
 
 def _mtkit(*args: str, log: Path) -> None:
@@ -57,20 +61,33 @@ def _mtkit(*args: str, log: Path) -> None:
                        env={**os.environ, "MTKIT_DATA_MIRROR": str(MIRROR)})
 
 
-def _score(run: Path) -> dict:
+def _score(run: Path, tag: str) -> dict:
+    """test2016 as `score --run` translated it with decoding `tag`, against its reference."""
     import sacrebleu
 
     from mtkit.fileio import read_lines
 
-    (hyp,) = sorted((run / "translations").glob("test2016.*.txt"))
-    hyps, refs = read_lines(hyp), read_lines(run / "data" / "test2016.tgt.txt")
+    hyps = read_lines(run / "translations" / f"test2016.{tag}.txt")
+    refs = read_lines(run / "data" / "test2016.tgt.txt")
     bleu = sacrebleu.corpus_bleu(hyps, [refs])
     return {"bleu": bleu.score, "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
             "bp": bleu.bp, "ratio": bleu.sys_len / bleu.ref_len}
 
 
-def _one(work: Path, data: Path, name: str, sets: list[str], *, tuned: bool, seed: int,
-         minutes: float, alphas: str, threads: int) -> dict:
+def _scored(run: Path, log: Path, threads: int) -> dict:
+    """Score the run's model on test2016 with the run's decoding; the record of that."""
+    _mtkit("score", "--run", str(run), "--split", "test2016", "--metrics", "bleu,chrf",
+           "--threads", str(threads), log=log)
+    # the newest: this decoding's, or the one it reused when tune-length kept the recipe's
+    made = max((run / "translations").glob("test2016.*.txt"), key=lambda f: f.stat().st_mtime)
+    choice = json.loads((run / "model.json").read_text()) if (run / "model.json").is_file() else {}
+    return {**_score(run, made.name.removeprefix("test2016.").removesuffix(".txt")),
+            "model": choice.get("checkpoint", "best.pt"), "decode": choice.get("decode", {})}
+
+
+def _one(work: Path, data: Path, name: str, sets: list[str], *, seed: int, minutes: float,
+         alphas: str, threads: int) -> list[dict]:
+    """Train one configuration; its records as trained and with the length penalty tuned."""
     run = work / f"{name}-s{seed}"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -82,18 +99,16 @@ def _one(work: Path, data: Path, name: str, sets: list[str], *, tuned: bool, see
                         f"train.threads={threads}"] for a in ("--set", s)]
     _mtkit("train", str(RECIPE), "--run-dir", str(run), *args, log=log)
     trained = time.monotonic() - t0
-    if tuned:
-        _mtkit("tune-length", str(run), "--alphas", alphas, "--threads", str(threads), log=log)
-    _mtkit("score", "--run", str(run), "--split", "test2016", "--metrics", "bleu,chrf",
-           "--threads", str(threads), log=log)
+    load1 = os.getloadavg()
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     end = next(r for r in reversed(recs) if r["kind"] == "end")
-    choice = json.loads((run / "model.json").read_text()) if (run / "model.json").is_file() else {}
-    return {"config": name, "seed": seed, "sets": sets, "tuned": tuned, **_score(run),
-            "updates": end["update"], "train_s": round(trained, 1),
-            "model": choice.get("checkpoint", "best.pt"), "decode": choice.get("decode", {}),
-            "load_before": [round(x, 2) for x in load0],
-            "load_after": [round(x, 2) for x in os.getloadavg()]}
+    common = {"seed": seed, "sets": sets, "updates": end["update"], "train_s": round(trained, 1),
+              "load_before": [round(x, 2) for x in load0],
+              "load_after": [round(x, 2) for x in load1]}
+    plain = {"config": name, **common, **_scored(run, log, threads)}
+    _mtkit("tune-length", str(run), "--alphas", alphas, "--threads", str(threads), log=log)
+    tuned = {"config": f"{name} +length", **common, **_scored(run, log, threads)}
+    return [plain, tuned]
 
 
 def _table(results: list[dict]) -> str:
@@ -114,22 +129,30 @@ def _table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def _winners(results: list[dict]) -> list[str]:
+    """The training levers whose first-seed run beat today's (both as trained)."""
+    first = results[0]["seed"]
+    bleu = {r["config"]: r["bleu"] for r in results if r["seed"] == first}
+    return [n for n in LEVERS if n != "today" and n in bleu and bleu[n] > bleu["today"]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, required=True, help="folder for the runs")
     ap.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
     ap.add_argument("--seeds", default="1,2", help="seeds of today and combined")
-    ap.add_argument("--configs", default="today,average,length,sampling,rdrop,combined",
+    ap.add_argument("--configs", default="today,average,sampling,rdrop,combined",
                     help="configurations run, in this order within a round")
-    ap.add_argument("--combined", default="average,sampling,length",
-                    help="the levers of the combined configuration")
-    ap.add_argument("--alphas", default="0.6,1.0,1.5,2.0", help="tune-length's GNMT alphas")
+    ap.add_argument("--combined", default="",
+                    help="the training levers of the combined configuration (default: those "
+                         "that beat today with the first seed)")
+    ap.add_argument("--alphas", default="1.5,2.0,2.5",
+                    help="tune-length's GNMT alphas (besides the recipe's 1.0, none and average)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
     a = ap.parse_args()
     seeds = [int(s) for s in a.seeds.split(",")]
     configs = a.configs.split(",")
-    combined = a.combined.split(",")
-    for name in [*configs, *combined]:
+    for name in [*configs, *(a.combined.split(",") if a.combined else [])]:
         if name not in LEVERS and name != "combined":
             sys.exit(f"quality.py: unknown configuration {name!r}; expected one of "
                      f"{', '.join([*LEVERS, 'combined'])}")
@@ -142,22 +165,32 @@ def main() -> None:
     print(f"quality.py: {started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} "
           f"CPUs, load {os.getloadavg()}, {a.minutes:g} min per run, seeds {seeds}",
           flush=True)
-    results = []
+    results: list[dict] = []
+    combined = a.combined.split(",") if a.combined else None
     with open(a.work / "results.jsonl", "a", encoding="utf-8") as out:
         for i, seed in enumerate(seeds):
             for name in configs:
                 if i > 0 and name not in ("today", "combined"):
                     continue
-                parts = combined if name == "combined" else [name]
-                sets = [s for p in parts for s in LEVERS[p]]
-                res = _one(a.work, prep / "data", name, sets, tuned=bool(TUNED & set(parts)),
-                           seed=seed, minutes=a.minutes, alphas=a.alphas, threads=a.threads)
-                out.write(json.dumps(res) + "\n")
+                if name == "combined":
+                    if combined is None:
+                        combined = _winners(results)
+                        print(f"  combined: {', '.join(combined) or 'no training lever won'}",
+                              flush=True)
+                    if not combined:
+                        continue  # combined is today (+length): its rows are today's
+                sets = [s for p in (combined if name == "combined" else [name])
+                        for s in LEVERS[p]]
+                recs = _one(a.work, prep / "data", name, sets, seed=seed, minutes=a.minutes,
+                            alphas=a.alphas, threads=a.threads)
+                for res in recs:
+                    out.write(json.dumps(res) + "\n")
+                    results.append(res)
+                    print(f"  {res['config']} seed {seed}: BLEU {res['bleu']:.2f}, chrF2 "
+                          f"{res['chrf']:.2f}, BP {res['bp']:.3f}, {res['updates']} updates, "
+                          f"load {res['load_before'][0]:.2f} -> {res['load_after'][0]:.2f}",
+                          flush=True)
                 out.flush()
-                results.append(res)
-                print(f"  {name} seed {seed}: BLEU {res['bleu']:.2f}, chrF2 {res['chrf']:.2f}, "
-                      f"BP {res['bp']:.3f}, {res['updates']} updates, load "
-                      f"{res['load_before'][0]:.2f} -> {res['load_after'][0]:.2f}", flush=True)
     print(_table(results))
 
 
