@@ -10,6 +10,8 @@ Training configurations (each recipes/en-de-cpu.yaml with --set overrides):
              averaged.pt on validation is the run's model)
   sampling   train.subword_sampling.alpha: 0.3 (unigram, whole lattice: ~12% more pieces)
   rdrop      train.rdrop.weight: 1.0 (two passes a batch: about half the updates)
+  linear     train.schedule: linear (the lr falls from its peak to min_lr as the budget ends,
+             instead of inverse_sqrt's slow decay: Li et al. 2020, budgeted training)
   combined   the training levers that beat `today` with the first seed (or --combined)
 The length lever needs no training of its own: every run is scored as trained, then
 `mtkit tune-length` chooses its length penalty on the validation split and the run is scored
@@ -50,6 +52,7 @@ LEVERS: dict[str, list[str]] = {
     "average": ["train.average_last=5", "train.keep_last=5", "train.checkpoint_every=50"],
     "sampling": ["train.subword_sampling.alpha=0.3"],
     "rdrop": ["train.rdrop.weight=1.0"],
+    "linear": ["train.schedule=linear"],
 }
 
 
@@ -141,7 +144,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, required=True, help="folder for the runs")
     ap.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
     ap.add_argument("--seeds", default="1,2", help="seeds of today and combined")
-    ap.add_argument("--configs", default="today,average,sampling,rdrop,combined",
+    ap.add_argument("--configs", default="today,average,sampling,rdrop,linear,combined",
                     help="configurations run, in this order within a round")
     ap.add_argument("--combined", default="",
                     help="the training levers of the combined configuration (default: those "

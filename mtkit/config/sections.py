@@ -325,11 +325,13 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = _rng(1e-9, gt=0.0)
     weight_decay: float = _rng(0.0, ge=0.0)
-    schedule: Literal["inverse_sqrt", "noam", "plateau", "constant"] = "inverse_sqrt"
+    # linear: decays to min_lr over the run's length (max_updates, max_epochs, or the updates
+    # max_time holds at the pace of the warm-up), as budgeted training wants
+    schedule: Literal["inverse_sqrt", "noam", "plateau", "constant", "linear"] = "inverse_sqrt"
     warmup: int = _rng(4000, ge=0)  # updates of linear warm-up
     plateau_factor: float = _rng(0.5, gt=0.0, lt=1.0)
     plateau_patience: int = _rng(2, ge=0)  # validations without improvement
-    min_lr: float = _rng(1e-6, ge=0.0)  # plateau never lowers the learning rate below this
+    min_lr: float = _rng(1e-6, ge=0.0)  # plateau never goes below it; linear ends at it
     clip_norm: float = _rng(1.0, ge=0.0)  # 0 = no clipping
     label_smoothing: float = _rng(0.1, ge=0.0, lt=1.0)
     log_every: int = _rng(100, ge=1)
@@ -375,6 +377,15 @@ class TrainConfig:
             out.append(("device", f"expected auto, cpu, cuda, cuda:N or mps, got {self.device!r}"))
         if valid("betas") and not all(0.0 <= b < 1.0 for b in self.betas):
             out.append(("betas", "expected two numbers in [0, 1)"))
+        if (valid("schedule", "max_updates", "max_epochs", "max_time")
+                and self.schedule == "linear"
+                and not (self.max_updates or self.max_epochs or self.max_time)):
+            out.append(("schedule", "linear decays over the run's length: set train.max_updates, "
+                        "train.max_epochs or train.max_time"))
+        if (valid("schedule", "lr", "min_lr") and self.schedule == "linear"
+                and self.min_lr >= self.lr):
+            out.append(("min_lr", f"linear decays from train.lr ({self.lr:g}) to min_lr: "
+                        "expected less than lr"))
         if valid("average_last", "keep_last") and self.average_last > self.keep_last:
             out.append(("average_last", f"cannot average more than keep_last "
                         f"({self.keep_last}) checkpoints"))

@@ -31,6 +31,7 @@ from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.choose import choose_model
 from mtkit.train.distributed import Dist, shared_store_warning
+from mtkit.train.optim import HORIZON_PACE
 from mtkit.train.progress import (
     Closing,
     Progress,
@@ -114,6 +115,7 @@ class Trainer:
         saved_uf = state["progress"].pop("update_freq", None)
         self.p = Progress(**state["progress"])
         self.update_freq = self._keep_global_batch(state, saved_world, saved_uf)
+        self._keep_horizon(state)
         self.last_checkpoint = numbered_checkpoint(self.run_dir, self.p.update)
         if self.p.nonfinite_run == 0:
             self.last_good_checkpoint = self.last_checkpoint
@@ -123,6 +125,19 @@ class Trainer:
             log.warning("resuming %d process(es) from a run of %d: continuing with epoch %d",
                         self.dist.world_size, saved_world, self.p.epoch + 1)
             self._next_epoch()
+
+    def _keep_horizon(self, state: dict) -> None:
+        """A linear schedule keeps the horizon it was sized with (so a resumed run decays as
+        the uninterrupted one); said when the recipe's limits have changed since."""
+        horizon = self.s.schedule.horizon
+        if horizon is None:
+            return
+        was = recipe_from_yaml_text(state["recipe"], source="last.pt (its recipe)").train
+        limits = [(c.max_updates, c.max_epochs, c.max_time) for c in (was, self.cfg)]
+        if limits[0] != limits[1]:
+            self.notes.append((logging.WARNING, f"train.schedule linear keeps the horizon it "
+                               f"was sized with (update {horizon:,}): the lr stays at "
+                               f"train.min_lr after it whatever the new limits"))
 
     def _keep_global_batch(self, state: dict, saved_world: int, saved_uf: int | None) -> int:
         """The update_freq that keeps the global batch (processes x update_freq batches of
@@ -206,6 +221,27 @@ class Trainer:
                     return reason
             self._next_epoch()
 
+    def _set_horizon(self) -> None:
+        """The linear schedule's length: the updates the limits plan, or those the rest of
+        train.max_time holds at this session's pace so far (rank 0's clock decides for every
+        rank), whichever is fewer. Set once; checkpoints keep it."""
+        p = self.p
+        ends = []
+        if planned := planned_updates(p, self.cfg, len(self.s.sampler),
+                                      update_freq=self.update_freq):
+            ends.append(planned)
+        pace = None
+        if self.max_time is not None:
+            pace = (time.monotonic() - self.t0) / max(p.update - self.session_update0, 1)
+            ends.append(p.update + int(max(self.max_time - self._elapsed(), 0.0) / pace))
+        horizon = int(self.dist.broadcast(min(ends)))
+        self.s.schedule.set_horizon(horizon)
+        by = (f"train.max_time {self.cfg.max_time} at {pace:.2f} s an update"
+              if pace is not None and horizon == ends[-1] else "the planned updates")
+        log.info("train.schedule linear: the lr falls from %.2e to train.min_lr %.2e at update %s "
+                 "(%s)", self.cfg.lr, self.cfg.min_lr, f"{horizon:,}", by)
+        self.rep.record("horizon", update=p.update, horizon=horizon, pace=pace)
+
     def _next_epoch(self) -> None:
         self.p.epoch += 1
         self.p.position = 0
@@ -277,6 +313,9 @@ class Trainer:
         if synced:
             self._sync()
             save_now = save_now or self._save_time_due()
+        if self.s.schedule.wants_horizon(u) and (
+                self.max_time is None or u - self.session_update0 >= HORIZON_PACE):
+            self._set_horizon()
         patience_out = self._validate_or_save() if valid_now else False
         if save_now:
             self._save()

@@ -58,6 +58,11 @@ def optimizer_step(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) ->
         optimizer.step()
 
 
+# updates of a session timed before its pace is trusted to size a time budget (the first few
+# pay for warming caches)
+HORIZON_PACE = 20
+
+
 class Schedule:
     """The learning rate of each update for `train.schedule`.
 
@@ -68,6 +73,11 @@ class Schedule:
     constant: `lr` after the linear warm-up.
     plateau: constant, multiplied by `plateau_factor` whenever the validation metric has not
     improved for more than `plateau_patience` validations, never below `min_lr`.
+    linear: the warm-up, then a straight line from `lr` down to `min_lr` at update `horizon`,
+    and `min_lr` after it (Li et al. 2020, "Budgeted training": under a fixed budget, a decay
+    that ends with the budget trains best). The horizon is the run's length in updates; the
+    trainer sets it (`set_horizon`) once the warm-up is over, when a time budget is known only
+    by the pace, and it is kept in the state so that a resumed run decays as before.
     """
 
     def __init__(self, cfg: TrainConfig, *, model_size: int) -> None:
@@ -80,6 +90,7 @@ class Schedule:
         self.scale = 1.0  # plateau's multiplier
         self.best: float | None = None  # plateau's best metric so far
         self.bad = 0  # plateau: validations since the best
+        self.horizon: int | None = None  # linear: the update that reaches min_lr
 
     def lr_at(self, update: int) -> float:
         """The learning rate of update `update` (1-based)."""
@@ -92,7 +103,17 @@ class Schedule:
                 return self.peak / math.sqrt(u)
             return self.peak * min(u / w, math.sqrt(w / u))
         warm = min(1.0, u / w) if w else 1.0
+        if self.kind == "linear" and self.horizon is not None and u > w:
+            left = max(0.0, 1.0 - (u - w) / max(self.horizon - w, 1))
+            return self.min_lr + (self.peak - self.min_lr) * left
         return self.peak * warm * self.scale
+
+    def wants_horizon(self, update: int) -> bool:
+        """After update `update`, the linear schedule needs its horizon: the warm-up is over."""
+        return self.kind == "linear" and self.horizon is None and update >= self.warmup
+
+    def set_horizon(self, update: int) -> None:
+        self.horizon = max(int(update), self.warmup + 1)
 
     def apply(self, optimizer: torch.optim.Optimizer, update: int) -> float:
         """Set every parameter group's lr for update `update`; returns it."""
@@ -118,7 +139,10 @@ class Schedule:
         return True
 
     def state_dict(self) -> dict:
-        return {"kind": self.kind, "scale": self.scale, "best": self.best, "bad": self.bad}
+        return {"kind": self.kind, "scale": self.scale, "best": self.best, "bad": self.bad,
+                "horizon": self.horizon}
 
     def load_state_dict(self, state: dict) -> None:
         self.scale, self.best, self.bad = float(state["scale"]), state["best"], int(state["bad"])
+        # a checkpoint of another schedule, or from before the horizon was chosen: none yet
+        self.horizon = state.get("horizon") if state.get("kind") == self.kind else None

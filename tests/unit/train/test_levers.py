@@ -4,8 +4,10 @@ training, and a resumed run ends bitwise as the uninterrupted one."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,45 @@ def test_subword_sampling_and_rdrop_resume_bitwise_and_change_training(tmp_path:
     _train(tmp_path / "off", *SETS, "train.update_freq=2")
     digests = {_digest(tmp_path / n / "last.pt") for n in ("off", "sampling", "rdrop")}
     assert len(digests) == 3
+
+
+def _records(run: Path, kind: str) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def test_linear_schedule_resumes_bitwise_with_its_horizon(tmp_path: Path) -> None:
+    linear = ["train.schedule=linear", "train.warmup=4", "train.min_lr=0"]
+    whole = tmp_path / "whole"
+    _train(whole, *SETS, *linear)
+    (horizon,) = _records(whole, "horizon")
+    assert horizon["update"] == 4 and horizon["horizon"] == 16  # train.max_updates
+    lrs = {r["update"]: r["lr"] for r in _records(whole, "train")}
+    assert lrs[8] == pytest.approx(3e-3 * 8 / 12) and lrs[16] == 0.0  # toy.yaml: lr 3e-3
+    assert load_checkpoint(whole / "checkpoint_8.pt")["schedule"]["horizon"] == 16
+    # a run stopped at update 8 (as a kill would leave it) resumes to the same weights
+    split = tmp_path / "split"
+    shutil.copytree(whole, split)
+    for later in (12, 16):
+        (split / f"checkpoint_{later}.pt").unlink()
+    (split / "last.pt").unlink()
+    shutil.copy(split / "checkpoint_8.pt", split / "last.pt")
+    _train(split, *SETS, *linear, resume=True)
+    assert _digest(split / "last.pt") == _digest(whole / "last.pt")
+
+
+def test_linear_schedule_sizes_a_time_budget_by_the_pace(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _train(run, "train.schedule=linear", "train.warmup=0", "train.max_updates=0",
+           "train.max_time=4s", "train.valid_every=100000", "train.log_every=1",
+           "data.spm.vocab_size=51")
+    (horizon,) = _records(run, "horizon")
+    assert horizon["update"] == 20 and horizon["pace"] > 0  # HORIZON_PACE updates timed
+    end = _records(run, "end")[-1]["update"]
+    # the pace holds within a factor of two on a loaded machine: the lr ends near the bottom
+    assert end / 2 < horizon["horizon"] < end * 2
+    lrs = [r["lr"] for r in _records(run, "train")]
+    assert lrs[19] == pytest.approx(3e-3) and lrs[-1] < lrs[20] < 3e-3
 
 
 @pytest.mark.parametrize(("sets", "message"), [

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from mtkit.config import TrainConfig, load_recipe
 from mtkit.data.batch import collate
 from mtkit.data.vocab import PAD_ID
 from mtkit.device import Amp
-from mtkit.errors import CheckpointError, MtkitError
+from mtkit.errors import CheckpointError, ConfigError, MtkitError
 from mtkit.models.build import build_model
 from mtkit.run import load_checkpoint
 from mtkit.train import loop, session, step
@@ -148,6 +149,37 @@ def test_constant_and_plateau_schedules() -> None:
     again = Schedule(TrainConfig(lr=1e-3, warmup=0, schedule="plateau"), model_size=8)
     again.load_state_dict(s.state_dict())
     assert again.lr_at(5) == s.lr_at(5) and again.best == 10.0
+
+
+def test_linear_schedule_warms_up_then_falls_to_min_lr_at_its_horizon() -> None:
+    s = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="linear", min_lr=1e-5,
+                             max_updates=1100), model_size=8)
+    assert s.lr_at(50) == pytest.approx(5e-4)
+    assert s.wants_horizon(99) is False and s.wants_horizon(100) is True
+    assert s.lr_at(101) == pytest.approx(1e-3)  # no horizon yet: the peak
+    s.set_horizon(1100)
+    assert not s.wants_horizon(200)
+    assert s.lr_at(100) == pytest.approx(1e-3)
+    assert s.lr_at(600) == pytest.approx(1e-5 + (1e-3 - 1e-5) / 2)
+    assert s.lr_at(1100) == pytest.approx(1e-5) and s.lr_at(5000) == pytest.approx(1e-5)
+    again = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="linear", min_lr=1e-5,
+                                 max_updates=1100), model_size=8)
+    again.load_state_dict(s.state_dict())
+    assert again.horizon == 1100 and again.lr_at(600) == s.lr_at(600)
+    other = Schedule(TrainConfig(lr=1e-3, warmup=100), model_size=8)  # inverse_sqrt's state
+    again.load_state_dict(other.state_dict())
+    assert again.horizon is None
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["train.schedule=linear", "train.max_time=null", "train.max_updates=0"],
+     "train.schedule: linear decays over the run's length: set train.max_updates"),
+    (["train.schedule=linear", "train.min_lr=0.01", "train.lr=0.001"],
+     "train.min_lr: linear decays from train.lr (0.001) to min_lr: expected less than lr"),
+])
+def test_linear_schedule_settings_are_checked(sets: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_recipe(TOY, sets)
 
 
 # --------------------------------------------------------------------------- the update step
