@@ -152,7 +152,14 @@ def main() -> None:
     ap.add_argument("--alphas", default="1.5,2.0,2.5",
                     help="tune-length's GNMT alphas (besides the recipe's 1.0, none and average)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
+    ap.add_argument("--report", action="store_true",
+                    help="train nothing: print the table of every record in WORK/results.jsonl "
+                         "(all the invocations that wrote there)")
     a = ap.parse_args()
+    if a.report:
+        lines = (a.work / "results.jsonl").read_text(encoding="utf-8").splitlines()
+        print(_table([json.loads(x) for x in lines]))
+        return
     seeds = [int(s) for s in a.seeds.split(",")]
     configs = a.configs.split(",")
     for name in [*configs, *(a.combined.split(",") if a.combined else [])]:
