@@ -115,17 +115,21 @@ def _one(work: Path, data: Path, name: str, sets: list[str], *, seed: int, minut
 
 
 def _table(results: list[dict]) -> str:
-    rows = ["| config | seeds | updates | BLEU | chrF2 | BP | hyp/ref | model, decoding |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    base = None
+    """Means over seeds; each configuration's difference is to `today` as trained on the same
+    seeds (a lever run with seed 1 alone is compared with today's seed-1 run)."""
+    rows = ["| config | seeds | updates | BLEU (vs today, same seeds) | chrF2 | BP | hyp/ref | "
+            "model, decoding |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    today = {r["seed"]: r["bleu"] for r in results if r["config"] == "today"}
     for name in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == name]
         mean = {k: statistics.mean(r[k] for r in rs) for k in ("bleu", "chrf", "bp", "ratio")}
-        base = mean["bleu"] if name == "today" else base
-        delta = f" ({mean['bleu'] - base:+.2f})" if base is not None and name != "today" else ""
+        seeds = [r["seed"] for r in rs]
+        delta = ""
+        if name != "today" and all(s in today for s in seeds):
+            delta = f" ({mean['bleu'] - statistics.mean(today[s] for s in seeds):+.2f})"
         bleus = "/".join(f"{r['bleu']:.2f}" for r in rs)
         how = "; ".join(sorted({f"{r['model']} {r['decode'] or ''}".strip() for r in rs}))
-        rows.append(f"| {name} | {','.join(str(r['seed']) for r in rs)} | "
+        rows.append(f"| {name} | {','.join(map(str, seeds))} | "
                     f"{'/'.join(str(r['updates']) for r in rs)} | {mean['bleu']:.2f}{delta} "
                     f"[{bleus}] | {mean['chrf']:.2f} | {mean['bp']:.3f} | {mean['ratio']:.3f} "
                     f"| {how} |")

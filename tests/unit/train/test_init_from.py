@@ -119,7 +119,8 @@ def test_init_from_weights_equal_the_parents_and_optimizer_is_empty(
         _train(tmp_path / "child", *_child_sets(parent), init_from=parent / "last.pt")
     assert seen["digest"] == weights_digest(load_checkpoint(parent / "last.pt")["model"])
     assert seen["optimizer"] == {}
-    assert seen["schedule"] == {"kind": "inverse_sqrt", "scale": 1.0, "best": None, "bad": 0}
+    assert seen["schedule"] == {"kind": "inverse_sqrt", "scale": 1.0, "best": None, "bad": 0,
+                                "horizon": None}
 
 
 def test_init_from_refuses_another_vocabulary_or_architecture(parent: Path,

@@ -356,11 +356,16 @@ def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path) -> Non
                 return True
         return False
 
-    while not past_the_validation_checkpoint() and proc.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    try:
+        while not past_the_validation_checkpoint() and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:  # a run that ignored the signal (SIGINT is ignored under `cmd &`) trains on
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, err
     state = load_checkpoint(run / "last.pt")
     update = state["progress"]["update"]
