@@ -382,6 +382,10 @@ class TrainConfig:
                 and not (self.max_updates or self.max_epochs or self.max_time)):
             out.append(("schedule", "linear decays over the run's length: set train.max_updates, "
                         "train.max_epochs or train.max_time"))
+        if (valid("schedule", "warmup", "max_updates") and self.schedule == "linear"
+                and 0 < self.max_updates <= self.warmup):
+            out.append(("warmup", f"{self.warmup} updates of warm-up leave linear none of "
+                        f"train.max_updates ({self.max_updates}) to decay over"))
         if (valid("schedule", "lr", "min_lr") and self.schedule == "linear"
                 and self.min_lr >= self.lr):
             out.append(("min_lr", f"linear decays from train.lr ({self.lr:g}) to min_lr: "

@@ -31,7 +31,7 @@ from mtkit.run import AVERAGED, BEST, load_checkpoint, numbered_checkpoint
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.choose import choose_model
 from mtkit.train.distributed import Dist, shared_store_warning
-from mtkit.train.optim import HORIZON_PACE
+from mtkit.train.optim import HORIZON_PACE, PACE_SKIP
 from mtkit.train.progress import (
     Closing,
     Progress,
@@ -92,6 +92,7 @@ class Trainer:
         self.lr = self.s.schedule.lr_at(self.p.update)  # of the latest update
         self.last_loss: float | None = None  # mean loss of the latest log window
         self.tok_s: float | None = None  # throughput of the latest log window
+        self.pace_from: tuple[float, int] | None = None  # (clock, update) after PACE_SKIP
 
     # ------------------------------------------------------------------ setup
 
@@ -133,11 +134,13 @@ class Trainer:
         if horizon is None:
             return
         was = recipe_from_yaml_text(state["recipe"], source="last.pt (its recipe)").train
-        limits = [(c.max_updates, c.max_epochs, c.max_time) for c in (was, self.cfg)]
+        limits = [(c.max_updates, c.max_epochs,
+                   parse_duration(c.max_time) if c.max_time else None) for c in (was, self.cfg)]
         if limits[0] != limits[1]:
-            self.notes.append((logging.WARNING, f"train.schedule linear keeps the horizon it "
-                               f"was sized with (update {horizon:,}): the lr stays at "
-                               f"train.min_lr after it whatever the new limits"))
+            self.notes.append((logging.WARNING, f"train.limits changed since the checkpoint, but "
+                               f"train.schedule linear keeps the horizon it was sized with: the "
+                               f"lr reaches train.min_lr at update {horizon:,} (and stays there "
+                               f"should the run go on; a run that ends before it ends above it)"))
 
     def _keep_global_batch(self, state: dict, saved_world: int, saved_uf: int | None) -> int:
         """The update_freq that keeps the global batch (processes x update_freq batches of
@@ -223,19 +226,23 @@ class Trainer:
 
     def _set_horizon(self) -> None:
         """The linear schedule's length: the updates the limits plan, or those the rest of
-        train.max_time holds at this session's pace so far (rank 0's clock decides for every
-        rank), whichever is fewer. Set once; checkpoints keep it."""
+        train.max_time (less the closing validation and checkpoint) holds at the pace of this
+        session's updates since its first PACE_SKIP (rank 0's clock decides for every rank),
+        whichever is fewer. Set once; checkpoints keep it."""
         p = self.p
         ends = []
         if planned := planned_updates(p, self.cfg, len(self.s.sampler),
                                       update_freq=self.update_freq):
             ends.append(planned)
         pace = None
-        if self.max_time is not None:
-            pace = (time.monotonic() - self.t0) / max(p.update - self.session_update0, 1)
-            ends.append(p.update + int(max(self.max_time - self._elapsed(), 0.0) / pace))
+        if self.max_time is not None and self.pace_from is not None:
+            t, u = self.pace_from
+            pace = (time.monotonic() - t) / max(p.update - u, 1)
+            left = self.max_time - self._elapsed() - self.closing.seconds(
+                averaging=self.cfg.average_last > 0)
+            ends.append(p.update + int(max(left, 0.0) / pace))
         horizon = int(self.dist.broadcast(min(ends)))
-        self.s.schedule.set_horizon(horizon)
+        self.s.schedule.set_horizon(horizon, now=p.update)
         by = (f"train.max_time {self.cfg.max_time} at {pace:.2f} s an update"
               if pace is not None and horizon == ends[-1] else "the planned updates")
         log.info("train.schedule linear: the lr falls from %.2e to train.min_lr %.2e at update %s "
@@ -313,6 +320,8 @@ class Trainer:
         if synced:
             self._sync()
             save_now = save_now or self._save_time_due()
+        if u - self.session_update0 == PACE_SKIP:
+            self.pace_from = (time.monotonic(), u)  # the pace a time budget is sized by
         if self.s.schedule.wants_horizon(u) and (
                 self.max_time is None or u - self.session_update0 >= HORIZON_PACE):
             self._set_horizon()

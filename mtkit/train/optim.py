@@ -58,8 +58,9 @@ def optimizer_step(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) ->
         optimizer.step()
 
 
-# updates of a session timed before its pace is trusted to size a time budget (the first few
-# pay for warming caches)
+# A time budget's horizon is sized from the pace of a session's updates PACE_SKIP + 1 to
+# HORIZON_PACE: the first few pay for warming caches (and torch.compile's compiling).
+PACE_SKIP = 5
 HORIZON_PACE = 20
 
 
@@ -77,7 +78,9 @@ class Schedule:
     and `min_lr` after it (Li et al. 2020, "Budgeted training": under a fixed budget, a decay
     that ends with the budget trains best). The horizon is the run's length in updates; the
     trainer sets it (`set_horizon`) once the warm-up is over, when a time budget is known only
-    by the pace, and it is kept in the state so that a resumed run decays as before.
+    by the pace, and the line starts where it is set (`start`: the warm-up's end, or later when
+    the pace took longer to time), so the lr never jumps. Both are kept in the state, so a
+    resumed run decays as before.
     """
 
     def __init__(self, cfg: TrainConfig, *, model_size: int) -> None:
@@ -91,6 +94,7 @@ class Schedule:
         self.best: float | None = None  # plateau's best metric so far
         self.bad = 0  # plateau: validations since the best
         self.horizon: int | None = None  # linear: the update that reaches min_lr
+        self.start = self.warmup  # linear: the last update at the peak
 
     def lr_at(self, update: int) -> float:
         """The learning rate of update `update` (1-based)."""
@@ -103,8 +107,10 @@ class Schedule:
                 return self.peak / math.sqrt(u)
             return self.peak * min(u / w, math.sqrt(w / u))
         warm = min(1.0, u / w) if w else 1.0
-        if self.kind == "linear" and self.horizon is not None and u > w:
-            left = max(0.0, 1.0 - (u - w) / max(self.horizon - w, 1))
+        if self.kind == "linear":
+            if self.horizon is None or u <= self.start:
+                return self.peak * warm
+            left = max(0.0, 1.0 - (u - self.start) / max(self.horizon - self.start, 1))
             return self.min_lr + (self.peak - self.min_lr) * left
         return self.peak * warm * self.scale
 
@@ -112,8 +118,10 @@ class Schedule:
         """After update `update`, the linear schedule needs its horizon: the warm-up is over."""
         return self.kind == "linear" and self.horizon is None and update >= self.warmup
 
-    def set_horizon(self, update: int) -> None:
-        self.horizon = max(int(update), self.warmup + 1)
+    def set_horizon(self, horizon: int, *, now: int) -> None:
+        """Fall from the peak after update `now` to min_lr at update `horizon`."""
+        self.start = max(int(now), self.warmup)
+        self.horizon = max(int(horizon), self.start + 1)
 
     def apply(self, optimizer: torch.optim.Optimizer, update: int) -> float:
         """Set every parameter group's lr for update `update`; returns it."""
@@ -140,9 +148,10 @@ class Schedule:
 
     def state_dict(self) -> dict:
         return {"kind": self.kind, "scale": self.scale, "best": self.best, "bad": self.bad,
-                "horizon": self.horizon}
+                "horizon": self.horizon, "start": self.start}
 
     def load_state_dict(self, state: dict) -> None:
         self.scale, self.best, self.bad = float(state["scale"]), state["best"], int(state["bad"])
         # a checkpoint of another schedule, or from before the horizon was chosen: none yet
-        self.horizon = state.get("horizon") if state.get("kind") == self.kind else None
+        if state.get("kind") == self.kind and state.get("horizon") is not None:
+            self.horizon, self.start = int(state["horizon"]), int(state["start"])

@@ -120,7 +120,7 @@ def test_init_from_weights_equal_the_parents_and_optimizer_is_empty(
     assert seen["digest"] == weights_digest(load_checkpoint(parent / "last.pt")["model"])
     assert seen["optimizer"] == {}
     assert seen["schedule"] == {"kind": "inverse_sqrt", "scale": 1.0, "best": None, "bad": 0,
-                                "horizon": None}
+                                "horizon": None, "start": 5}  # start: the child's warm-up
 
 
 def test_init_from_refuses_another_vocabulary_or_architecture(parent: Path,

@@ -107,37 +107,40 @@ def _records(run: Path, kind: str) -> list[dict]:
 
 
 def test_linear_schedule_resumes_bitwise_with_its_horizon(tmp_path: Path) -> None:
-    linear = ["train.schedule=linear", "train.warmup=4", "train.min_lr=0"]
+    linear = ["train.schedule=linear", "train.warmup=6", "train.min_lr=0"]
     whole = tmp_path / "whole"
     _train(whole, *SETS, *linear)
     (horizon,) = _records(whole, "horizon")
-    assert horizon["update"] == 4 and horizon["horizon"] == 16  # train.max_updates
+    assert horizon["update"] == 6 and horizon["horizon"] == 16  # train.max_updates
     lrs = {r["update"]: r["lr"] for r in _records(whole, "train")}
-    assert lrs[8] == pytest.approx(3e-3 * 8 / 12) and lrs[16] == 0.0  # toy.yaml: lr 3e-3
+    assert lrs[4] == pytest.approx(3e-3 * 4 / 6)  # toy.yaml: lr 3e-3
+    assert lrs[8] == pytest.approx(3e-3 * 8 / 10) and lrs[16] == 0.0
     assert load_checkpoint(whole / "checkpoint_8.pt")["schedule"]["horizon"] == 16
-    # a run stopped at update 8 (as a kill would leave it) resumes to the same weights
-    split = tmp_path / "split"
-    shutil.copytree(whole, split)
-    for later in (12, 16):
-        (split / f"checkpoint_{later}.pt").unlink()
-    (split / "last.pt").unlink()
-    shutil.copy(split / "checkpoint_8.pt", split / "last.pt")
-    _train(split, *SETS, *linear, resume=True)
-    assert _digest(split / "last.pt") == _digest(whole / "last.pt")
+    # runs stopped (as a kill would leave them) before the horizon was set and after it
+    # resume to the same weights
+    for stop in (4, 8):
+        split = tmp_path / f"split{stop}"
+        shutil.copytree(whole, split)
+        for later in range(stop + 4, 17, 4):
+            (split / f"checkpoint_{later}.pt").unlink()
+        (split / "last.pt").unlink()
+        shutil.copy(split / f"checkpoint_{stop}.pt", split / "last.pt")
+        _train(split, *SETS, *linear, resume=True)
+        assert _digest(split / "last.pt") == _digest(whole / "last.pt"), stop
 
 
 def test_linear_schedule_sizes_a_time_budget_by_the_pace(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _train(run, "train.schedule=linear", "train.warmup=0", "train.max_updates=0",
-           "train.max_time=4s", "train.valid_every=100000", "train.log_every=1",
+           "train.max_time=6s", "train.valid_every=100000", "train.log_every=1",
            "data.spm.vocab_size=51")
     (horizon,) = _records(run, "horizon")
     assert horizon["update"] == 20 and horizon["pace"] > 0  # HORIZON_PACE updates timed
     end = _records(run, "end")[-1]["update"]
-    # the pace holds within a factor of two on a loaded machine: the lr ends near the bottom
-    assert end / 2 < horizon["horizon"] < end * 2
+    assert horizon["horizon"] > 20 and end > 20
     lrs = [r["lr"] for r in _records(run, "train")]
-    assert lrs[19] == pytest.approx(3e-3) and lrs[-1] < lrs[20] < 3e-3
+    assert lrs[19] == pytest.approx(3e-3)  # the peak until the horizon is set, then falling
+    assert all(b <= a for a, b in zip(lrs[19:], lrs[20:], strict=False)) and lrs[-1] < 3e-3
 
 
 @pytest.mark.parametrize(("sets", "message"), [

@@ -152,28 +152,35 @@ def test_constant_and_plateau_schedules() -> None:
 
 
 def test_linear_schedule_warms_up_then_falls_to_min_lr_at_its_horizon() -> None:
-    s = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="linear", min_lr=1e-5,
-                             max_updates=1100), model_size=8)
+    cfg = TrainConfig(lr=1e-3, warmup=100, schedule="linear", min_lr=1e-5, max_updates=1100)
+    s = Schedule(cfg, model_size=8)
     assert s.lr_at(50) == pytest.approx(5e-4)
     assert s.wants_horizon(99) is False and s.wants_horizon(100) is True
     assert s.lr_at(101) == pytest.approx(1e-3)  # no horizon yet: the peak
-    s.set_horizon(1100)
+    s.set_horizon(1100, now=100)
     assert not s.wants_horizon(200)
     assert s.lr_at(100) == pytest.approx(1e-3)
     assert s.lr_at(600) == pytest.approx(1e-5 + (1e-3 - 1e-5) / 2)
     assert s.lr_at(1100) == pytest.approx(1e-5) and s.lr_at(5000) == pytest.approx(1e-5)
-    again = Schedule(TrainConfig(lr=1e-3, warmup=100, schedule="linear", min_lr=1e-5,
-                                 max_updates=1100), model_size=8)
+    again = Schedule(cfg, model_size=8)
     again.load_state_dict(s.state_dict())
     assert again.horizon == 1100 and again.lr_at(600) == s.lr_at(600)
     other = Schedule(TrainConfig(lr=1e-3, warmup=100), model_size=8)  # inverse_sqrt's state
-    again.load_state_dict(other.state_dict())
-    assert again.horizon is None
+    fresh = Schedule(cfg, model_size=8)
+    fresh.load_state_dict(other.state_dict())
+    assert fresh.horizon is None
+    # sized after the warm-up (a time budget's pace took longer): the line starts there
+    late = Schedule(cfg, model_size=8)
+    late.set_horizon(620, now=120)
+    assert late.lr_at(120) == pytest.approx(1e-3) and late.lr_at(121) < 1e-3
+    assert late.lr_at(370) == pytest.approx(1e-5 + (1e-3 - 1e-5) / 2)
 
 
 @pytest.mark.parametrize(("sets", "message"), [
     (["train.schedule=linear", "train.max_time=null", "train.max_updates=0"],
      "train.schedule: linear decays over the run's length: set train.max_updates"),
+    (["train.schedule=linear", "train.warmup=50", "train.max_updates=50"],
+     "train.warmup: 50 updates of warm-up leave linear none of train.max_updates (50)"),
     (["train.schedule=linear", "train.min_lr=0.01", "train.lr=0.001"],
      "train.min_lr: linear decays from train.lr (0.001) to min_lr: expected less than lr"),
 ])
