@@ -137,10 +137,11 @@ class Trainer:
         limits = [(c.max_updates, c.max_epochs,
                    parse_duration(c.max_time) if c.max_time else None) for c in (was, self.cfg)]
         if limits[0] != limits[1]:
-            self.notes.append((logging.WARNING, f"train.limits changed since the checkpoint, but "
-                               f"train.schedule linear keeps the horizon it was sized with: the "
-                               f"lr reaches train.min_lr at update {horizon:,} (and stays there "
-                               f"should the run go on; a run that ends before it ends above it)"))
+            self.notes.append((logging.WARNING, (
+                "train.max_updates, max_epochs or max_time changed since the checkpoint, but "
+                "train.schedule linear keeps the horizon it was sized with: the lr reaches "
+                f"train.min_lr at update {horizon:,} (and stays there should the run go on; a "
+                "run that ends before it ends above it)")))
 
     def _keep_global_batch(self, state: dict, saved_world: int, saved_uf: int | None) -> int:
         """The update_freq that keeps the global batch (processes x update_freq batches of

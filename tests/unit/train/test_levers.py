@@ -127,6 +127,10 @@ def test_linear_schedule_resumes_bitwise_with_its_horizon(tmp_path: Path) -> Non
         shutil.copy(split / f"checkpoint_{stop}.pt", split / "last.pt")
         _train(split, *SETS, *linear, resume=True)
         assert _digest(split / "last.pt") == _digest(whole / "last.pt"), stop
+    # a resume with another limit keeps the horizon, and says so
+    _train(whole, *SETS, *linear, "train.max_updates=20", resume=True)
+    assert "keeps the horizon it was sized with" in (whole / "train.log").read_text()
+    assert [r["lr"] for r in _records(whole, "train")][-1] == 0.0  # update 20: min_lr
 
 
 def test_linear_schedule_sizes_a_time_budget_by_the_pace(tmp_path: Path) -> None:
