@@ -9,7 +9,7 @@ Training configurations (each recipes/en-de-cpu.yaml with --set overrides):
   average    train.average_last: 5 of checkpoints 50 updates apart (the better of best.pt and
              averaged.pt on validation is the run's model)
   sampling   train.subword_sampling.alpha: 0.3 (unigram, whole lattice: ~12% more pieces)
-  rdrop      train.rdrop.weight: 1.0 (two passes a batch: about half the updates)
+  rdrop      train.rdrop.weight: 1.0 (two passes a batch and a KL: a third of the updates)
   linear     train.schedule: linear (the lr falls from its peak to min_lr as the budget ends,
              instead of inverse_sqrt's slow decay: Li et al. 2020, budgeted training)
   combined   the training levers that beat `today` with the first seed (or --combined)
@@ -64,13 +64,13 @@ def _mtkit(*args: str, log: Path) -> None:
                        env={**os.environ, "MTKIT_DATA_MIRROR": str(MIRROR)})
 
 
-def _score(run: Path, tag: str) -> dict:
-    """test2016 as `score --run` translated it with decoding `tag`, against its reference."""
+def _score(run: Path, hyp: Path) -> dict:
+    """test2016 as translated into `hyp`, against the run's reference."""
     import sacrebleu
 
     from mtkit.fileio import read_lines
 
-    hyps = read_lines(run / "translations" / f"test2016.{tag}.txt")
+    hyps = read_lines(hyp)
     refs = read_lines(run / "data" / "test2016.tgt.txt")
     bleu = sacrebleu.corpus_bleu(hyps, [refs])
     return {"bleu": bleu.score, "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
@@ -84,7 +84,7 @@ def _scored(run: Path, log: Path, threads: int) -> dict:
     # the newest: this decoding's, or the one it reused when tune-length kept the recipe's
     made = max((run / "translations").glob("test2016.*.txt"), key=lambda f: f.stat().st_mtime)
     choice = json.loads((run / "model.json").read_text()) if (run / "model.json").is_file() else {}
-    return {**_score(run, made.name.removeprefix("test2016.").removesuffix(".txt")),
+    return {**_score(run, made),
             "model": choice.get("checkpoint", "best.pt"), "decode": choice.get("decode", {})}
 
 
