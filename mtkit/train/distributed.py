@@ -106,6 +106,13 @@ def shared_store_warning() -> str | None:
 def init_process_group(dist: Dist, device: torch.device) -> None:
     """NCCL between GPUs, gloo between CPU processes."""
     if dist.enabled and not torch_dist.is_initialized():
+        # torch.distributed.nn.functional's collectives take `group=group.WORLD` as a default
+        # argument, evaluated when the module is first imported: by DistributedDataParallel,
+        # after this call, so the defaults held the default group for good and
+        # destroy_process_group could not end it (`mtkit.train.session.train` says why that
+        # matters). Imported before the group exists, the defaults hold None.
+        import torch.distributed.nn.functional  # noqa: F401
+
         backend = "nccl" if device.type == "cuda" else "gloo"
         # Ranks > 0 wait in a collective while rank 0 prepares data or validates alone: allow
         # an hour (NCCL's default is 10 minutes).

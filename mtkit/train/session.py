@@ -4,11 +4,14 @@ prepare the data if needed, build the `Setup`, run the `Trainer`."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+import torch
 from rich.console import Console
 
 from mtkit.config import Recipe
@@ -24,7 +27,12 @@ from mtkit.run import (
     data_dir,
     remove_stale_temporaries,
 )
-from mtkit.train.distributed import destroy_process_group, dist_from_env, init_process_group
+from mtkit.train.distributed import (
+    Dist,
+    destroy_process_group,
+    dist_from_env,
+    init_process_group,
+)
 from mtkit.train.loop import Trainer
 from mtkit.train.progress import TrainResult
 from mtkit.train.setup import (
@@ -63,45 +71,68 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
     setup_backend(device, recipe.train)
     init_process_group(dist, device)
     try:
-        with contextlib.ExitStack() as held:
-            def claim() -> bool:  # rank 0: the run directory, locked until training ends
-                check_writable_run_dir(run_dir)
-                held.enter_context(run_lock(run_dir, "train"))
-                remove_stale_temporaries(run_dir)
-                return True
-
-            # the other ranks wait in each broadcast of main_result: rank 0's error ends them
-            dist.main_result(claim, "rank 0 cannot use the run directory (its error says why)")
-            state = _start_state(recipe, run_dir, resume,
-                                 console if dist.is_main else None)
-            init = (init_state(recipe, Path(init_from), reinitialize=init_fresh)
-                    if init_from is not None and state is None else None)
-            changed = changed_settings(state, recipe) if state is not None else []
-
-            def prepare_data() -> bool:  # on rank 0, while the other ranks wait
-                # recipe.yaml records the parent checkpoint: this start's, or the resumed run's
-                parent = init["meta"] if init is not None else (state or {}).get("init_from")
-                _prepare(recipe, run_dir, resumed=state is not None, parent=parent,
-                         mirror=mirror, console=console)
-                if changed:
-                    console.print("resuming with settings changed since the last checkpoint: "
-                                  + ", ".join(changed), highlight=False, soft_wrap=True)
-                if clear_choice(run_dir):  # it named a model that training now changes
-                    log.info("%s: forgotten: training changes the run's checkpoints (the "
-                             "end of training chooses again with train.average_last; tune "
-                             "the length again with mtkit tune-length)", run_dir / CHOICE)
-                return True
-
-            dist.main_result(prepare_data, "rank 0 stopped before training (its error says "
-                             "why)")
-            setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state,
-                                init=init)
-            if dist.is_main:
-                _say_regularizers(recipe)
-            return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
-                           console=console).run()
+        return _train_in_group(recipe, run_dir, dist=dist, device=device, resume=resume,
+                               init_from=init_from, init_fresh=init_fresh, mirror=mirror,
+                               console=console)
+    except BaseException as e:
+        if dist.enabled:  # the frames the exception carries hold the DDP wrapper: see below
+            traceback.clear_frames(e.__traceback__)
+        raise
     finally:
+        if dist.enabled:
+            # DistributedDataParallel's reducer holds the process group: while it lives,
+            # destroy_process_group leaves gloo's threads (and rank 0's store's) running into
+            # the interpreter's exit, where a thread that takes the GIL then is ended inside a
+            # C++ destructor: the likely cause of a finished rank 0 aborting once in CI
+            # ("terminate called without an active exception", SIGABRT). Collected first
+            # (its hooks make cycles), the wrapper lets destroy end them.
+            gc.collect()
         destroy_process_group(dist)
+
+
+def _train_in_group(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.device,
+                    resume: bool | Literal["auto"], init_from: str | Path | None,
+                    init_fresh: Sequence[str], mirror: str | Path | None,
+                    console: Console) -> TrainResult:
+    """`train` once the process group is up: its objects (the DDP wrapper above all) are
+    this call's, released when it returns."""
+    with contextlib.ExitStack() as held:
+        def claim() -> bool:  # rank 0: the run directory, locked until training ends
+            check_writable_run_dir(run_dir)
+            held.enter_context(run_lock(run_dir, "train"))
+            remove_stale_temporaries(run_dir)
+            return True
+
+        # the other ranks wait in each broadcast of main_result: rank 0's error ends them
+        dist.main_result(claim, "rank 0 cannot use the run directory (its error says why)")
+        state = _start_state(recipe, run_dir, resume,
+                             console if dist.is_main else None)
+        init = (init_state(recipe, Path(init_from), reinitialize=init_fresh)
+                if init_from is not None and state is None else None)
+        changed = changed_settings(state, recipe) if state is not None else []
+
+        def prepare_data() -> bool:  # on rank 0, while the other ranks wait
+            # recipe.yaml records the parent checkpoint: this start's, or the resumed run's
+            parent = init["meta"] if init is not None else (state or {}).get("init_from")
+            _prepare(recipe, run_dir, resumed=state is not None, parent=parent,
+                     mirror=mirror, console=console)
+            if changed:
+                console.print("resuming with settings changed since the last checkpoint: "
+                              + ", ".join(changed), highlight=False, soft_wrap=True)
+            if clear_choice(run_dir):  # it named a model that training now changes
+                log.info("%s: forgotten: training changes the run's checkpoints (the "
+                         "end of training chooses again with train.average_last; tune "
+                         "the length again with mtkit tune-length)", run_dir / CHOICE)
+            return True
+
+        dist.main_result(prepare_data, "rank 0 stopped before training (its error says "
+                         "why)")
+        setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state,
+                            init=init)
+        if dist.is_main:
+            _say_regularizers(recipe)
+        return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
+                       console=console).run()
 
 
 def _start_state(recipe: Recipe, run_dir: Path, resume: bool | Literal["auto"],

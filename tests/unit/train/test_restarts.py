@@ -181,6 +181,54 @@ def test_a_killed_worker_is_restarted_and_resumed_and_one_process_keeps_the_glob
         "global batch: 1 process(es) x update_freq 2 x 512 tokens") == 2
 
 
+# Run by each rank of the test below: `session.train`, then the names of the threads left in
+# the process, into threads-RANK.txt.
+_THREADS_LEFT = """
+import os, sys
+from pathlib import Path
+from rich.console import Console
+from mtkit.config import load_recipe
+from mtkit.train import session
+out, toy, run, fail = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "fail"
+if fail:  # an error after training, while the frames that raise it hold the DDP wrapper
+    trained = session.Trainer.run
+    def run_then_fail(self):
+        trained(self)
+        raise RuntimeError("after training")
+    session.Trainer.run = run_then_fail
+recipe = load_recipe(toy, ["train.max_time=null", "train.valid_every=1000",
+                           "train.max_updates=3"])
+try:
+    session.train(recipe, run, console=Console(file=open(os.devnull, "w")))
+except RuntimeError as e:  # kept, with its traceback, as a caller may keep it
+    assert fail and str(e) == "after training", e
+    kept = e
+names = [Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir(
+    "/proc/self/task")]
+(out / f"threads-{os.environ['RANK']}.txt").write_text("\\n".join(sorted(names)))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names in /proc")
+@pytest.mark.parametrize("ending", ["ok", "fail"])
+def test_a_rank_ends_its_process_group_threads_before_the_interpreter_exits(
+        tmp_path: Path, ending: str) -> None:
+    """gloo's threads (and rank 0's store's) outlived destroy_process_group, held by the DDP
+    wrapper and by torch.distributed.nn.functional's default arguments; one that took the GIL
+    while the interpreter exited aborted rank 0 (SIGABRT, 'terminate called without an
+    active exception') after a finished run. Once `train` returns or raises, they are gone."""
+    script = tmp_path / "threads_left.py"
+    script.write_text(_THREADS_LEFT)
+    done = subprocess.run(
+        [str(_torchrun()), "--standalone", "--nproc_per_node=2", str(script), str(tmp_path),
+         str(TOY), str(tmp_path / "run"), ending], capture_output=True, text=True,
+        timeout=300, env={**os.environ, **TORCHRUN_ENV, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        names = (tmp_path / f"threads-{rank}.txt").read_text().split("\n")
+        assert not [n for n in names if "gloo" in n or "tcpstore" in n], (rank, names)
+
+
 def test_sigterm_to_the_torchrun_agent_leaves_a_checkpoint_that_resumes(tmp_path: Path
                                                                         ) -> None:
     run = tmp_path / "run"
