@@ -110,8 +110,18 @@ def main() -> None:
     argument) is one line on stderr, exit code 2, as every other user error."""
     try:
         _main()
+    except SystemExit as e:
+        if _interrupted(e.code):  # main owns the process (the console script's entry point)
+            startup.end_interrupted(e.code)
+        raise
     finally:  # the command is over: a signal now ends the process, not an exit handler
         startup.default_signals()
+
+
+def _interrupted(code: object) -> bool:
+    """Whether `code` is the exit of a command stopped by Ctrl-C (130) or by the termination
+    signal it was sent (128 + it)."""
+    return code in [128 + s for s in (signal.SIGINT, *startup.TERMINATED)]
 
 
 def _main() -> None:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import signal
 import sys
 from collections.abc import Iterator
+from typing import NoReturn
 
 from mtkit.errors import Terminated
 from mtkit.fileio import remove_temporaries
@@ -56,6 +58,23 @@ def before_exit() -> None:
     into place before a command returns; none waits on a finaliser)."""
     if _OWNED["process"]:
         gc.freeze()
+
+
+def end_interrupted(code: int) -> NoReturn:
+    """End the process of a command that Ctrl-C or a termination signal stopped, with exit
+    code `code`, without the interpreter's exit. The signal's exception unwound the main
+    thread at whatever bytecode it reached, and mtkit's clean-up ran as it unwound (the
+    outputs' temporaries are gone, a training run's checkpoint is written); what the exit
+    would add is waiting: for threads that are not daemons (a thread pool's workers, which
+    the exit joins) and for library exit handlers, none of which a stopped command needs, and
+    one of which kept a `translate` alive after it had said "terminated". Logs and standard
+    streams are flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or its reader gone
+            if stream is not None:
+                stream.flush()
+    os._exit(code)
 
 
 TERMINATED: list[int] = []  # the signal that asked the process to end, once one has

@@ -725,6 +725,37 @@ def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
     assert out.read_text() == "precious\n"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_thread_that_never_ends_does_not_keep_a_stopped_command_alive(toy_model, tmp_path,
+                                                                        sig):
+    """A `translate` sent SIGTERM once said "terminated" and was still alive 60 s later: the
+    interpreter's exit waits for every thread that is not a daemon (a thread pool's workers
+    among them), and one could not end. Here a thread never ends: the stopped command still
+    exits at once, with its code, its message and its clean-up."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("sa pel gu mir nel lop ke wi\n" * 20000)
+    code = ("import sys, threading\n"
+            "threading.Thread(target=threading.Event().wait, name='stuck').start()\n"
+            f"sys.argv = ['mtkit', 'translate', {str(toy_model)!r}, '-i', {str(src)!r}, '-o',"
+            f" {str(out)!r}, '--beam', '5']\n"
+            "from mtkit.cli import main\n"
+            "main()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.iterdir())) < 2 and proc.poll() is None:  # the temporary
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    said = "mtkit: interrupted" if sig == signal.SIGINT else f"mtkit: terminated ({sig.name})"
+    assert err.endswith(said + "\n"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["in.txt"]
+
+
 def test_read_only_run_folder(toy_model, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("a b c\n")
