@@ -706,8 +706,8 @@ def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
     src.write_text("sa pel gu mir nel lop ke wi\n" * 20000)
     out.write_text("precious\n")
     # (a suite run under nohup ignores SIGHUP, which mtkit then rightly keeps ignoring)
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "translate", str(toy_model), "-i",
-                             str(src), "-o", str(out), "--beam", "5"],
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "mtkit", "translate",
+                             str(toy_model), "-i", str(src), "-o", str(out), "--beam", "5"],
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
@@ -716,7 +716,11 @@ def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # where it waits: faulthandler prints every stack
+            proc.send_signal(signal.SIGABRT)
+            pytest.fail(f"alive 60 s after {sig.name}:\n{proc.communicate(timeout=30)[1]}")
     finally:
         proc.kill()
     assert proc.returncode == 128 + sig, err

@@ -88,8 +88,10 @@ def test_checkpoint_every_time_saves_by_the_clock(tmp_path: Path,
 
 # torchrun's environment for the tests: one thread per process (two share this machine), and
 # the rendezvous store made afresh for each attempt, as README's multi-node section says
-# (the agent's shared one keeps the previous attempt's gloo addresses: `shared_store_warning`)
-TORCHRUN_ENV = {"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# (the agent's shared one keeps the previous attempt's gloo addresses: `shared_store_warning`);
+# a worker that crashes (SIGABRT, SIGSEGV) prints every thread's Python stack
+TORCHRUN_ENV = {"OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+                "PYTHONFAULTHANDLER": "1"}
 
 
 def _torchrun() -> Path:
