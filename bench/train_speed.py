@@ -11,8 +11,9 @@ is the baseline, "base") is built and timed in the same process, interleaved in 
 each one's throughput as a ratio to the baseline, with the load average before and after.
 
 Each step is the training loop's own update (`mtkit.train.step`): collate the batches, copy
-them to the device, forward, label-smoothed loss, backward, clip, optimizer step, in the
-recipe's precision (bf16 autocast on CUDA by default) and with its optimizer (fused on CUDA).
+them to the device, forward (twice with `train.rdrop.weight`), label-smoothed loss, backward,
+clip, optimizer step, in the recipe's precision (bf16 autocast on CUDA by default) and with
+its optimizer (fused on CUDA).
 The batches are the recipe's real training batches when its data is prepared in the run
 directory (`mtkit prep RECIPE`), else random sentences with Multi30k-like lengths (about 13
 source and 14 target tokens on average with an 8k joint vocabulary). The first --warmup steps
@@ -149,7 +150,8 @@ class Runner:
         batches = [self.make(self.groups[(k * uf + j) % len(self.groups)]) for j in range(uf)]
         ntok = sum(b.num_tgt_tokens for b in batches)
         loss, nll, _ = forward_backward(self.net, batches, device=self.device, amp=self.amp,
-                                        smoothing=cfg.label_smoothing, normalizer=1.0 / ntok)
+                                        smoothing=cfg.label_smoothing, normalizer=1.0 / ntok,
+                                        rdrop=cfg.rdrop.weight)
         finish_update(self.params, self.optimizer, self.amp, clip_norm=cfg.clip_norm,
                       loss_sum=loss, nll_sum=nll, dist=Dist())
         return ntok

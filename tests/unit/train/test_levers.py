@@ -19,6 +19,7 @@ from mtkit.data.vocab import PAD_ID
 from mtkit.device import Amp
 from mtkit.models.build import build_model
 from mtkit.run import load_checkpoint
+from mtkit.train import loss as loss_mod
 from mtkit.train import session
 from mtkit.train.checkpoint import weights_digest
 from mtkit.train.loss import label_smoothed_nll, rdrop_loss
@@ -50,6 +51,39 @@ def test_rdrop_loss_equals_a_hand_computation() -> None:
     assert sums.loss.item() == pytest.approx((smoothed[0] + smoothed[1]) / 2 + w / 4 * kl,
                                              rel=1e-5)
     assert sums.nll.item() == pytest.approx((-math.log(p[2]) - math.log(q[2])) / 2, rel=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1000])  # one row at a time, blocks and a remainder, all
+@pytest.mark.parametrize(("eps", "w"), [(0.0, 1.0), (0.1, 5.0)])
+def test_rdrop_loss_and_its_gradient_are_autograds_through_the_formula(
+        monkeypatch: pytest.MonkeyPatch, rows: int, eps: float, w: float) -> None:
+    """`rdrop_loss` writes its gradient out and works in blocks of rows: it must give what
+    autograd gives through the formula, padding and a softmax that underflows included."""
+    g = torch.Generator().manual_seed(rows)
+    b, t, v = 5, 7, 50
+    monkeypatch.setitem(loss_mod.BLOCK, "cpu", rows * v)
+    logits = torch.randn(2 * b, t, v, generator=g) * 4
+    logits[0, 0, 3] = 200.0  # every other piece's probability underflows to 0 in float32
+    target = torch.randint(4, v, (b, t), generator=g)
+    target[1, 4:] = PAD_ID
+    target[0, 0] = 3
+
+    def formula(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        both = label_smoothed_nll(z, target.repeat(2, 1), smoothing=eps)
+        lp1, lp2 = torch.log_softmax(z, dim=-1).chunk(2)
+        sym = ((lp1.exp() - lp2.exp()) * (lp1 - lp2)).sum(-1)
+        return both.loss / 2 + w / 4 * sym.masked_fill(target == PAD_ID, 0.0).sum(), both.nll / 2
+
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    sums = rdrop_loss(ours, target, smoothing=eps, weight=w)
+    (sums.loss * 1.7).backward()
+    loss, nll = formula(theirs)
+    (loss * 1.7).backward()
+    torch.testing.assert_close(sums.loss, loss)
+    torch.testing.assert_close(sums.nll, nll)
+    assert torch.isfinite(ours.grad).all()
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-4, atol=1e-6)
+    assert ours.grad[1, 4:].abs().sum() == ours.grad[b + 1, 4:].abs().sum() == 0  # padding
 
 
 def test_rdrop_without_dropout_is_the_plain_loss_and_with_it_adds_the_kl() -> None:
