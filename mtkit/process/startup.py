@@ -66,9 +66,9 @@ def end_interrupted(code: int) -> NoReturn:
     thread at whatever bytecode it reached, and mtkit's clean-up ran as it unwound (the
     outputs' temporaries are gone, a training run's checkpoint is written); what the exit
     would add is waiting: for threads that are not daemons (a thread pool's workers, which
-    the exit joins) and for library exit handlers, none of which a stopped command needs, and
-    one of which kept a `translate` alive after it had said "terminated". Logs and standard
-    streams are flushed first."""
+    the exit joins) and for library exit handlers, none of which a stopped command needs (a
+    `translate` was once still alive 60 s after saying "terminated": its main thread was
+    done, so the wait was there). Logs and standard streams are flushed first."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed, or its reader gone
