@@ -698,6 +698,26 @@ def test_a_full_or_closed_standard_output_is_one_line(toy_model, tmp_path):
     assert len(out.read_text().splitlines()) == 2
 
 
+def _signal_once_writing(proc: subprocess.Popen, folder: Path, files: int,
+                         sig: signal.Signals) -> str:
+    """Send `sig` to `proc` (started with -X faulthandler) once its output's temporary has
+    made `folder` hold `files` entries; its standard error once it has ended. Still alive 60 s
+    later, it is made to print every thread's stack (SIGABRT), and the test fails with them."""
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(folder.iterdir())) < files and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        try:
+            return proc.communicate(timeout=60)[1]
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            pytest.fail(f"alive 60 s after {sig.name}:\n{proc.communicate(timeout=30)[1]}")
+    finally:
+        proc.kill()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
     """SIGTERM and SIGHUP killed translate outright: no message, and `.out.txt.XXXX.tmp`
@@ -710,19 +730,7 @@ def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
                              str(toy_model), "-i", str(src), "-o", str(out), "--beam", "5"],
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.iterdir())) < 3 and proc.poll() is None:  # the temporary
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        proc.send_signal(sig)
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:  # where it waits: faulthandler prints every stack
-            proc.send_signal(signal.SIGABRT)
-            pytest.fail(f"alive 60 s after {sig.name}:\n{proc.communicate(timeout=30)[1]}")
-    finally:
-        proc.kill()
+    err = _signal_once_writing(proc, tmp_path, 3, sig)
     assert proc.returncode == 128 + sig, err
     assert err.endswith(f"mtkit: terminated ({sig.name})\n"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
@@ -744,16 +752,9 @@ def test_a_thread_that_never_ends_does_not_keep_a_stopped_command_alive(toy_mode
             f" {str(out)!r}, '--beam', '5']\n"
             "from mtkit.cli import main\n"
             "main()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.iterdir())) < 2 and proc.poll() is None:  # the temporary
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code],
+                            stderr=subprocess.PIPE, text=True)
+    err = _signal_once_writing(proc, tmp_path, 2, sig)
     assert proc.returncode == 128 + sig, err
     said = "mtkit: interrupted" if sig == signal.SIGINT else f"mtkit: terminated ({sig.name})"
     assert err.endswith(said + "\n"), err
