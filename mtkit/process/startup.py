@@ -64,11 +64,13 @@ def end_interrupted(code: int) -> NoReturn:
     """End the process of a command that Ctrl-C or a termination signal stopped, with exit
     code `code`, without the interpreter's exit. The signal's exception unwound the main
     thread at whatever bytecode it reached, and mtkit's clean-up ran as it unwound (the
-    outputs' temporaries are gone, a training run's checkpoint is written); what the exit
-    would add is waiting: for threads that are not daemons (a thread pool's workers, which
-    the exit joins) and for library exit handlers, none of which a stopped command needs (a
-    `translate` was once still alive 60 s after saying "terminated": its main thread was
-    done, so the wait was there). Logs and standard streams are flushed first."""
+    outputs' temporaries are gone; a training run stopped by Ctrl-C has written its
+    checkpoint, while its own handlers' SIGTERM and SIGHUP stops, not recorded in
+    `TERMINATED`, leave by the interpreter's exit); what the exit would add is waiting: for
+    threads that are not daemons (a thread pool's workers, which the exit joins) and for
+    library exit handlers, none of which a stopped command needs (a `translate` was once
+    still alive 60 s after saying "terminated": its main thread was done, so the wait was
+    there). Logs and standard streams are flushed first."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed, or its reader gone

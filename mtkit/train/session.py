@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -74,18 +73,15 @@ def train(recipe: Recipe, run_dir: str | Path, *, resume: bool | Literal["auto"]
         return _train_in_group(recipe, run_dir, dist=dist, device=device, resume=resume,
                                init_from=init_from, init_fresh=init_fresh, mirror=mirror,
                                console=console)
-    except BaseException as e:
-        if dist.enabled:  # the frames the exception carries hold the DDP wrapper: see below
-            traceback.clear_frames(e.__traceback__)
-        raise
     finally:
         if dist.enabled:
             # DistributedDataParallel's reducer holds the process group: while it lives,
             # destroy_process_group leaves gloo's threads (and rank 0's store's) running into
             # the interpreter's exit, where a thread that takes the GIL then is ended inside a
             # C++ destructor: the likely cause of a finished rank 0 aborting once in CI
-            # ("terminate called without an active exception", SIGABRT). Collected first
-            # (its hooks make cycles), the wrapper lets destroy end them.
+            # ("terminate called without an active exception", SIGABRT). Dropped by
+            # `_train_in_group` and collected here (its hooks make cycles), the wrapper lets
+            # destroy end them.
             gc.collect()
         destroy_process_group(dist)
 
@@ -94,8 +90,8 @@ def _train_in_group(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.
                     resume: bool | Literal["auto"], init_from: str | Path | None,
                     init_fresh: Sequence[str], mirror: str | Path | None,
                     console: Console) -> TrainResult:
-    """`train` once the process group is up: its objects (the DDP wrapper above all) are
-    this call's, released when it returns."""
+    """`train` once the process group is up: its objects are this call's, and the DDP
+    wrapper is let go of when it returns or raises."""
     with contextlib.ExitStack() as held:
         def claim() -> bool:  # rank 0: the run directory, locked until training ends
             check_writable_run_dir(run_dir)
@@ -131,8 +127,11 @@ def _train_in_group(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.
                             init=init)
         if dist.is_main:
             _say_regularizers(recipe)
-        return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
-                       console=console).run()
+        try:
+            return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
+                           console=console).run()
+        finally:
+            setup.drop_net()
 
 
 def _start_state(recipe: Recipe, run_dir: Path, resume: bool | Literal["auto"],

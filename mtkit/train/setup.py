@@ -72,6 +72,12 @@ class Setup:
     # the prepared ones
     resegment: Resegmenter | None = None
 
+    def drop_net(self) -> None:
+        """Let go of `net` once training is over, however it ended: a DDP wrapper holds the
+        process group (`mtkit.train.session.train` says why that matters), and what an
+        exception keeps (a closure's `self` in its traceback) may keep this Setup."""
+        object.__setattr__(self, "net", None)  # frozen: the one change it allows
+
 
 # --------------------------------------------------------------------------- resume checks
 

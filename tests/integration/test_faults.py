@@ -752,8 +752,10 @@ def test_a_thread_that_never_ends_does_not_keep_a_stopped_command_alive(toy_mode
             f" {str(out)!r}, '--beam', '5']\n"
             "from mtkit.cli import main\n"
             "main()\n")
+    # (a suite run as a background job ignores SIGINT, which the command would then keep)
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code],
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     err = _signal_once_writing(proc, tmp_path, 2, sig)
     assert proc.returncode == 128 + sig, err
     said = "mtkit: interrupted" if sig == signal.SIGINT else f"mtkit: terminated ({sig.name})"

@@ -184,26 +184,34 @@ def test_a_killed_worker_is_restarted_and_resumed_and_one_process_keeps_the_glob
 
 
 # Run by each rank of the test below: `session.train`, then the names of the threads left in
-# the process, into threads-RANK.txt.
+# the process, into threads-RANK.txt. The collector only runs when asked (as it may not have
+# run by the end of a real run).
 _THREADS_LEFT = """
+import gc
+gc.disable()
 import os, sys
 from pathlib import Path
 from rich.console import Console
 from mtkit.config import load_recipe
-from mtkit.train import session
-out, toy, run, fail = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "fail"
-if fail:  # an error after training, while the frames that raise it hold the DDP wrapper
+from mtkit.errors import DataError
+from mtkit.train import loop, session
+out, toy, run, ending = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+if ending == "fail":  # an error after training, raised where the frames hold the DDP wrapper
     trained = session.Trainer.run
     def run_then_fail(self):
         trained(self)
         raise RuntimeError("after training")
     session.Trainer.run = run_then_fail
-recipe = load_recipe(toy, ["train.max_time=null", "train.valid_every=1000",
+if ending == "valid" and os.environ["RANK"] == "0":  # raised in a closure over the Trainer
+    def failing(*args, **kwargs):
+        raise DataError("the validation data went bad")
+    loop.validate = failing
+recipe = load_recipe(toy, ["train.max_time=null", "train.valid_every=2",
                            "train.max_updates=3"])
 try:
     session.train(recipe, run, console=Console(file=open(os.devnull, "w")))
-except RuntimeError as e:  # kept, with its traceback, as a caller may keep it
-    assert fail and str(e) == "after training", e
+except Exception as e:  # kept, with its traceback, as a caller may keep it
+    assert ending != "ok", e
     kept = e
 names = [Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir(
     "/proc/self/task")]
@@ -212,13 +220,14 @@ names = [Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listd
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names in /proc")
-@pytest.mark.parametrize("ending", ["ok", "fail"])
+@pytest.mark.parametrize("ending", ["ok", "fail", "valid"])
 def test_a_rank_ends_its_process_group_threads_before_the_interpreter_exits(
         tmp_path: Path, ending: str) -> None:
     """gloo's threads (and rank 0's store's) outlived destroy_process_group, held by the DDP
     wrapper and by torch.distributed.nn.functional's default arguments; one that took the GIL
     while the interpreter exited aborted rank 0 (SIGABRT, 'terminate called without an
-    active exception') after a finished run. Once `train` returns or raises, they are gone."""
+    active exception') after a finished run. Once `train` returns or raises (after training,
+    or in rank 0's validation), they are gone."""
     script = tmp_path / "threads_left.py"
     script.write_text(_THREADS_LEFT)
     done = subprocess.run(
