@@ -159,12 +159,13 @@ class _RDrop(torch.autograd.Function):
             b.exp_()  # a, b: p1, p2 from here on
             e1 = torch.linalg.vecdot(a, d).unsqueeze(1)
             e2 = torch.linalg.vecdot(b, d).unsqueeze(1)
-            k1 = (d - e1).mul_(a)  # p1 (d - E_p1[d])
-            k2 = d.sub_(e2).mul_(b)  # p2 (d - E_p2[d])
             diff = a - b
-            for p, k, sign in ((a, k1.add_(diff), 1.0), (b, k2.add_(diff), -1.0)):
-                _smoothed_grad_(p, target[s:e], ctx.smoothing)
-                p.mul_(0.5).add_(k, alpha=sign * c)
+            kl1 = (d - e1).mul_(a).add_(diff)  # pass 1's KL gradient
+            kl2 = d.sub_(e2).mul_(b).add_(diff)  # minus pass 2's
+            _smoothed_grad_(a, target[s:e], ctx.smoothing)
+            _smoothed_grad_(b, target[s:e], ctx.smoothing)
+            a.mul_(0.5).add_(kl1, alpha=c)
+            b.mul_(0.5).sub_(kl2, alpha=c)
         grad.mul_((real.repeat(2) * grad_loss).unsqueeze(1))
         return grad.to(ctx.dtype), None, None, None
 
