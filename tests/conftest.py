@@ -128,6 +128,16 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def terminal_signals():
+    """Signals as under a terminal for the test, whatever the suite inherited
+    (tests/helpers.py:terminal_signals)."""
+    from tests.helpers import terminal_signals
+
+    with terminal_signals():
+        yield
+
+
 @pytest.fixture(scope="session")
 def two_way(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """recipes/toy-two-way.yaml (reverse with <rev>, copy with <copy>) prepared and trained

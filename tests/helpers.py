@@ -43,6 +43,34 @@ def reversal_batch(n: int, vocab: int, g: torch.Generator, *, lo: int = 3,
     return collate(src, [s[::-1] for s in src], range(n))
 
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def default_signals() -> None:
+    """`preexec_fn` of a process a test signals: SIGINT, SIGTERM and SIGHUP take their default
+    action, as under a terminal, however the suite was started (a background job of a script
+    starts with SIGINT ignored, `nohup` with SIGHUP ignored, and an ignored signal stays
+    ignored in every child)."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@contextmanager
+def terminal_signals() -> Iterator[None]:
+    """This process's SIGINT, SIGTERM and SIGHUP as Python sets them up under a terminal
+    (Ctrl-C raises KeyboardInterrupt, the others their default action) for the block, then
+    as they were."""
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def wait_for_training(run, proc: subprocess.Popen, timeout: float = 180) -> None:
     """Wait until the training `proc` into `run` has logged an update to metrics.jsonl (or has
     ended): the point where a signal meets a run under way."""
@@ -51,6 +79,31 @@ def wait_for_training(run, proc: subprocess.Popen, timeout: float = 180) -> None
     while not (metrics.exists() and '"train"' in metrics.read_text()) and proc.poll() is None:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+class TrainClock:
+    """The training loop's clock, advanced only by the test: `per_update` seconds an update
+    (and what the test adds to `now`), so that a time budget's verdict does not depend on how
+    fast the machine runs the updates. `install` it with the test's monkeypatch."""
+
+    def __init__(self, per_update: float) -> None:
+        self.now = 0.0
+        self.per_update = per_update
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def install(self, monkeypatch) -> None:
+        from mtkit.train import loop
+
+        after = loop.Trainer._after_update
+
+        def timed(trainer):
+            self.now += self.per_update
+            return after(trainer)
+
+        monkeypatch.setattr(loop, "time", self)  # the loop reads only time.monotonic
+        monkeypatch.setattr(loop.Trainer, "_after_update", timed)
 
 
 def run_cli(*args: object, input: str | bytes | None = None, env: dict[str, str] | None = None):

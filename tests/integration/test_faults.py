@@ -28,7 +28,7 @@ import pytest
 
 from mtkit.train import loop
 from tests.conftest import RECIPES
-from tests.helpers import run_cli
+from tests.helpers import default_signals, run_cli
 
 TOY = RECIPES / "toy.yaml"
 FAST = ["--set", "train.max_time=null", "--set", "train.threads=1"]
@@ -725,11 +725,10 @@ def test_a_terminated_command_leaves_no_temporary(toy_model, tmp_path, sig):
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("sa pel gu mir nel lop ke wi\n" * 20000)
     out.write_text("precious\n")
-    # (a suite run under nohup ignores SIGHUP, which mtkit then rightly keeps ignoring)
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "mtkit", "translate",
                              str(toy_model), "-i", str(src), "-o", str(out), "--beam", "5"],
                             stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+                            preexec_fn=default_signals)
     err = _signal_once_writing(proc, tmp_path, 3, sig)
     assert proc.returncode == 128 + sig, err
     assert err.endswith(f"mtkit: terminated ({sig.name})\n"), err
@@ -752,10 +751,9 @@ def test_a_thread_that_never_ends_does_not_keep_a_stopped_command_alive(toy_mode
             f" {str(out)!r}, '--beam', '5']\n"
             "from mtkit.cli import main\n"
             "main()\n")
-    # (a suite run as a background job ignores SIGINT, which the command would then keep)
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code],
                             stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=default_signals)
     err = _signal_once_writing(proc, tmp_path, 2, sig)
     assert proc.returncode == 128 + sig, err
     said = "mtkit: interrupted" if sig == signal.SIGINT else f"mtkit: terminated ({sig.name})"

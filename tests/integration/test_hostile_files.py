@@ -61,10 +61,10 @@ def test_alias_bombs_are_refused_fast_small_and_briefly(tmp_path, key):
         for load in (lambda: load_recipe(path),  # a recipe file; a checkpoint's or an export's
                      lambda: recipe_from_yaml_text(path.read_text(), source="ckpt")):
             tracemalloc.start()
-            start = time.perf_counter()
+            start = time.thread_time()  # CPU time: other jobs on the cores do not count
             with pytest.raises(ConfigError) as e:
                 load()
-            took, peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
+            took, peak = time.thread_time() - start, tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             assert took < 1.0 and peak < 100e6, (levels, took, peak)
             assert len(str(e.value)) < 500, str(e.value)

@@ -52,8 +52,15 @@ def test_one_model_learns_both_directions_from_tags(two_way, lines):
     copy = model.translate(lines, tag="<copy>")
     assert model.translate(lines) == rev  # data.tag: <rev>
     want_rev = [" ".join(s.split()[::-1]) for s in lines]
-    assert sum(a == b for a, b in zip(rev, want_rev, strict=True)) >= 0.8 * len(lines)
-    assert sum(a == b for a, b in zip(copy, lines, strict=True)) >= 0.8 * len(lines)
+
+    def exact(got: list[str], want: list[str]) -> int:
+        return sum(a == b for a, b in zip(got, want, strict=True))
+
+    # Each tag picks its own direction, and the other's output almost never. 600 updates
+    # reverse 47-57 of the 60 and copy 45-57 (seeds 1-7; 44 reversed on another CPU, whose
+    # rounding takes training elsewhere): 36 leaves a margin to spare. One line is a palindrome.
+    assert exact(rev, want_rev) >= 36 and exact(rev, lines) <= 3
+    assert exact(copy, lines) >= 36 and exact(copy, want_rev) <= 3
     # links count the line's own words: a copy links word i to word i
     [res] = model.translate_full([lines[0]], tag="<copy>", align=True)
     assert res.candidates[0].alignment == " ".join(f"{i}-{i}" for i in

@@ -103,7 +103,8 @@ def test_the_same_signal_at_once_again_is_the_first_ones_echo(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_once_the_command_is_over_signals_take_their_default_action(collector, monkeypatch):
+def test_once_the_command_is_over_signals_take_their_default_action(collector, monkeypatch,
+                                                                    terminal_signals):
     """A second SIGTERM or Ctrl-C after training's 'Resume with' line reached an exit handler
     of torch's while the interpreter exited: 'Exception ignored in atexit callback', a
     traceback (1 run in 3 when sent every 2 ms; 3 in 3 in a trial)."""

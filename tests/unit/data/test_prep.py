@@ -166,7 +166,8 @@ def test_multi30k_second_run_does_nothing(multi30k_run, mirror: Path) -> None:
     t0 = time.perf_counter()
     out = io.StringIO()
     again = prepare(recipe, run_dir, mirror=mirror, console=Console(file=out, width=200))
-    assert again.skipped and time.perf_counter() - t0 < 5
+    # a margin measured from the run: the first prep read, trained sentencepiece and encoded
+    assert again.skipped and time.perf_counter() - t0 < first.seconds / 5
     assert manifest.stat().st_mtime_ns == before
     assert again.splits == first.splits and again.clean.dropped == first.clean.dropped
     assert "is up to date" in out.getvalue() and "nothing to do" in out.getvalue()

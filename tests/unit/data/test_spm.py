@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers import default_signals
 
 
 @functools.cache
@@ -94,15 +95,16 @@ def test_ctrl_c_stops_sentencepiece_training_at_once():
     """Python runs signal handlers between bytecodes of the main thread: a Ctrl-C during
     sentencepiece's training (minutes on a 2M sample) waited for all of it."""
     proc = subprocess.Popen([sys.executable, "-c", _SPM_LONG], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     try:
         assert proc.stdout.readline().strip() == "start"
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         sent = time.perf_counter()
-        out, err = proc.communicate(timeout=5)
+        out, err = proc.communicate(timeout=60)
         waited = time.perf_counter() - sent
     finally:
         proc.kill()
     assert "trained" not in out and "KeyboardInterrupt" in err, (out, err)
-    assert proc.returncode == -signal.SIGINT and waited < 3.0, (proc.returncode, waited)
+    # at once: well within the fake training's ~50 s, with room for busy cores
+    assert proc.returncode == -signal.SIGINT and waited < 15.0, (proc.returncode, waited)

@@ -74,10 +74,10 @@ def test_prefixes_are_per_line_and_terms_and_tags_decode_apart(model):
 
 
 def test_a_lone_job_waits_only_the_gap(model):
-    b = Batcher(model, max_wait=5.0, max_queue=100, gap=0.05)
+    b = Batcher(model, max_wait=60.0, max_queue=100, gap=0.05)
     start = time.monotonic()
     assert _texts(b.submit(["x"], CFG, Extras())) == ["X"]
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 5.0  # the gap, with room for busy cores: not max_wait
     b.close()
 
 

@@ -25,7 +25,7 @@ from mtkit.train.checkpoint import weights_digest
 from mtkit.train.loss import label_smoothed_nll, rdrop_loss
 from mtkit.train.step import forward_backward
 from tests.conftest import RECIPES
-from tests.helpers import reversal_batch
+from tests.helpers import TrainClock, reversal_batch
 
 TOY = RECIPES / "toy.yaml"
 
@@ -167,15 +167,19 @@ def test_linear_schedule_resumes_bitwise_with_its_horizon(tmp_path: Path) -> Non
     assert [r["lr"] for r in _records(whole, "train")][-1] == 0.0  # update 20: min_lr
 
 
-def test_linear_schedule_sizes_a_time_budget_by_the_pace(tmp_path: Path) -> None:
+def test_linear_schedule_sizes_a_time_budget_by_the_pace(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1/8 s an update on the loop's clock, the 6 s budget has 3.5 s left at update 20,
+    when the pace is taken: 28 updates more."""
+    TrainClock(per_update=1 / 8).install(monkeypatch)
     run = tmp_path / "run"
     _train(run, "train.schedule=linear", "train.warmup=0", "train.max_updates=0",
            "train.max_time=6s", "train.valid_every=100000", "train.log_every=1",
            "data.spm.vocab_size=51")
     (horizon,) = _records(run, "horizon")
-    assert horizon["update"] == 20 and horizon["pace"] > 0  # HORIZON_PACE updates timed
+    assert horizon["update"] == 20 and horizon["pace"] == 1 / 8  # HORIZON_PACE updates timed
     end = _records(run, "end")[-1]["update"]
-    assert horizon["horizon"] > 20 and end > 20
+    assert horizon["horizon"] == 48 and end == 48
     lrs = [r["lr"] for r in _records(run, "train")]
     assert lrs[19] == pytest.approx(3e-3)  # the peak until the horizon is set, then falling
     assert all(b <= a for a, b in zip(lrs[19:], lrs[20:], strict=False)) and lrs[-1] < 3e-3

@@ -39,7 +39,7 @@ from mtkit.train.loss import LossSums, label_smoothed_nll, perplexity
 from mtkit.train.optim import Schedule, build_optimizer, optimizer_step
 from mtkit.train.progress import TrainResult
 from tests.conftest import REPO
-from tests.helpers import wait_for_training
+from tests.helpers import TrainClock, default_signals, wait_for_training
 
 TOY = REPO / "recipes" / "toy.yaml"
 
@@ -346,7 +346,7 @@ def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path) -> Non
         _mtkit("train", str(TOY), "--run-dir", str(run), "--set", "train.max_updates=100000",
                "--set", "train.max_time=null", "--set", "train.valid_every=20",
                "--set", "train.log_every=5"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 120
 
     def past_the_validation_checkpoint() -> bool:
@@ -369,7 +369,7 @@ def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path) -> Non
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-    finally:  # a run that ignored the signal (SIGINT is ignored under `cmd &`) trains on
+    finally:  # never an orphan training on the shared cores
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -386,11 +386,11 @@ def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path: Path) -> Non
 def test_sighup_stops_with_a_checkpoint(tmp_path: Path) -> None:
     """SIGHUP (a closed terminal) killed training without a checkpoint."""
     run = tmp_path / "run"
-    proc = subprocess.Popen(  # SIGHUP as a terminal sends it (not ignored, as under nohup)
+    proc = subprocess.Popen(
         _mtkit("train", str(TOY), "--run-dir", str(run), "--set", "train.max_updates=100000",
                "--set", "train.max_time=null", "--set", "train.valid_every=100000"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+        preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 120
         while not (run / "metrics.jsonl").exists() or '"train"' not in (
@@ -406,7 +406,7 @@ def test_sighup_stops_with_a_checkpoint(tmp_path: Path) -> None:
     assert (run / "last.pt").is_file()
 
 
-def test_a_second_signal_stops_at_once_as_its_own_kind(monkeypatch) -> None:
+def test_a_second_signal_stops_at_once_as_its_own_kind(monkeypatch, terminal_signals) -> None:
     """A second SIGTERM raised KeyboardInterrupt: the command exited 130, as on Ctrl-C."""
     from mtkit.errors import Terminated
     from mtkit.process import signals
@@ -423,7 +423,7 @@ def test_a_second_signal_stops_at_once_as_its_own_kind(monkeypatch) -> None:
         assert (e.type is Terminated) == (sig == signal.SIGTERM)
 
 
-def test_timeouts_echo_of_its_signal_does_not_stop_training_at_once() -> None:
+def test_timeouts_echo_of_its_signal_does_not_stop_training_at_once(terminal_signals) -> None:
     """GNU timeout signals mtkit and then its process group: the second SIGTERM, microseconds
     after the first, interrupted training at once, without the checkpoint of a graceful stop.
     A second Ctrl-C is always meant."""
@@ -517,22 +517,26 @@ def test_max_time_ends_with_a_checkpoint_and_a_final_validation(tmp_path: Path) 
 
 def test_max_time_holds_the_closing_validation_and_checkpoint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With validations that take 1 s, a 4 s budget ends (closing validation and checkpoint
-    included) within 4 s plus a margin of 0.75 s, not 4 s plus a validation."""
-    real = loop.validate
+    """With updates of 1/32 s and validations of 1 s on the loop's clock, a 4 s budget ends
+    (closing validation and checkpoint included) at 4 s, not 4 s plus a validation: updates
+    1-40 and the validation at 40 take 2.25 s, and at update 64 (3 s) the 1 s the closing
+    validation was seen to take is all that is left."""
+    clock = TrainClock(per_update=1 / 32)
+    clock.install(monkeypatch)
+    real_validate = loop.validate
 
     def slow_validate(*args, **kwargs):
-        time.sleep(1.0)
-        return real(*args, **kwargs)
+        clock.now += 1.0
+        return real_validate(*args, **kwargs)
 
     monkeypatch.setattr(loop, "validate", slow_validate)
     recipe = load_recipe(TOY, ["train.max_time=4s", "train.max_updates=0",
-                               "train.valid_every=60"])
+                               "train.valid_every=40"])
     res = session.train(recipe, tmp_path / "run", console=Console(file=io.StringIO()))
     recs = _metrics(tmp_path / "run")
-    assert res.reason == "max_time"
-    assert [r["update"] for r in recs if r["kind"] == "valid"][-1] == res.update
-    assert recs[-1]["kind"] == "end" and recs[-1]["elapsed"] <= 4.0 + 0.75, recs[-1]
+    assert (res.reason, res.update) == ("max_time", 64)
+    assert [r["update"] for r in recs if r["kind"] == "valid"] == [40, 64]
+    assert recs[-1]["kind"] == "end" and recs[-1]["elapsed"] == pytest.approx(4.0), recs[-1]
 
 
 def test_a_model_too_big_for_memory_is_one_line(tmp_path: Path, monkeypatch) -> None:
