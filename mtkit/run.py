@@ -401,6 +401,23 @@ def weights_mismatch(path: Path, e: RuntimeError) -> CheckpointError:
                            f"({detail[:200]})")
 
 
+def check_weights(path: Path, state: dict[str, Any], model_cfg: Any) -> None:
+    """Refuse (`weights_mismatch`'s line) a checkpoint whose weights do not fit the model its
+    recipe's `model_cfg` describes, before anything is built or written: the model is laid out
+    on the meta device, which holds no memory, and handed the weights as they are."""
+    import torch
+
+    from mtkit.models.build import build_model
+
+    vocab = state["vocab"]
+    with torch.device("meta"):
+        skeleton = build_model(model_cfg, vocab["src"], vocab["tgt"])
+    try:
+        skeleton.load_state_dict(state["model"], assign=True)
+    except RuntimeError as e:
+        raise weights_mismatch(path, e) from None
+
+
 class Loaded(NamedTuple):
     """A trained model ready for inference, with what it was trained from."""
 

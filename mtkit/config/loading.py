@@ -15,7 +15,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from mtkit.config.overrides import apply_override, ignored_overrides
-from mtkit.config.recipe_yaml import RecipeLoader, SafeLoader
+from mtkit.config.recipe_yaml import RecipeLoader, SafeLoader, Unbounded
 from mtkit.config.sections import FileSource, ModelConfig, Recipe
 from mtkit.errors import ConfigError
 
@@ -354,5 +354,5 @@ def _parse(text: str, source: str, loader: type) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}:{where} not valid YAML ({getattr(e, 'problem', e)})"
-                          ) from None
+        said = "refused" if isinstance(e, Unbounded) else "not valid YAML"
+        raise ConfigError(f"{source}:{where} {said} ({getattr(e, 'problem', e)})") from None

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from mtkit.config.recipe_yaml import RecipeLoader
+from mtkit.config.recipe_yaml import RecipeLoader, Unbounded
 from mtkit.errors import ConfigError
 
 # A key part naming one entry of a list, as problems name it: train[1]
@@ -28,6 +28,9 @@ def apply_override(raw: dict, assignment: str) -> list[str]:
         raise ConfigError(f"--set {assignment!r}: empty key part in {key!r}")
     try:
         value = yaml.load(text, Loader=RecipeLoader) if text.strip() else ""
+    except Unbounded as e:  # YAML, but past a bound: not to be taken as text either
+        cut = assignment if len(assignment) <= 60 else assignment[:60] + "..."
+        raise ConfigError(f"--set {cut}: {e.problem}") from None
     except yaml.YAMLError:
         value = text
     node: Any = raw

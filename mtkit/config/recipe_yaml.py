@@ -11,15 +11,25 @@ MERGE_TAG = "tag:yaml.org,2002:merge"  # the key of `<<: *anchor`
 # alias bomb ("billion laughs": each level aliases the one above nine times) adds hundreds of
 # millions, which formatting or walking the value cannot survive.
 MAX_ALIAS_NODES = 10_000
+# Levels of nesting a document may have: a recipe has five or so; PyYAML composes, and
+# everything after it walks, a value recursively, so a 2 KB line of brackets nested 1,000
+# deep was the interpreter's RecursionError.
+MAX_DEPTH = 50
+
+
+class Unbounded(yaml.composer.ComposerError):
+    """A document past one of the bounds the loader keeps (`MAX_ALIAS_NODES`, `MAX_DEPTH`)."""
 
 
 class SafeLoader(yaml.SafeLoader):
     """PyYAML's safe loader with the nodes that aliases add bounded (`MAX_ALIAS_NODES`): the
     loader keeps aliased values shared, but everything that walks them (validation, an error
-    message) pays for every copy."""
+    message) pays for every copy; and the nesting bounded (`MAX_DEPTH`) where the nodes are
+    built, before anything recurses into them."""
 
     def compose_document(self) -> yaml.Node:
         self._alias_nodes = 0
+        self._depth = 0
         self._sizes: dict[int, int] = {}
         return super().compose_document()
 
@@ -30,10 +40,17 @@ class SafeLoader(yaml.SafeLoader):
             if node is not None:
                 self._alias_nodes += self._size(node)
                 if self._alias_nodes > MAX_ALIAS_NODES:
-                    raise yaml.composer.ComposerError(
-                        None, None, f"aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
-                        "(an alias bomb?)", event.start_mark)
-        return super().compose_node(parent, index)
+                    raise Unbounded(None, None, f"aliases expand to more than "
+                                    f"{MAX_ALIAS_NODES:,} nodes (an alias bomb?)",
+                                    event.start_mark)
+        elif self._depth >= MAX_DEPTH:
+            raise Unbounded(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                            self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def _size(self, node: yaml.Node) -> int:
         """Nodes in `node` as its aliases expand it, each shared node counted once per use."""

@@ -35,6 +35,7 @@ from mtkit.run import (
     BEST,
     LAST,
     check_vocab,
+    check_weights,
     data_dir,
     load_checkpoint,
     resolve_checkpoint,
@@ -198,6 +199,7 @@ def init_state(recipe: Recipe, source: Path, *, reinitialize: Sequence[str] = ()
     path = resolve_checkpoint(source)
     state = load_checkpoint(path)
     saved = recipe_from_yaml_text(state["recipe"], source=f"{path} (its recipe)")
+    check_weights(path, state, saved.model)
     before, now = (weights_shape(recipe_to_dict(r.model)) for r in (saved, recipe))
     key = first_difference(before, now, "model")
     if key is not None:

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from mtkit.config import load_recipe
 from tests.conftest import RECIPES
 from tests.helpers import run_cli
 
@@ -186,3 +187,65 @@ def test_nul_bytes_in_a_corpus_are_counted_and_said(tmp_path):
         res.stdout + res.stderr)
     man = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())
     assert [f["nul_lines"] for f in man["invalid_utf8"]] == [2]
+
+
+DEEP = "[" * 1000 + "]" * 1000  # 2 KB, nested 1,000 levels deep
+
+
+def test_a_deeply_nested_value_is_one_line_on_every_path(toy_model, tmp_path):
+    """A value nested 1,000 brackets deep was a RecursionError traceback: in a recipe, a --set,
+    a checkpoint's recipe (translate, --init-from, mtkit.load) and an export's recipe.yaml."""
+    import torch
+
+    import mtkit
+    from mtkit.errors import ConfigError, MtkitError
+
+    recipe = tmp_path / "deep.yaml"
+    recipe.write_text(TOY.read_text().replace("betas: [0.9, 0.98]", f"betas: {DEEP}"))
+    _one_line(run_cli("prep", recipe, "--run-dir", tmp_path / "r1"), "nested more than")
+    _one_line(run_cli("prep", TOY, "--run-dir", tmp_path / "r2", "--set", f"train.betas={DEEP}"),
+              "--set train.betas=", "nested more than")
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    state = torch.load(run / "last.pt", weights_only=True)
+    state["recipe"] = state["recipe"].replace("  seed: 1\n", f"  seed: {DEEP}\n", 1)
+    assert DEEP in state["recipe"]
+    torch.save(state, run / "deep.pt")
+    src = run / "data" / "test.src.txt"
+    _one_line(run_cli("translate", run / "deep.pt", "-i", src), "deep.pt (its recipe)",
+              "nested more than")
+    _one_line(run_cli("train", TOY, "--run-dir", tmp_path / "child", "--init-from",
+                      run / "deep.pt", "--set", "train.max_time=null"), "nested more than")
+    with pytest.raises(ConfigError, match="nested more than") as e:
+        mtkit.load(run / "deep.pt", device="cpu")
+    assert "\n" not in str(e.value)
+    pytest.importorskip("ctranslate2")
+    export = tmp_path / "export"
+    assert run_cli("export", toy_model, "-o", export).exit_code == 0
+    text = (export / "recipe.yaml").read_text()
+    (export / "recipe.yaml").write_text(text.replace("  seed: 1\n", f"  seed: {DEEP}\n", 1))
+    _one_line(run_cli("translate", export, "-i", src), "recipe.yaml", "nested more than")
+    with pytest.raises(MtkitError, match="recipe.yaml: line 89 refused \\(nested more than 50"):
+        mtkit.load(export, device="cpu")
+
+
+def test_init_from_another_architectures_weights_is_one_line(toy_model, tmp_path):
+    """An RNN's weights under a Transformer recipe (a checkpoint put together by hand) was an
+    AssertionError with a 3 KB list of keys; --resume said it in one line."""
+    import torch
+
+    from mtkit.models.build import build_model
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    state = torch.load(run / "last.pt", weights_only=True)
+    vocab = next(v.shape[0] for k, v in state["model"].items() if "embed" in k)
+    rnn = load_recipe(TOY, ["model.arch=rnn"]).model
+    state["model"] = build_model(rnn, vocab, vocab).state_dict()
+    torch.save(state, run / "rnn.pt")
+    res = run_cli("train", TOY, "--run-dir", tmp_path / "child", "--init-from", run / "rnn.pt",
+                  "--set", "train.max_time=null", "--set", "train.max_updates=1")
+    _one_line(res, "rnn.pt: weights do not fit the model its recipe describes")
+    assert len(res.stderr) < 400, res.stderr
+    assert not (tmp_path / "child").exists()  # refused before prep wrote anything
