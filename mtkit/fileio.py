@@ -290,6 +290,17 @@ def missing_input(path: str | Path, what: str) -> str | None:
     return None if Path(path).exists() else f"{path}: {what} file not found"
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why `text` is not text that can be written as UTF-8, or None: a lone surrogate
+    (``"\\ud800"``, which JSON's escapes and Python's literals can spell and no UTF-8 text
+    holds) reaches sentencepiece and CTranslate2 as their RuntimeError otherwise."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"not valid Unicode text (a lone surrogate at character {e.start})"
+    return None
+
+
 def open_text(path: str | Path, errors: str = "strict") -> IO[str]:
     """Open a UTF-8 text file for reading, transparently decompressing `.gz`."""
     return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors=errors, newline="\n")

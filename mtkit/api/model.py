@@ -29,6 +29,7 @@ from mtkit.api.results import (
 )
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.errors import ConfigError, OptionError
+from mtkit.fileio import unicode_problem
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
@@ -183,9 +184,9 @@ class TranslationModel:
         `tag`: as for `translate_full`; `options`: DecodeConfig fields (beam_size=5,
         method='greedy', ...)."""
         one = isinstance(text, str)
-        lines = [text] if one else list(text)
+        lines = [checked_text(text, "text")] if one else checked_lines(text)
         if one and isinstance(prefix, str):
-            prefix = [prefix]
+            prefix = [checked_text(prefix, "prefix")]
         out = [t.text for t in self.translate_full(lines, prefix=prefix, terms=terms,
                                                    terms_method=terms_method, tag=tag,
                                                    **options)]
@@ -211,7 +212,7 @@ class TranslationModel:
         the recipe's data.tag), put before every source line."""
         extras = self.extras(align=align, attention=attention, layer=layer, head=head,
                              align_method=align_method, readout=readout)
-        lines = list(lines)
+        lines = checked_lines(lines)
         cfg = self.options(options)
         found = None if terms is None else self.glossary(terms, terms_method)
         return self.decode(lines, cfg, extras, terms=found, tag=self.checked_tag(tag),
@@ -350,13 +351,32 @@ class TranslationModel:
         return f"cross-attention, layer {tf.align_layer}, head {head}"
 
 
+def checked_text(value: Any, name: str) -> str:
+    """`value` if it is a str of valid Unicode text, else a ConfigError naming `name`."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}: expected a string, got "
+                          f"{'None' if value is None else type(value).__name__}")
+    if problem := unicode_problem(value):
+        raise ConfigError(f"{name}: {problem}")
+    return value
+
+
+def checked_lines(lines: Any, name: str = "text") -> list[str]:
+    """`lines` (an iterable of sentences) as a list, each item `checked_text` (named
+    text[i]), or a ConfigError."""
+    if isinstance(lines, str | bytes | bytearray) or not isinstance(lines, Iterable):
+        raise ConfigError(f"{name}: expected a string or a list of strings, got "
+                          f"{type(lines).__name__}")
+    return [checked_text(line, f"{name}[{i}]") for i, line in enumerate(lines)]
+
+
 def checked_prefixes(prefix: Any, n: int) -> list[str] | None:
     """`prefix` as one target text per sentence (None: none), or a ConfigError."""
     if prefix is None:
         return None
     if isinstance(prefix, str) or not all(isinstance(p, str) for p in prefix):
         raise ConfigError("prefix: expected a list of strings, one per sentence")
-    prefixes = list(prefix)
+    prefixes = checked_lines(prefix, "prefix")
     if len(prefixes) != n:
         raise ConfigError(f"prefix: {len(prefixes)} prefixes for {n} sentences; expected one "
                           "per sentence (\"\" for none)")

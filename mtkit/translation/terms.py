@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from mtkit.errors import ConfigError, DataError
+from mtkit.fileio import unicode_problem
 
 if TYPE_CHECKING:
     import threading
@@ -115,6 +116,10 @@ def glossary(pairs: Iterable[tuple[str, str]], *, method: str = "prefix",
     side, or a side without a word are refused, every problem at once."""
     problems, terms, seen = [], [], {}
     for n, (src, tgt) in enumerate(pairs, 1):
+        if bad := next(((side, why) for side, text in (("source", src), ("target", tgt))
+                        if (why := unicode_problem(text))), None):
+            problems.append(f"entry {n}: the {bad[0]} term is {bad[1]}")
+            continue
         key = tuple(k for k in (word_key(w) for w in src.split()) if k)
         if not key or not tgt.split():
             problems.append(f"entry {n}: expected a source term and a target term, each with "

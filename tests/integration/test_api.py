@@ -98,6 +98,32 @@ def test_errors_name_fields_not_flags(model):
         mtkit.load("/nonexistent/run")
 
 
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda m: m.translate(["mu", 3]), "text[1]: expected a string, got int"),
+    (lambda m: m.translate(["mu", None]), "text[1]: expected a string, got None"),
+    (lambda m: m.translate(b"mu"), "text: expected a string or a list of strings, got bytes"),
+    (lambda m: m.translate(5), "text: expected a string or a list of strings, got int"),
+    (lambda m: m.translate("mu\ud800"),
+     "text: not valid Unicode text (a lone surrogate at character 2)"),
+    (lambda m: m.translate_full(["sa", "mu\udcff"]),
+     "text[1]: not valid Unicode text (a lone surrogate at character 2)"),
+    (lambda m: m.translate("sa", prefix="a\ud800"),
+     "prefix: not valid Unicode text (a lone surrogate at character 1)"),
+    (lambda m: m.translate("sa", terms={"sa": "x\ud800"}),
+     "terms: entry 1: the target term is not valid Unicode text (a lone surrogate at "
+     "character 1)"),
+    (lambda m: m.translate("sa", terms={"s\udc80": "x"}),
+     "terms: entry 1: the source term is not valid Unicode text"),
+])
+def test_items_that_are_not_text_are_named(model, call, message):
+    """Ints, None and bytes were AttributeError ('int' object has no attribute 'rstrip') or a
+    bare TypeError; a lone surrogate in text 'List elements must be str', in terms
+    CTranslate2's or sentencepiece's RuntimeError."""
+    with pytest.raises(ConfigError) as e:
+        call(model)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value), str(e.value)
+
+
 def test_attention_at_both_levels_and_chosen_layers(model, lines):
     [res] = model.translate_full([lines[0]], attention=True, nbest=2)
     for cand in res.candidates:
