@@ -187,6 +187,7 @@ class Trainer:
             log.warning("%s", hazard)
         if self.s.init_from is not None and not self.resumed:
             self._log_init()
+        self._log_regularizers()
         if self.max_time is not None:
             log.info("train.max_time %s holds the whole run: training stops early enough for "
                      "the closing validation and checkpoint, judged by the latest ones",
@@ -194,6 +195,19 @@ class Trainer:
         if self.s.amp.dtype is None and self.cfg.precision != "fp32":
             log.info("train.precision %s applies to CUDA only: on %s this run trains in fp32",
                      self.cfg.precision, self.device.type)
+
+    def _log_regularizers(self) -> None:
+        """The regularizers that are on, so that a run's log says its setting took."""
+        sw, rdrop = self.cfg.subword_sampling, self.cfg.rdrop
+        if sw.enabled:
+            kind = self.recipe.data.spm.model_type
+            how = (f"bpe merge-dropout {sw.alpha:g}" if kind == "bpe"
+                   else f"unigram alpha {sw.alpha:g}, nbest_size {sw.nbest_size}")
+            log.info("train.subword_sampling: each batch segmented anew (%s), %s", how,
+                     "source and target" if sw.target else "source side only")
+        if rdrop.enabled:
+            log.info("train.rdrop: two dropout passes of each batch, KL weight %g (each batch "
+                     "costs two passes)", rdrop.weight)
 
     def _log_init(self) -> None:
         meta = self.s.init_from
