@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -83,12 +83,13 @@ def wait_for_training(run, proc: subprocess.Popen, timeout: float = 180) -> None
 
 class TrainClock:
     """The training loop's clock, advanced only by the test: `per_update` seconds an update
-    (and what the test adds to `now`), so that a time budget's verdict does not depend on how
-    fast the machine runs the updates. `install` it with the test's monkeypatch."""
+    (a number, or a function of the update's number), and what the test adds to `now`, so
+    that a time budget's verdict does not depend on how fast the machine runs the updates.
+    `install` it with the test's monkeypatch."""
 
-    def __init__(self, per_update: float) -> None:
+    def __init__(self, per_update: float | Callable[[int], float]) -> None:
         self.now = 0.0
-        self.per_update = per_update
+        self.per_update = per_update if callable(per_update) else lambda _: per_update
 
     def monotonic(self) -> float:
         return self.now
@@ -99,7 +100,7 @@ class TrainClock:
         after = loop.Trainer._after_update
 
         def timed(trainer):
-            self.now += self.per_update
+            self.now += self.per_update(trainer.p.update)
             return after(trainer)
 
         monkeypatch.setattr(loop, "time", self)  # the loop reads only time.monotonic

@@ -47,6 +47,10 @@ from mtkit.train.validate import HIGHER_IS_BETTER, ValidResult, validate
 
 log = logging.getLogger(__name__)
 
+# A linear horizon this far (a share of the run's updates) from where the time budget ended
+# training is said at the end: the schedule was sized for another pace.
+HORIZON_MISS = 0.05
+
 
 class Trainer:
     """One training run over a built `Setup`. `run` is the whole of it; the methods below
@@ -542,8 +546,26 @@ class Trainer:
         log.info("stopped (%s) at update %s, epoch %d, after %s of training; %s; "
                  "checkpoints in %s", reason, f"{p.update:,}", epoch,
                  duration(self._elapsed()), best, self.run_dir)
+        self._log_horizon_miss(reason)
         return TrainResult(self.run_dir, reason, p.update, p.epoch, self.last_checkpoint,
                            p.best, averaged, self.stop.requested)
+
+    def _log_horizon_miss(self, reason: str) -> None:
+        """How far a linear schedule's horizon, sized once from the pace of the first updates,
+        was from where the time budget ended training, when the pace changed by more than
+        HORIZON_MISS of the run since (a shared machine's load comes and goes)."""
+        horizon, end = self.s.schedule.horizon, self.p.update
+        if reason != "max_time" or horizon is None or abs(end - horizon) <= HORIZON_MISS * end:
+            return
+        if end > horizon:
+            log.warning("train.schedule linear: training went on %s updates past the horizon of "
+                        "%s it was sized for (the pace changed): the lr sat at train.min_lr "
+                        "for %.0f%% of the run", f"{end - horizon:,}", f"{horizon:,}",
+                        100 * (end - horizon) / end)
+        else:
+            log.warning("train.schedule linear: training stopped %s updates before the horizon "
+                        "of %s it was sized for (the pace changed): the lr ended at %.2e, not "
+                        "train.min_lr", f"{horizon - end:,}", f"{horizon:,}", self.lr)
 
     def _average(self) -> Path | None:
         paths = ckpt.numbered_checkpoints(self.run_dir)[-self.cfg.average_last:]

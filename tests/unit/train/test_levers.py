@@ -189,6 +189,24 @@ def test_linear_schedule_sizes_a_time_budget_by_the_pace(tmp_path: Path,
     assert all(b <= a for a, b in zip(lrs[19:], lrs[20:], strict=False)) and lrs[-1] < 3e-3
 
 
+def test_a_linear_horizon_the_pace_outran_is_said_at_the_end(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """On a shared machine the pace changes after the horizon is sized: the lr sat at its
+    minimum for a third of a run, unsaid. Here updates take 1/8 s until update 20, then
+    1/16 s: the horizon of 48 is reached with 1.75 s left, 28 updates early."""
+    TrainClock(per_update=lambda u: 1 / 8 if u <= 20 else 1 / 16).install(monkeypatch)
+    run = tmp_path / "run"
+    _train(run, "train.schedule=linear", "train.warmup=0", "train.max_updates=0",
+           "train.max_time=6s", "train.valid_every=100000", "train.log_every=1",
+           "data.spm.vocab_size=51")
+    assert _records(run, "horizon")[0]["horizon"] == 48
+    assert _records(run, "end")[-1]["update"] == 76
+    assert ("train.schedule linear: training went on 28 updates past the horizon of 48 it was "
+            "sized for (the pace changed): the lr sat at train.min_lr for 37% of the run"
+            ) in (run / "train.log").read_text()
+
+
 @pytest.mark.parametrize(("sets", "message"), [
     (["train.subword_sampling.target=true"], "train.subword_sampling.target: set, but alpha is 0"),
     (["train.subword_sampling.alpha=0.1", "train.subword_sampling.nbest_size=1"],
