@@ -201,17 +201,20 @@ class Trainer:
                      self.cfg.precision, self.device.type)
 
     def _log_regularizers(self) -> None:
-        """The regularizers that are on, so that a run's log says its setting took."""
+        """The regularizers that are on, and what they do to the log's figures: in the run's
+        log, so that it says the setting took."""
         sw, rdrop = self.cfg.subword_sampling, self.cfg.rdrop
+        bpe = self.recipe.data.spm.model_type == "bpe"
         if sw.enabled:
-            kind = self.recipe.data.spm.model_type
-            how = (f"bpe merge-dropout {sw.alpha:g}" if kind == "bpe"
-                   else f"unigram alpha {sw.alpha:g}, nbest_size {sw.nbest_size}")
-            log.info("train.subword_sampling: each batch segmented anew (%s), %s", how,
-                     "source and target" if sw.target else "source side only")
+            log.info("train.subword_sampling: %s (alpha %g%s) of the %s of each training batch; "
+                     "tgt tokens count the sampled pieces",
+                     "BPE-dropout" if bpe else "unigram sampling", sw.alpha,
+                     "" if bpe else f", nbest_size {sw.nbest_size}",
+                     "source and target" if sw.target else "source")
         if rdrop.enabled:
-            log.info("train.rdrop: two dropout passes of each batch, KL weight %g (each batch "
-                     "costs two passes)", rdrop.weight)
+            log.info("train.rdrop: weight %g; each batch passes twice through the model "
+                     "(R-Drop), and tgt tok/s counts its tokens once, so it shows the cost",
+                     rdrop.weight)
 
     def _log_init(self) -> None:
         meta = self.s.init_from

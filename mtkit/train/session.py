@@ -125,8 +125,6 @@ def _train_in_group(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.
                          "why)")
         setup = build_setup(recipe, run_dir, dist=dist, device=device, state=state,
                             init=init)
-        if dist.is_main:
-            _say_regularizers(recipe)
         try:
             return Trainer(recipe, run_dir, setup, state=state, dist=dist, device=device,
                            console=console).run()
@@ -159,17 +157,3 @@ def _prepare(recipe: Recipe, run_dir: Path, *, resumed: bool, parent: dict | Non
     if prepared:
         console.print(f"prep: {data_dir(run_dir)} is up to date", highlight=False,
                       soft_wrap=True)
-
-
-def _say_regularizers(recipe: Recipe) -> None:
-    """What the regularizers that change a batch's cost do to the log's figures."""
-    sw, rdrop = recipe.train.subword_sampling, recipe.train.rdrop
-    if sw.enabled:
-        what = "BPE-dropout" if recipe.data.spm.model_type == "bpe" else "unigram sampling"
-        log.info("train.subword_sampling: %s (alpha %g%s) of the %s of each training batch; "
-                 "tgt tokens count the sampled pieces", what, sw.alpha,
-                 "" if recipe.data.spm.model_type == "bpe" else f", nbest_size {sw.nbest_size}",
-                 "source and target" if sw.target else "source")
-    if rdrop.enabled:
-        log.info("train.rdrop: weight %g; each batch passes twice through the model (R-Drop), "
-                 "and tgt tok/s counts its tokens once, so it shows the cost", rdrop.weight)

@@ -126,9 +126,9 @@ def test_subword_sampling_and_rdrop_resume_bitwise_and_change_training(tmp_path:
               "train.rdrop.weight=1.0", "train.update_freq=2"]
     _train(tmp_path / "whole", *SETS, *levers)
     log = (tmp_path / "whole" / "train.log").read_text()  # the README says they are logged
-    assert ("train.subword_sampling: each batch segmented anew (unigram alpha 0.1, nbest_size "
-            "-1), source and target") in log
-    assert "train.rdrop: two dropout passes of each batch, KL weight 1" in log
+    assert ("train.subword_sampling: unigram sampling (alpha 0.1, nbest_size -1) of the source "
+            "and target of each training batch") in log
+    assert "train.rdrop: weight 1; each batch passes twice through the model" in log
     _train(tmp_path / "split", *SETS, *levers, "train.max_updates=8")
     _train(tmp_path / "split", *SETS, *levers, resume=True)
     assert _digest(tmp_path / "split" / "last.pt") == _digest(tmp_path / "whole" / "last.pt")
