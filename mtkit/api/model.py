@@ -15,6 +15,7 @@ without Python's lock); each call builds its own translator over the shared mode
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -133,13 +134,15 @@ class TranslationModel:
 
     def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
                    attention: bool = False, chunk_lines: int | None = None,
-                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+                   terms: Glossary | None = None, tag: str | None = None,
+                   max_output: int | None = None) -> LineTranslator:
         """A `LineTranslator` of this model with `cfg` (from `options`), a glossary (from
-        `glossary`) and the language tag `checked_tag` gives for `tag`: what `mtkit
-        translate` streams files through."""
+        `glossary`), the language tag `checked_tag` gives for `tag`, and outputs capped at
+        `max_output` tokens below the model's own cap: what `mtkit translate` streams files
+        through."""
         return self._base.configured(cfg, align_fn=align_fn, attention=attention,
                                      chunk_lines=chunk_lines, terms=terms,
-                                     tag=self.checked_tag(tag))
+                                     tag=self.checked_tag(tag), max_out_len=max_output)
 
     @property
     def tags(self) -> list[str]:
@@ -245,16 +248,19 @@ class TranslationModel:
 
     def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None, *,
                prefixes: Sequence[str] | None = None, terms: Glossary | None = None,
-               tag: str | None = None) -> list[Translation]:
+               tag: str | None = None, stop: threading.Event | None = None,
+               max_output: int | None = None) -> list[Translation]:
         """`translate_full` with options already checked (`options`, `extras`,
-        `checked_prefixes`, `glossary`, `checked_tag`)."""
+        `checked_prefixes`, `glossary`, `checked_tag`). stop: once set (the caller gave up),
+        the search ends at its next step by raising `Stopped`; max_output: a cap on the
+        outputs below the model's own."""
         extras = extras or Extras()
         choice = self.attention_choice(extras.layer, extras.head) if extras.attention else None
         translator = self.translator(cfg, align_fn=self._aligner(extras),
                                      attention=extras.attention and choice is None,
-                                     terms=terms, tag=tag)
+                                     terms=terms, tag=tag, max_output=max_output)
         stats = TranslateStats(max_src_len=translator.max_src_len)
-        items = [it for chunk in translator.decoded(lines, stats, prefixes=prefixes)
+        items = [it for chunk in translator.decoded(lines, stats, prefixes=prefixes, stop=stop)
                  for it in chunk]
         forced = self._forced(items, choice, cfg.batch_tokens) if choice else None
         return [self._result(translator, it, attention=extras.attention, choice=choice,
@@ -523,6 +529,7 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     bf16 = precision == "bf16" or (precision == "auto" and dev.type == "cuda"
                                     and torch.cuda.is_bf16_supported())
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
+                                  max_out_len=recipe.output_cap(),
                                   chunk_lines=chunk_lines, workers=workers,
                                   dtype=torch.bfloat16 if bf16 else None)
     translator.tags = tuple(recipe.data.tags())

@@ -63,6 +63,11 @@ def serve(
         "--max-beam", metavar="N", parser=at_least(1), show_default=False,
         help="The largest beam_size and nbest a request may ask for (default: "
         f"{_S.max_beam}).")] = _S.max_beam,
+    max_output: Annotated[int, typer.Option(
+        "--max-output", metavar="TOKENS", parser=at_least(1), show_default=False,
+        help="The most tokens an output may have: every search ends by then, and a request "
+        "asking for more (max_len_b, min_len) gets 422; a model's positions may cap outputs "
+        f"lower (default: {_S.max_output}).")] = _S.max_output,
     queue_size: Annotated[int, typer.Option(
         "--queue-size", metavar="N", parser=at_least(1), show_default=False,
         help="Sentences waiting to be decoded; a request that would overflow the queue gets "
@@ -100,7 +105,8 @@ def serve(
 
     settings = ServeSettings(  # checked before a model is loaded
         max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
-        max_beam=max_beam, queue_size=queue_size, max_wait_ms=max_wait_ms, timeout=timeout,
+        max_beam=max_beam, max_output=max_output, queue_size=queue_size,
+        max_wait_ms=max_wait_ms, timeout=timeout,
         token=token, log_format=choice("log_format", log_format, LogFormat))
     sock = _listen(host, port)
     with collector_paused():

@@ -522,3 +522,20 @@ class Recipe:
             out.append(("model.transformer.max_positions", f"learned positions must cover "
                         f"data.max_len + 1 ({self.data.max_len + 1}) tokens"))
         return out + guided_problems(self, valid) + regularize_problems(self, valid)
+
+    def position_rows(self) -> int:
+        """The positions a decoder of this recipe is made for (the sinusoid rows an export
+        writes): the model's max_positions, or more when the longest output the decode
+        section allows (a * data.max_len + b, plus BOS and EOS) needs more."""
+        d, tf = self.decode, self.model.transformer
+        return max(tf.max_positions, d.output_limit(self.data.max_len) + 2, self.data.max_len + 1)
+
+    def output_cap(self) -> int:
+        """The most tokens before EOS an output of this recipe's model has, whatever a
+        caller's max_len_a/b: learned positions end by their table; sinusoids and an RNN,
+        which take any length, by `position_rows` (as an export of the model does), so that
+        no request keeps a decoder busy for thousands of steps."""
+        tf = self.model.transformer
+        if self.model.arch == "transformer" and tf.positions == "learned":
+            return tf.max_positions - 1
+        return self.position_rows() - 1

@@ -77,14 +77,6 @@ def exported_decode(cfg: DecodeConfig) -> tuple[DecodeConfig, str | None]:
     return dataclasses.replace(cfg, length_penalty="average", alpha=1.0), note
 
 
-def position_rows(recipe: Recipe) -> int:
-    """Sinusoid rows to export: the model's max_positions, or more when the longest output
-    the decode section allows (a * data.max_len + b, plus BOS and EOS) needs more."""
-    d, tf = recipe.decode, recipe.model.transformer
-    longest = d.output_limit(recipe.data.max_len) + 2
-    return max(tf.max_positions, longest, recipe.data.max_len + 1)
-
-
 # What an export killed while it filled an existing folder leaves there: its own files, built
 # in a folder inside the destination (mkdtemp's eight characters; so that each file can be
 # renamed into place), or its marker's next version.

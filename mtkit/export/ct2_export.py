@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.errors import ConfigError, OptionError, Problem
-from mtkit.export.ct2_dir import QUANTIZATIONS, exported_decode, position_rows, write_export
+from mtkit.export.ct2_dir import QUANTIZATIONS, exported_decode, write_export
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def export_ctranslate2(source: Path, out: Path, *, quantization: str = "float32"
     vocab = Vocabularies(tok.src_pieces(range(tok.src_vocab_size)),
                          tok.tgt_pieces(range(tok.tgt_vocab_size)))
     spec = transformer_spec(model, recipe.model.transformer, vocab,
-                            position_rows=position_rows(recipe))
+                            position_rows=recipe.position_rows())
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
     decode, note = exported_decode(recipe.decode)

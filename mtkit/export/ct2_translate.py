@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 from mtkit.config import DecodeConfig
 from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
 from mtkit.errors import CheckpointError, OptionError, Problem
-from mtkit.export.ct2_dir import Export, position_rows
+from mtkit.export.ct2_dir import Export
 from mtkit.export.engine import ctranslate2
 from mtkit.translation.hypothesis import Hypothesis
 from mtkit.translation.lines import (
@@ -144,10 +144,8 @@ class CT2Translator(LineTranslator):
         problems = device_problems(device)
         # The exported positions end an output by the last one: a learned table's, or the
         # sinusoid rows the export wrote (the engine fails past them; mtkit's own decoder
-        # computes sinusoids for any position, so there an export's output is cut shorter).
-        tf = export.recipe.model.transformer
-        rows = tf.max_positions if tf.positions == "learned" else position_rows(export.recipe)
-        self.max_target = rows - 1
+        # caps its outputs at the same place: Recipe.output_cap).
+        self.max_target = export.recipe.output_cap()
         super().__init__(export.tokenizer, cfg, max_src_len=export.recipe.data.max_len,
                          max_out_len=self.max_target, fmt=fmt, align_fn=align_fn,
                          chunk_lines=chunk_lines, workers=workers)

@@ -119,6 +119,7 @@ def translate_split(run: Path, split: str, *, device: torch.device,
     if each:
         torch.set_num_threads(each)
     worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len,
+                              max_out_len=recipe.output_cap(),
                               workers=workers)
     for name in (out.name, key_path.name):  # what a killed `score --run` left
         remove_leftovers(out.parent, name)

@@ -104,7 +104,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: Served = app.state.served
     model, settings = state.model, state.settings
     batcher = Batcher(model, max_wait=settings.max_wait_ms / 1000,
-                      max_queue=settings.queue_size, on_batch=state.metrics.batch)
+                      max_queue=settings.queue_size, max_output=settings.max_output,
+                      on_batch=state.metrics.batch)
     state.batcher = batcher
     # a model of several directions without a default one warms up with its first
     warm_tag = model.recipe.data.tag or (model.tags[0] if model.tags else None)
@@ -136,12 +137,13 @@ def check_token(request: Request, token: str | None, api_key: str | None = None)
                        {"WWW-Authenticate": "Bearer"})
 
 
-async def _translate(state: Served, lines: list[str], changes: dict[str, Any],
+async def _translate(request: Request, lines: list[str], changes: dict[str, Any],
                      extras: Extras, prefix: str | list[str] | None = None,
                      terms: dict[str, str] | None = None, terms_method: str | None = None,
                      tag: str | None = None) -> list[Translation]:
     """The translations of `lines` with `changes` over the model's decoding defaults, within
     the server's limits; a problem of the request is a 422."""
+    state = served(request)
     model, settings = state.model, state.settings
     _check_limits(lines, changes, settings)
     try:
@@ -155,8 +157,8 @@ async def _translate(state: Served, lines: list[str], changes: dict[str, Any],
     except MtkitError as e:
         raise ApiError(422, str(e)) from None
     assert state.batcher is not None, "requests are answered once the lifespan started"
-    return await _decoded(state.batcher, lines, cfg, extras, settings.timeout, prefixes,
-                          glossary, tag)
+    return await _decoded(request, state.batcher, lines, cfg, extras, settings.timeout,
+                          prefixes, glossary, tag)
 
 
 router = APIRouter()
@@ -172,7 +174,7 @@ async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any
     request.state.sentences = len(lines)
     extras = Extras(req.align, req.align_method, req.readout, req.attention, req.layer,
                     req.head)
-    results = await _translate(state, lines, req.decode_changes(), extras, req.prefixes(),
+    results = await _translate(request, lines, req.decode_changes(), extras, req.prefixes(),
                                req.terms, req.terms_method, req.tag)
     return {"model": state.model.info.name,
             "translations": [{**r.to_dict(), "text": r.text} for r in results]}
@@ -196,7 +198,7 @@ async def libre_translate(request: Request) -> dict[str, Any]:
     if req.format != "text":
         raise ApiError(400, "format: this server translates plain text only (text)")
     changes = nbest_changes(model.defaults, req.alternatives + 1) if req.alternatives else {}
-    results = await _translate(state, lines, changes, Extras(), tag=tag)
+    results = await _translate(request, lines, changes, Extras(), tag=tag)
     texts = [r.text for r in results]
     out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
     if req.alternatives:
@@ -275,11 +277,13 @@ async def page() -> FileResponse:
     return FileResponse(PAGE / "index.html")
 
 
-async def _decoded(batcher: Batcher, lines: list[str], cfg: DecodeConfig, extras: Extras,
-                   timeout: float, prefixes: list[str] | None = None,
+async def _decoded(request: Request, batcher: Batcher, lines: list[str], cfg: DecodeConfig,
+                   extras: Extras, timeout: float, prefixes: list[str] | None = None,
                    terms: Glossary | None = None, tag: str | None = None
                    ) -> list[Translation]:
-    """The job's results, or 503 (queue full, shutting down) or 504 (past `timeout`)."""
+    """The job's results, or 503 (queue full, shutting down), 504 (past `timeout`) or 499
+    (the client went away: nobody reads it, but the log and the metrics count it). A job
+    given up is cancelled: its search stops rather than hold the decoder for others."""
     try:
         job = batcher.submit(lines, cfg, extras, prefixes, terms, tag)
     except QueueFull:
@@ -287,15 +291,28 @@ async def _decoded(batcher: Batcher, lines: list[str], cfg: DecodeConfig, extras
                        {"Retry-After": "1"}) from None
     except Closed:
         raise ApiError(503, "the server is shutting down", {"Retry-After": "5"}) from None
+    result = asyncio.wrap_future(job.future)
+    gone = asyncio.ensure_future(_disconnect(request))
     try:
-        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)),
-                                      timeout)
-    except TimeoutError:
+        await asyncio.wait([result, gone], timeout=timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not result.done():
         batcher.cancel(job)
-        raise ApiError(504, f"not translated within {timeout:g} s (the server's "
-                       "--timeout)") from None
+        if gone.done() and not gone.cancelled():
+            raise ApiError(499, "the client closed the connection before the answer")
+        raise ApiError(504, f"not translated within {timeout:g} s (the server's --timeout)")
+    try:
+        return result.result()
     except MtkitError as e:
         raise ApiError(422, str(e)) from None
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns once the client of `request` (whose body has been read) has gone away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSettings) -> None:
@@ -310,6 +327,10 @@ def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSett
         if changes.get(key, 0) > settings.max_beam:
             raise ApiError(422, f"{key}: {changes[key]}; this server allows at most "
                            f"{settings.max_beam}")
+    for key in ("max_len_b", "min_len"):
+        if isinstance(changes.get(key), int) and changes[key] > settings.max_output:
+            raise ApiError(422, f"{key}: {changes[key]}; this server's outputs end by "
+                           f"{settings.max_output} tokens (--max-output)")
 
 
 def _tag_targets(model: TranslationModel) -> dict[str, str]:

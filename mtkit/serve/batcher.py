@@ -14,6 +14,10 @@ source tokens is there; jobs that waited through a pass count their wait from it
 that they go with the next requests of the callers it answered. A lone request waits `gap`
 only. The queue is bounded in sentences: a job that would overflow it is refused at once
 (`QueueFull`), so a flood is answered, not stored.
+
+A caller that gives up (its timeout, or gone) cancels its job: one still waiting is dropped,
+and a pass whose callers have all given up is told to stop (`TranslationModel.decode`'s
+`stop`), which its search does at its next step.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class Job:
     arrived: float = field(default_factory=time.monotonic)
     future: Future[list[Translation]] = field(default_factory=Future)
     serial: int = 0
+    given_up: bool = False  # its caller no longer waits (`Batcher.cancel`)
 
     def key(self) -> tuple[object, ...]:
         """Jobs decoded together share this key."""
@@ -73,10 +78,12 @@ class Batcher:
     """Jobs from any thread in (`submit`), results out through each job's future."""
 
     def __init__(self, model: TranslationModel, *, max_wait: float, max_queue: int,
-                 gap: float | None = None,
+                 gap: float | None = None, max_output: int | None = None,
                  on_batch: Callable[[BatchReport], None] | None = None) -> None:
-        """gap: default a fifth of `max_wait`."""
+        """gap: default a fifth of `max_wait`; max_output: a cap on every output, in tokens,
+        below the model's own."""
         self.model = model
+        self.max_output = max_output
         self.max_wait = max_wait
         self.gap = max_wait / 5 if gap is None else min(gap, max_wait)
         self.max_queue = max_queue
@@ -87,6 +94,7 @@ class Batcher:
         self._closed = False
         self._free_since = 0.0  # when the last pass ended (monotonic)
         self._serials = itertools.count(1)
+        self._running: tuple[list[Job], threading.Event] = ([], threading.Event())
         self._thread = threading.Thread(target=self._loop, name="mtkit-batcher", daemon=True)
         self._thread.start()
 
@@ -116,12 +124,20 @@ class Batcher:
         return job
 
     def cancel(self, job: Job) -> bool:
-        """Drop a job not yet taken for decoding (its caller gave up); whether it was."""
+        """Its caller gave up: drop the job if it is waiting, or, if every job of the pass
+        decoding it has been given up, stop that pass's search; whether either was done."""
         with self._cond:
             if job in self._jobs:
                 self._jobs.remove(job)
                 self._queued -= len(job.lines)
                 job.future.cancel()
+                return True
+            running, stop = self._running
+            if job not in running:
+                return False
+            job.given_up = True
+            if all(j.given_up for j in running):
+                stop.set()
                 return True
         return False
 
@@ -138,6 +154,8 @@ class Batcher:
             if batch is None:
                 return
             self._decode(batch)
+            with self._cond:
+                self._running = ([], threading.Event())
             self._free_since = time.monotonic()
 
     def _next_batch(self) -> list[Job] | None:
@@ -167,7 +185,10 @@ class Batcher:
 
     def _decode(self, batch: list[Job]) -> None:
         start = time.perf_counter()
-        live = [j for j in batch if j.future.set_running_or_notify_cancel()]
+        stop = threading.Event()
+        with self._cond:
+            live = [j for j in batch if j.future.set_running_or_notify_cancel()]
+            self._running = (live, stop)
         lines = [line for job in live for line in job.lines]
         # Prefixes are per line: jobs with and without them decode together.
         prefixes = None
@@ -176,8 +197,9 @@ class Batcher:
         try:
             results = self.model.decode(lines, live[0].cfg, live[0].extras,
                                         prefixes=prefixes, terms=live[0].terms,
-                                        tag=live[0].tag) if live else []
-        except Exception as e:  # each caller gets the error; the thread goes on
+                                        tag=live[0].tag, stop=stop,
+                                        max_output=self.max_output) if live else []
+        except Exception as e:  # each caller gets the error (Stopped: none waits for it)
             for job in live:
                 job.future.set_exception(e)
             return

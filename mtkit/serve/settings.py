@@ -21,6 +21,7 @@ class ServeSettings:
     max_chars: int = 2000  # per sentence
     max_body: int = 1_000_000  # bytes of a request body
     max_beam: int = 16  # beam_size and nbest a request may ask for
+    max_output: int = 512  # tokens an output may have (below the model's own cap)
     queue_size: int = 2048  # sentences waiting; more is a 503
     max_wait_ms: float = 50  # the longest a request waits for others to batch with
     timeout: float = 60  # seconds a request may take; then a 504

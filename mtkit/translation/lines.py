@@ -214,14 +214,18 @@ class LineTranslator:
 
     def configured(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
                    attention: bool = False, chunk_lines: int | None = None,
-                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+                   terms: Glossary | None = None, tag: str | None = None,
+                   max_out_len: int | None = None) -> LineTranslator:
         """This translator with another decoding configuration, aligner (none by default),
         chunk size, glossary (none by default) and language tag (one of `tags`; none by
         default), sharing its model or engine: how a caller with per-request options
         (`mtkit.api`) decodes. attention: searches return each hypothesis's attention even
-        without an aligner. `cfg` must have passed `decode_problems`. Sampling decodes one
-        batch at a time, since its draws depend on how a chunk is split."""
+        without an aligner. max_out_len: a lower cap on outputs than the model's (a server's
+        operator's). `cfg` must have passed `decode_problems`. Sampling decodes one batch at
+        a time, since its draws depend on how a chunk is split."""
         other = copy.copy(self)
+        if max_out_len is not None:
+            other.max_out_len = min(max_out_len, self.max_out_len or max_out_len)
         other.cfg = cfg
         other.align_fn = align_fn
         other.need_attn = attention or align_fn is not None
@@ -522,13 +526,16 @@ class StreamTranslator(LineTranslator):
     in float32, or under autocast to `dtype` (bfloat16 on a GPU: `mtkit serve`'s default)."""
 
     def __init__(self, model: Translator, tokenizer: Tokenizer, cfg: DecodeConfig, *,
-                 device: torch.device, max_src_len: int, fmt: OutputFormat = "text",
-                 align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
-                 workers: int = 1, dtype: torch.dtype | None = None) -> None:
-        # learned positions end an output by the last one (mtkit.decode.decode_batch)
-        limit = None if model.max_target_len is None else model.max_target_len - 1
-        super().__init__(tokenizer, cfg, max_src_len=max_src_len, max_out_len=limit, fmt=fmt,
-                         align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
+                 device: torch.device, max_src_len: int, max_out_len: int,
+                 fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
+                 chunk_lines: int = CHUNK_LINES, workers: int = 1,
+                 dtype: torch.dtype | None = None) -> None:
+        """max_out_len: the cap on outputs (`Recipe.output_cap`); learned positions end an
+        output by their last one in any case (mtkit.decode.decode_batch)."""
+        if model.max_target_len is not None:
+            max_out_len = min(max_out_len, model.max_target_len - 1)
+        super().__init__(tokenizer, cfg, max_src_len=max_src_len, max_out_len=max_out_len,
+                         fmt=fmt, align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
         self.model = model.eval()
         self.device = device
         self.dtype = dtype
@@ -548,7 +555,8 @@ class StreamTranslator(LineTranslator):
             continuing = None
             if prefixes is not None and any(p and p[-1] == NEW_WORD for p in prefixes):
                 continuing = self._continuing()
-            return decode_batch(_Stoppable(self.model, stop), b, self.cfg,
+            searched = _Searched(self.model, stop, max_target_len=self.max_out_len + 1)
+            return decode_batch(searched, b, self.cfg,
                                 need_attn=self.need_attn, prefix=prefix, continuing=continuing)
 
     def _continuing(self) -> torch.Tensor:
@@ -582,13 +590,16 @@ class Stopped(Exception):
     """A search given up because its result is no longer wanted (`LineTranslator._search`)."""
 
 
-class _Stoppable:
-    """A model as the searches use it, whose next step raises `Stopped` once `stop` is set:
-    the searches themselves need not know about interrupts. Every other attribute is the
-    model's own."""
+class _Searched:
+    """A model as the searches use it: its next step raises `Stopped` once `stop` is set (an
+    interrupt, a reader gone, a caller that gave up), and its `max_target_len` is the
+    translator's cap, so the searches themselves need not know of either. Every other
+    attribute is the model's own."""
 
-    def __init__(self, model: Translator, stop: threading.Event) -> None:
+    def __init__(self, model: Translator, stop: threading.Event, *, max_target_len: int
+                 ) -> None:
         self._model, self._stop = model, stop
+        self.max_target_len = max_target_len
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)

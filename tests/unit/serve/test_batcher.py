@@ -23,8 +23,11 @@ class FakeModel:
         self.hold = threading.Event()
         self.hold.set()
         self.fail = False
+        self.stops: list = []  # each pass's stop event
 
-    def decode(self, lines, cfg, extras, *, prefixes=None, terms=None, tag=None):
+    def decode(self, lines, cfg, extras, *, prefixes=None, terms=None, tag=None, stop=None,
+               max_output=None):
+        self.stops.append(stop)
         self.hold.wait(10)
         self.passes.append(list(lines))
         self.prefixes.append(prefixes)
@@ -120,9 +123,24 @@ def test_the_queue_is_bounded_and_a_waiting_job_can_be_cancelled(model):
     with pytest.raises(QueueFull):
         b.submit(["5", "6"], CFG, Extras())
     assert b.cancel(waiting) and b.queued == 0 and waiting.future.cancelled()
-    assert not b.cancel(first)  # already decoding
     model.hold.set()
     assert _texts(first) == ["1"]
+    b.close()
+
+
+def test_a_pass_is_told_to_stop_once_all_its_callers_gave_up(model):
+    """A running search was never told to stop: a caller's 504 left the decoder busy."""
+    model.hold.clear()
+    b = Batcher(model, max_wait=1.0, max_queue=100, gap=0.2)
+    jobs = [b.submit(["1"], CFG, Extras()), b.submit(["2"], CFG, Extras())]
+    deadline = time.monotonic() + 10
+    while not model.stops:  # the pass has started (and is held)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    [stop] = model.stops
+    assert not b.cancel(jobs[0]) and not stop.is_set()  # the other caller still waits
+    assert b.cancel(jobs[1]) and stop.is_set()
+    model.hold.set()
     b.close()
 
 

@@ -59,6 +59,7 @@ def _worker(run: Path | list[Path], **kw) -> StreamTranslator:
     opts = {k: kw.pop(k) for k in ("fmt", "align_fn", "chunk_lines", "workers") if k in kw}
     cfg = dataclasses.replace(recipe.decode, **kw)
     return StreamTranslator(model, tok, cfg, device=CPU, max_src_len=recipe.data.max_len,
+                            max_out_len=recipe.output_cap(),
                             **opts)
 
 

@@ -1,0 +1,112 @@
+"""`mtkit serve` under requests that ask for too much: outputs bounded by the model's cap and
+the operator's --max-output, a search stopped once its caller got its 504 or went away, and
+inputs refused with one JSON line. A real process on a loopback port, called over HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mtkit.config import dump_recipe, recipe_from_yaml_text
+from tests.helpers import serving
+
+httpx = pytest.importorskip("httpx", reason="the serve tests need httpx (make install)")
+pytest.importorskip("fastapi", reason="mtkit serve needs the serve extra (make install)")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+NORMAL = {"text": "sa gu mir"}
+
+
+@pytest.fixture(scope="module")
+def long_model(toy_model: Path, tmp_path_factory) -> Path:
+    """The toy model with sinusoid positions said to cover 4,096 (the weights are the same):
+    outputs of thousands of tokens are within its cap, so a search can run for minutes."""
+    import torch
+
+    run = tmp_path_factory.mktemp("long") / "run"
+    shutil.copytree(toy_model, run)
+    state = torch.load(run / "last.pt", weights_only=True)
+    recipe = recipe_from_yaml_text(state["recipe"], source="last.pt")
+    tf = dataclasses.replace(recipe.model.transformer, max_positions=4096)
+    state["recipe"] = dump_recipe(dataclasses.replace(
+        recipe, model=dataclasses.replace(recipe.model, transformer=tf)))
+    for name in ("last.pt", "best.pt"):
+        torch.save(state, run / name)
+    return run
+
+
+def _longest(cap: int) -> dict:
+    return {"text": "mu", "min_len": cap, "max_len_b": cap, "beam_size": 16}
+
+
+def test_one_request_does_not_stall_the_others(long_model):
+    """{"min_len": 3000, "max_len_b": 3001, "beam_size": 16} got its 504 and kept the decoder
+    busy: a normal request a second later was answered after 127 s. Its search now stops once
+    its caller has the 504, and the next request is answered within its own timeout."""
+    with serving(long_model, "--timeout", "5", "--max-output", "4000") as server:
+        got: dict[str, object] = {}
+
+        def send_long() -> None:
+            got["long"] = server.post("/v1/translate", _longest(4000))
+
+        first = threading.Thread(target=send_long)
+        first.start()
+        time.sleep(1.0)
+        start = time.monotonic()
+        r = server.post("/v1/translate", NORMAL)
+        waited = time.monotonic() - start
+        first.join(60)
+        assert r.status_code == 200, (r.text, waited)
+        assert waited < 5.0, waited
+        assert got["long"].status_code == 504, got["long"].text
+
+
+def test_a_client_that_goes_away_frees_the_decoder(long_model):
+    """A disconnected client's search ran on to its end."""
+    with serving(long_model, "--timeout", "600", "--max-output", "4000") as server:
+        def send_long() -> None:
+            with pytest.raises(httpx.TimeoutException):
+                httpx.post(server.url.rstrip("/") + "/v1/translate", json=_longest(4000),
+                           timeout=1.0)
+
+        first = threading.Thread(target=send_long)
+        first.start()
+        first.join(60)  # the client gave up after 1 s and closed its connection
+        start = time.monotonic()
+        r = server.post("/v1/translate", NORMAL)
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - start < 2.0  # not the minutes the search would take
+        assert any(" 499 " in line for line in server.log), server.log[-5:]
+
+
+def test_outputs_are_bounded_by_the_model_and_the_operator(toy_model, long_model):
+    """Nothing bounded the output length a request asked for: the toy's sinusoids decoded
+    3,000 tokens if asked. Its outputs end by the positions an export writes (64), and the
+    operator's --max-output bounds every model's."""
+    with serving(toy_model, "--max-output", "40") as server:
+        r = server.post("/v1/translate", {"text": "mu", "max_len_b": 3001})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == ("max_len_b: 3001; this server's outputs end by 40 tokens "
+                                     "(--max-output)")
+        r = server.post("/v1/translate", {"text": "mu", "min_len": 50})
+        assert r.status_code == 422 and "--max-output" in r.json()["error"], r.text
+        r = server.post("/v1/translate", {"text": "mu " * 30, "max_len_a": 9, "min_len": 40,
+                                          "max_len_b": 40})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["translations"][0]["candidates"][0]["tokens"]) == 40
+        assert server.client.get("/v1/models").json()["limits"]["max_output"] == 40
+    import mtkit
+    from mtkit.errors import ConfigError
+
+    model = mtkit.load(toy_model, device="cpu", threads=1)
+    with pytest.raises(ConfigError, match=r"min_len \(decode.min_len\): 3000 tokens before EOS, "
+                       "but the model.s outputs end by 63 tokens"):
+        model.translate("mu", min_len=3000, max_len_b=3001)
+    [res] = model.translate_full(["mu"], min_len=63, max_len_b=63, method="greedy")
+    assert len(res.candidates[0].tokens) == 63
