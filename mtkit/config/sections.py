@@ -452,10 +452,13 @@ class DecodeConfig:
     # 10 the penalty of long outputs overflows float32 ((1000 / 6) ** 17 > 3.4e38)
     alpha: float = _decoding(1.0, "search", "exponent of the gnmt length penalty", "A",
                              ge=0.0, le=10.0)
-    # max output length = a * source length + b
+    # max output length = a * source length + b; the upper bounds are past any sentence's
+    # (outputs end by the model's cap, `Recipe.output_cap`, anyway) and keep the limit within
+    # a tensor's int64
     max_len_a: float = _decoding(1.5, "search", "output limit A·source length + B: A", "A",
-                                 ge=0.0)
-    max_len_b: int = _decoding(10, "search", "output limit A·source length + B: B", "B", ge=1)
+                                 ge=0.0, le=100.0)
+    max_len_b: int = _decoding(10, "search", "output limit A·source length + B: B", "B", ge=1,
+                               le=100_000)
     min_len: int = _decoding(0, "search", "tokens before the end of sentence", "N", ge=0)
     temperature: float = _decoding(1.0, "sampling", "sampling temperature", "T", gt=0.0)
     top_k: int = _decoding(0, "sampling", "sample from the K best tokens", "K", ge=0)  # 0 = off

@@ -110,3 +110,28 @@ def test_outputs_are_bounded_by_the_model_and_the_operator(toy_model, long_model
         model.translate("mu", min_len=3000, max_len_b=3001)
     [res] = model.translate_full(["mu"], min_len=63, max_len_b=63, method="greedy")
     assert len(res.candidates[0].tokens) == 63
+
+
+def test_a_huge_output_limit_is_refused_on_every_face(toy_model, tmp_path):
+    """max_len_b 10^30 was an OverflowError: a traceback from translate, a 500 from the server,
+    the bare error from the API (DecodeConfig.max_len_b had no upper bound)."""
+    import mtkit
+    from mtkit.errors import ConfigError
+    from tests.helpers import run_cli
+
+    huge = 10 ** 30
+    said = "out of range: expected a value <= 100000, got 1000000000000000000000000000000"
+    src = tmp_path / "in.txt"
+    src.write_text("sa gu\n")
+    res = run_cli("translate", toy_model, "-i", src, "--max-len-b", str(huge))
+    assert res.exit_code == 2 and said in res.stderr, res.output
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.output
+    res = run_cli("translate", toy_model, "-i", src, "--max-len-a", "1e300")
+    assert res.exit_code == 2 and "expected a value <= 100" in res.stderr, res.output
+    model = mtkit.load(toy_model, device="cpu", threads=1)
+    with pytest.raises(ConfigError, match=said):
+        model.translate("sa", max_len_b=huge)
+    with serving(toy_model) as server:
+        for body in ({"text": "sa", "max_len_b": huge}, {"text": "sa", "max_len_a": 1e300}):
+            r = server.post("/v1/translate", body)
+            assert r.status_code == 422 and "\n" not in r.json()["error"], r.text
