@@ -406,6 +406,17 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json" and not kind.endswith("+json"):
+            # FastAPI reads such a body as no JSON at all, and said only that the body was
+            # not an object ('curl -d' sends a form's type)
+            return JSONResponse({"error": "the body must be JSON, sent with the header "
+                                 f"Content-Type: application/json (got {kind or 'none'})"},
+                                status_code=415)
+        if any(e.get("type") == "missing" and tuple(e.get("loc", ())) == ("body",)
+               for e in errors):
+            return JSONResponse({"error": "the body is empty; expected a JSON object with "
+                                 "text"}, status_code=400)
         status = 400 if any(e.get("type") == "json_invalid" for e in errors) else 422
         return JSONResponse({"error": _validation_message(errors)}, status_code=status)
 

@@ -16,18 +16,25 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from mtkit.align.links import AlignerMethod
 from mtkit.config import DecodeConfig
 from mtkit.config.guided import Readout
+from mtkit.fileio import unicode_problem
 from mtkit.translation.terms import TermsMethod
 
 
 def _utf8(text: str) -> str:
     """A string that can be written as UTF-8: JSON's escapes can spell a lone surrogate
     (``"\\ud800"``), which no UTF-8 text holds."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"not valid Unicode text (a lone surrogate at character {e.start})"
-                         ) from None
+    if problem := unicode_problem(text):
+        raise ValueError(problem)
     return text
+
+
+def _glossary(terms: dict[str, str] | None) -> dict[str, str] | None:
+    """None, or source term -> target term, each valid text."""
+    for src, tgt in (terms or {}).items():
+        for side, text in (("source", src), ("target", tgt)):
+            if problem := unicode_problem(text):
+                raise ValueError(f"the {side} term {text!r} is {problem}")
+    return terms
 
 
 def _sentences(value: str | list[str]) -> str | list[str]:
@@ -60,7 +67,9 @@ def _decode_options() -> type[BaseModel]:
                   if k in ("ge", "gt", "le", "lt")}
         described = {"description": f.metadata["help"]} if "help" in f.metadata else {}
         declared[f.name] = (hints[f.name] | None, Field(None, **bounds, **described))
-    return create_model("DecodeOptions", __config__=ConfigDict(extra="forbid"),
+    # NaN and infinities (which Python's JSON reads) are refused as not finite, not by a bound
+    config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    return create_model("DecodeOptions", __config__=config,
                         __doc__="Decoding options of one request; a field left out takes the "
                         "model's default (`GET /v1/models`).", **declared)
 
@@ -98,6 +107,7 @@ class TranslateRequest(DecodeOptions):
 
     _text = field_validator("text")(_sentences)
     _prefix = field_validator("prefix")(_texts)
+    _terms = field_validator("terms")(_glossary)
 
     def lines(self) -> list[str]:
         return [self.text] if isinstance(self.text, str) else list(self.text)

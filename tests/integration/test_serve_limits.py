@@ -5,6 +5,7 @@ inputs refused with one JSON line. A real process on a loopback port, called ove
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import threading
 import time
@@ -39,6 +40,16 @@ def long_model(toy_model: Path, tmp_path_factory) -> Path:
     for name in ("last.pt", "best.pt"):
         torch.save(state, run / name)
     return run
+
+
+@pytest.fixture(scope="module")
+def toy_export(toy_model: Path, tmp_path_factory) -> Path:
+    pytest.importorskip("ctranslate2")
+    from tests.helpers import run_cli
+
+    out = tmp_path_factory.mktemp("export") / "ct2"
+    assert run_cli("export", toy_model, "-o", out).exit_code == 0
+    return out
 
 
 def _longest(cap: int) -> dict:
@@ -135,3 +146,33 @@ def test_a_huge_output_limit_is_refused_on_every_face(toy_model, tmp_path):
         for body in ({"text": "sa", "max_len_b": huge}, {"text": "sa", "max_len_a": 1e300}):
             r = server.post("/v1/translate", body)
             assert r.status_code == 422 and "\n" not in r.json()["error"], r.text
+
+
+def test_bad_inputs_are_one_json_line(toy_model, toy_export):
+    """A lone surrogate in a glossary was a 500 in plain text with a 100-line traceback in the
+    log, on a run and on an export; JSON sent without its content type was 'Input should be
+    a valid dictionary or object'; an empty body 'Field required' without the field."""
+    for run in (toy_model, toy_export):
+        with serving(run, "--set", "decode.length_penalty=average") as server:
+            for terms in ({"sa": "x\ud800"}, {"s\udc80": "x"}):
+                r = server.client.post(  # escaped: httpx sends no surrogate itself
+                    "/v1/translate", content=json.dumps({"text": "sa gu", "terms": terms}),
+                    headers={"content-type": "application/json"})
+                assert r.status_code == 422, r.text
+                assert "not valid Unicode text (a lone surrogate" in r.json()["error"]
+            assert not any("Traceback" in line for line in server.log)
+            assert server.post("/v1/translate", NORMAL).status_code == 200
+    with serving(toy_model) as server:
+        for kind in ("application/x-www-form-urlencoded", "text/plain", None):
+            headers = {"content-type": kind} if kind else {}
+            r = server.client.post("/v1/translate", content=b'{"text": "sa"}', headers=headers)
+            assert r.status_code == 415, (kind, r.text)
+            assert r.json()["error"].startswith("the body must be JSON, sent with the header "
+                                                "Content-Type: application/json"), r.text
+        r = server.client.post("/v1/translate", content=b"",
+                               headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"] == (
+            "the body is empty; expected a JSON object with text"), r.text
+        r = server.client.post("/v1/translate", content=b'{"text": "sa", "alpha": NaN}',
+                               headers={"content-type": "application/json"})
+        assert r.status_code in (400, 422) and "finite" in r.json()["error"], r.text
