@@ -400,7 +400,7 @@ def _validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.message}, status_code=exc.status,
+        return JSONResponse({"error": _writable(exc.message)}, status_code=exc.status,
                             headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -418,7 +418,8 @@ def _errors(app: FastAPI) -> None:
             return JSONResponse({"error": "the body is empty; expected a JSON object with "
                                  "text"}, status_code=400)
         status = 400 if any(e.get("type") == "json_invalid" for e in errors) else 422
-        return JSONResponse({"error": _validation_message(errors)}, status_code=status)
+        return JSONResponse({"error": _writable(_validation_message(errors))},
+                            status_code=status)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -427,8 +428,14 @@ def _errors(app: FastAPI) -> None:
         detail = str(exc.detail)
         if exc.status_code == 400 and "parsing the body" in detail:
             detail = "the body is not valid JSON text in UTF-8"
-        return JSONResponse({"error": detail}, status_code=exc.status_code,
+        return JSONResponse({"error": _writable(detail)}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
+
+
+def _writable(message: str) -> str:
+    """`message` as UTF-8 can carry it: a value quoted from a request may hold a lone
+    surrogate (JSON's escapes spell one), which the response's encoding fails on (a 500)."""
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics) -> None:
