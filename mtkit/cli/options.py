@@ -52,7 +52,8 @@ def _show_help(ctx: typer.Context, value: bool) -> None:
 # dashes; every other field is its flag so written (`heatmap_format` is --heatmap-format).
 _FLAGS = {"show": "--print", "heatmap_dir": "--heatmap", "method": "--align-method",
           "kind": "--self-attention", "quantization": "--quantize",
-          "src": "-s", "tgt": "-t"}
+          "src": "-s", "tgt": "-t", "beam_size": "--beam"}
+_SHORT = {"--beam": "-b"}  # the flags that have a short form too
 
 
 def flag_of(field: str) -> str:
@@ -204,7 +205,8 @@ _BEAM_FIRST = ("beam_size", "nbest")
 
 
 def _flag_decls(name: str) -> tuple[str, ...]:
-    return _FIELDS[name].metadata["flags"] or ("--" + name.replace("_", "-"),)
+    flag = flag_of(name)
+    return (_SHORT[flag], flag) if flag in _SHORT else (flag,)
 
 
 def _decoding_order(kinds: tuple[OptionKind, ...]) -> list[str]:
