@@ -21,15 +21,15 @@ def download(source: str) -> tuple[Path, str, str]:
     """The snapshot folder of Hub id `source`, its repository and its commit."""
     m = HUB_ID.fullmatch(source)
     assert m is not None, source
-    alternative = ("; without it, download the model's files (config.json, model.safetensors, "
-                   "source.spm, target.spm, vocab.json, ...) into a folder and import that "
-                   "folder")
+    alternative = ("; without network access, import a local folder that holds the model's "
+                   "files (config.json, model.safetensors, source.spm, target.spm, vocab.json)")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
         raise ModelFolderError(f"{source}: not a folder here, and downloading it from the "
-                               f"Hugging Face Hub needs huggingface_hub: {HF_EXTRA}"
-                               f"{alternative}") from None
+                               f"Hugging Face Hub needs huggingface_hub ({HF_EXTRA}), or import a local folder that "
+                               "holds the model's files (config.json, model.safetensors, "
+                               "source.spm, target.spm, vocab.json)") from None
     try:
         path = Path(snapshot_download(m["repo"], revision=m["revision"],
                                       allow_patterns=list(FILES)))
