@@ -2,8 +2,8 @@
 and turn user errors into one line on stderr with exit code 2. No ML logic lives here.
 
 One module per command group: `data` (prep, train, average), `translate` (translate,
-export), `score` (score, tune-length), `align`, `serve`, `hf` (import); `options` holds what they share. The
-commands are registered below, in the order `mtkit --help` lists them."""
+export), `score` (score, tune-length), `align`, `serve`, `hf` (import); `options` holds what
+they share. The commands are registered below, in the order `mtkit --help` lists them."""
 
 from __future__ import annotations
 

@@ -27,9 +27,10 @@ def download(source: str) -> tuple[Path, str, str]:
         from huggingface_hub import snapshot_download
     except ImportError:
         raise ModelFolderError(f"{source}: not a folder here, and downloading it from the "
-                               f"Hugging Face Hub needs huggingface_hub ({HF_EXTRA}), or import a local folder that "
-                               "holds the model's files (config.json, model.safetensors, "
-                               "source.spm, target.spm, vocab.json)") from None
+                               f"Hugging Face Hub needs huggingface_hub ({HF_EXTRA}); or "
+                               "import a local folder that holds the model's files "
+                               "(config.json, model.safetensors, source.spm, target.spm, "
+                               "vocab.json)") from None
     try:
         path = Path(snapshot_download(m["repo"], revision=m["revision"],
                                       allow_patterns=list(FILES)))
