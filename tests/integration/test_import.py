@@ -147,21 +147,38 @@ def _corpus(folder: Path) -> dict[str, dict[str, str]]:
     return out
 
 
-def test_fine_tuning_an_imported_model_then_scoring_and_tuning_its_length(imported, tmp_path):
+def _recipe(imported: Path, files: dict[str, dict[str, str]], name: str) -> dict:
+    """A recipe of the user's corpus, its vocabulary and architecture the imported run's."""
     saved = yaml.safe_load((imported / "recipe.yaml").read_text())
-    files = _corpus(tmp_path)
-    recipe = {"name": "child",
-              "data": {"src_lang": "en", "tgt_lang": "de", "train": files["train"],
-                       "valid": files["valid"], "test": {"test": files["test"]},
-                       "spm": {**saved["data"]["spm"], "from_run": str(imported)},
-                       "max_len": saved["data"]["max_len"]},
-              "model": saved["model"],
-              "train": {"device": "cpu", "threads": 1, "batch_tokens": 400, "max_updates": 6,
-                        "valid_every": 3, "warmup": 1, "lr": 1e-4, "label_smoothing": 0.1,
-                        "tensorboard": "off"},
-              "decode": {"method": "beam", "beam_size": 2, "max_len_a": 0.0, "max_len_b": 20}}
-    path = tmp_path / "child.yaml"
+    return {"name": name,
+            "data": {"src_lang": "en", "tgt_lang": "de", "train": files["train"],
+                     "valid": files["valid"], "test": {"test": files["test"]},
+                     "spm": {**saved["data"]["spm"], "from_run": str(imported)},
+                     "max_len": saved["data"]["max_len"]},
+            "model": saved["model"],
+            "train": {"device": "cpu", "threads": 1, "batch_tokens": 400, "max_updates": 6,
+                      "valid_every": 3, "warmup": 1, "lr": 1e-4, "label_smoothing": 0.1,
+                      "tensorboard": "off"},
+            "decode": {"method": "beam", "beam_size": 2, "max_len_a": 0.0, "max_len_b": 20}}
+
+
+def test_an_imported_run_prepared_with_test_sets_scores_them(imported, tmp_path) -> None:
+    run = tmp_path / "scored"
+    shutil.copytree(imported, run)
+    path = tmp_path / "eval.yaml"
+    recipe = _recipe(run, _corpus(tmp_path), "scored")
     path.write_text(yaml.safe_dump(recipe))
+    res = run_cli("prep", path, "--run-dir", run)
+    assert res.exit_code == 0, res.output
+    res = run_cli("score", "--run", run, "--split", "test", "--greedy", "--threads", "1")
+    assert res.exit_code == 0, res.output
+    assert "BLEU" in res.stdout and (run / "best.pt").read_bytes() == (
+        imported / "best.pt").read_bytes()
+
+
+def test_fine_tuning_an_imported_model_then_scoring_and_tuning_its_length(imported, tmp_path):
+    path = tmp_path / "child.yaml"
+    path.write_text(yaml.safe_dump(_recipe(imported, _corpus(tmp_path), "child")))
     child = tmp_path / "child"
     res = run_cli("train", path, "--run-dir", child, "--init-from", imported)
     assert res.exit_code == 0, res.output
