@@ -26,7 +26,7 @@ def download(source: str) -> tuple[Path, str, str]:
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise ModelFolderError(f"{source}: not a folder here, and downloading it from the "
+        raise ModelFolderError(f"{source}: no such folder, and downloading it from the "
                                f"Hugging Face Hub needs huggingface_hub ({HF_EXTRA}); or "
                                "import a local folder that holds the model's files "
                                "(config.json, model.safetensors, source.spm, target.spm, "
@@ -36,6 +36,7 @@ def download(source: str) -> tuple[Path, str, str]:
                                       allow_patterns=list(FILES)))
     except Exception as e:  # network, authorization, a missing repository: many types
         why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise ModelFolderError(f"{source}: cannot download it from the Hugging Face Hub "
-                               f"({why}){alternative}") from None
+        raise ModelFolderError(f"{source}: no such folder, and as a Hub id it cannot be "
+                               f"downloaded from the Hugging Face Hub ({why}){alternative}"
+                               ) from None
     return path, m["repo"], path.name  # the cache's snapshots/<commit> folder

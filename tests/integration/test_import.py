@@ -243,6 +243,20 @@ def test_a_bad_folder_is_one_line_exit_2_and_nothing_written(marian, tmp_path, h
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.import-")]
 
 
+def test_pytorch_model_bin_of_plain_tensors_imports_as_safetensors_does(marian, imported,
+                                                                          tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "bin"
+    shutil.copytree(marian, folder)
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    res = run_cli("import", folder, "-o", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    ours, theirs = (load_model(p).model.state_dict() for p in (tmp_path / "out", imported))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
 def test_an_existing_folder_is_never_replaced(marian, tmp_path) -> None:
     out = tmp_path / "mine"
     out.mkdir()
@@ -263,7 +277,7 @@ def test_a_hub_id_without_the_network_says_how_to_do_without(tmp_path) -> None:
                          env=env, timeout=120)
     assert res.returncode == 2, res.stderr
     line = res.stderr.strip()
-    assert "\n" not in line and "cannot download it from the Hugging Face Hub" in line
+    assert "\n" not in line and "cannot be downloaded from the Hugging Face Hub" in line
     assert "import a local folder" in line and not (tmp_path / "out").exists()
 
 
