@@ -151,3 +151,27 @@ def test_token_ids_are_marian_tokenizers_on_200_hard_sentences(pair: Pair) -> No
     assert [[to_marian_t[i] for i in ids] + [target["</s>"]] for ids in ids_t] == theirs_t
     decoded = pair.tok.batch_decode(theirs_t, skip_special_tokens=True)
     assert [tok.decode_tgt(ids) for ids in ids_t] == decoded
+
+
+def test_from_mtkit_gives_back_the_marian_tensors(pair: Pair) -> None:
+    import json
+
+    from safetensors.torch import load_file
+
+    from mtkit.hf.marian import from_mtkit, marian_ids, transformer_fields
+
+    folder = Path(pair.hf.name_or_path)
+    config = json.loads((folder / "config.json").read_text())
+    vocab = json.loads((folder / "vocab.json").read_text())
+    target = (json.loads((folder / "target_vocab.json").read_text())
+              if (folder / "target_vocab.json").is_file() else None)
+    fields, ids = transformer_fields(config), marian_ids(config, vocab, target)
+    saved = load_file(folder / "model.safetensors")
+    back = from_mtkit(load_model(pair.run).model.state_dict(), fields, ids)
+    # transformers may save a tied lm_head.weight (the target embedding) or leave it out
+    assert set(back) - {"lm_head.weight"} == set(saved) - {"lm_head.weight"}
+    for name, tensor in back.items():
+        assert torch.equal(tensor, saved[name]), name
+    if "lm_head.weight" in saved and "lm_head.weight" not in back:
+        tied = back.get("model.decoder.embed_tokens.weight", back.get("model.shared.weight"))
+        assert torch.equal(saved["lm_head.weight"], tied)
