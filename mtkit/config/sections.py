@@ -126,7 +126,9 @@ class SpmConfig:
     # sentencepiece's fields: vocab_size an int32, input_sentence_size a uint64 (larger ones
     # failed to parse); its other limits are its version's, said when it trains (`train_spm`)
     vocab_size: int = _rng(8000, ge=16, le=2**31 - 1)
-    joint: bool = True  # one model for both languages (needed to share embeddings)
+    # one vocabulary for both languages (needed to share embeddings): one sentencepiece model,
+    # or (an imported model's) one piece table over two (`mtkit.data.pieces`)
+    joint: bool = True
     character_coverage: float = _rng(1.0, gt=0.0, le=1.0)
     input_sentence_size: int = _rng(2_000_000, ge=0, le=2**63 - 1)  # 0 = every sentence
     # A run directory (relative to the current one, as --run-dir) whose sentencepiece

@@ -39,6 +39,8 @@ from mtkit.hf.marian import (
     to_mtkit,
     transformer_fields,
 )
+from mtkit.models.build import build_model
+from mtkit.models.embedding import sinusoids
 from mtkit.run import BEST, DATA_DIR, RECIPE, RECIPE_HEADER, save_checkpoint, vocab_info
 
 ORIGIN = "origin.json"
@@ -72,9 +74,6 @@ def import_model(source: str, run_dir: Path) -> Imported:
         files, where = read_folder(path), {"hub_id": repo, "revision": revision}
     fields = transformer_fields(files.config)
     ids = marian_ids(files.config, files.vocab, files.target_vocab)
-    from mtkit.models.build import build_model
-    from mtkit.models.embedding import sinusoids
-
     check_positions(files.weights, sinusoids(fields["max_positions"], fields["d_model"],
                                              halves=True))
     weights = to_mtkit(files.weights, fields, ids,
