@@ -126,7 +126,9 @@ class SpmConfig:
     # sentencepiece's fields: vocab_size an int32, input_sentence_size a uint64 (larger ones
     # failed to parse); its other limits are its version's, said when it trains (`train_spm`)
     vocab_size: int = _rng(8000, ge=16, le=2**31 - 1)
-    joint: bool = True  # one model for both languages (needed to share embeddings)
+    # one vocabulary for both languages (needed to share embeddings): one sentencepiece model,
+    # or (an imported model's) one piece table over two (`mtkit.data.pieces`)
+    joint: bool = True
     character_coverage: float = _rng(1.0, gt=0.0, le=1.0)
     input_sentence_size: int = _rng(2_000_000, ge=0, le=2**63 - 1)  # 0 = every sentence
     # A run directory (relative to the current one, as --run-dir) whose sentencepiece
@@ -270,10 +272,14 @@ class TransformerConfig:
     dropout: float = _rng(0.1, ge=0.0, lt=1.0)  # residual and embedding dropout
     attn_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
     act_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
-    activation: Literal["relu", "gelu"] = "relu"
+    # swish: x * sigmoid(x), also called SiLU (Ramachandran et al. 2017), Marian's choice
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     norm: Literal["pre", "post"] = "pre"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # sinusoidal_halves: the same waves as sinusoidal, the sines in the first half of the
+    # features and the cosines in the second (Marian's layout) instead of interleaved
+    positions: Literal["sinusoidal", "sinusoidal_halves", "learned"] = "sinusoidal"
     max_positions: int = _rng(512, ge=2)
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (Vaswani et al., §3.4)
     share_embeddings: bool = True  # source, target and output embeddings (needs data.spm.joint)
     align_layer: int = -1  # decoder layer whose cross-attention is returned (negative: from top)
     align_head: int | None = None  # None: mean over heads
