@@ -183,7 +183,11 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         "pieces = [src.encode(line, out_type=str) for line in lines]",
         f"results = translator.translate_batch(pieces, beam_size={d.beam_size}, "
         f"length_penalty={lp}, suppress_sequences=[[\"<pad>\"], [\"<s>\"]])",
-        "print(\"\\n\".join(tgt.decode(r.hypotheses[0]) for r in results))",
+        # an imported vocabulary (pieces.json) may hold pieces the target model lacks, which
+        # sentencepiece leaves with their word marks: Marian's tokenizer turns those to spaces
+        "print(\"\\n\".join(tgt.decode(r.hypotheses[0])"
+        + (".replace(\"\\u2581\", \" \").strip()" if tok.table is not None else "")
+        + " for r in results))",
         "```",
         "",
         "## From the shell, CTranslate2-translator style",
