@@ -275,14 +275,14 @@ class DecodeFlags:
         beam search, which only rescores the output, is reported as ignored too."""
         given = [self.FLAGS[name] for name in self.SAMPLING if name in self._given]
         alpha = self.get("alpha")
-        off_gnmt = alpha is not None and cfg.length_penalty != "gnmt"
+        off_gnmt = alpha is not None and cfg.length_penalty not in ("gnmt", "power")
         penalty = [flag for flag, v in (("--length-penalty", self.get("length_penalty")),
                                         ("--alpha", None if off_gnmt else alpha))
                    if v is not None]  # --alpha 0 is given too
         checks = [
             (bool(given) and cfg.method != "sample", f"{', '.join(given)}: sampling options "
              f"need --sample (decode.method is {cfg.method})"),
-            (off_gnmt, "--alpha is the GNMT penalty's exponent; the length penalty is "
+            (off_gnmt, "--alpha is the GNMT penalty's exponent, or power's; the length penalty is "
              f"{cfg.length_penalty}"),
             (bool(penalty) and unseen_score is not None and cfg.method != "beam",
              f"{', '.join(penalty)}: with {cfg.method} search the length penalty changes only "

@@ -422,7 +422,7 @@ def parse_duration(text: str) -> float:
 
 
 SearchMethod = Literal["beam", "greedy", "sample"]
-LengthPenalty = Literal["gnmt", "average", "none"]
+LengthPenalty = Literal["gnmt", "average", "power", "none"]
 # What a decoding option is about, which says where it is offered: `translate` takes every
 # kind, `align` (one hypothesis per sentence, searched) search and batching, the server every
 # kind but batching (its batcher batches).
@@ -453,11 +453,12 @@ class DecodeConfig:
     beam_size: int = _decoding(5, "search", "beam size", "N", ge=1)
     nbest: int = _decoding(1, "output", "hypotheses per sentence", "N", ge=1)
     length_penalty: LengthPenalty = _decoding(
-        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length) or none", "PENALTY")
+        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length), power (÷ length^alpha, "
+        "transformers' and CTranslate2's) or none", "PENALTY")
     # GNMT length-penalty exponent (Wu et al. 2016, eq. 14; they tune it in [0, 1]); beyond
     # 10 the penalty of long outputs overflows float32 ((1000 / 6) ** 17 > 3.4e38)
-    alpha: float = _decoding(1.0, "search", "exponent of the gnmt length penalty", "A",
-                             ge=0.0, le=10.0)
+    alpha: float = _decoding(1.0, "search", "exponent of the gnmt or power length penalty",
+                             "A", ge=0.0, le=10.0)
     # max output length = a * source length + b
     max_len_a: float = _decoding(1.5, "search", "output limit A·source length + B: A", "A",
                                  ge=0.0)
