@@ -141,7 +141,7 @@ def test_bad_bodies(server):
     for raw, status, message in [(b'{"text": "a",', 400, "not valid JSON"),
                                  (b'{"text": "\xff"}', 400, "UTF-8"),
                                  (b'{"text": ["a", "\\ud800"]}', 422, "lone surrogate"),
-                                 (b"", 422, "")]:
+                                 (b"", 400, "the body is empty; expected a JSON object")]:
         res = server.client.post("/v1/translate", content=raw,
                                  headers={"content-type": "application/json"})
         assert res.status_code == status and message in res.json()["error"], res.text
