@@ -11,6 +11,7 @@ back around the translation's words.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,6 +40,10 @@ class Tag:
 
 
 Item = Text | Tag
+
+# The name of a void tag that divides a block into the writer's units (subtitle cues): placed
+# like any void tag, but never before the one ahead of it.
+BREAK = "break"
 
 _WORD = re.compile(r"\S+")
 
@@ -142,39 +147,35 @@ def take_out(items: Sequence[Item]) -> Source:
                 at += 1
     text = "".join(plain)
     words = [m.span() for m in _WORD.finditer(text)]
+    starts, ends = [a for a, _ in words], [e for _, e in words]
     root = Node(None, None, 0, len(words))
     stack = [root]
     for tag, offset in marks:
         if tag.kind == "open":
-            node = Node(tag, None, _first_word(words, offset), 0)
+            node = Node(tag, None, _first_word(ends, offset), 0)
             stack[-1].children.append(node)
             stack.append(node)
         elif tag.kind == "close":
             node = stack.pop()
             node.close = tag
-            node.end = max(node.start, _end_word(words, offset))
+            node.end = max(node.start, _gap(starts, offset))
             if node.end == node.start:  # no word inside: a zero-width pair at its gap
-                node.start = node.end = _gap(words, offset)
+                node.start = node.end = _gap(starts, offset)
         else:
-            gap = _gap(words, offset)
+            gap = _gap(starts, offset)
             stack[-1].children.append(Node(tag, None, gap, gap, glue=_glue(text, offset)))
     return Source(text, words, root, frozenset(virtual))
 
 
-def _first_word(words: list[tuple[int, int]], offset: int) -> int:
+def _first_word(ends: list[int], offset: int) -> int:
     """The first word ending after `offset` (the one an opening tag there starts)."""
-    return next((k for k, (_, e) in enumerate(words) if e > offset), len(words))
+    return bisect_right(ends, offset)
 
 
-def _end_word(words: list[tuple[int, int]], offset: int) -> int:
-    """One past the last word starting before `offset` (the words a closing tag there ends)."""
-    return sum(1 for s, _ in words if s < offset)
-
-
-def _gap(words: list[tuple[int, int]], offset: int) -> int:
-    """The gap a void tag at `offset` sits in: before the first word that starts at or after
-    it (a tag inside a word goes after that word)."""
-    return sum(1 for s, _ in words if s < offset)
+def _gap(starts: list[int], offset: int) -> int:
+    """How many words start before `offset`: one past the last word a closing tag there
+    ends, and the gap a void tag there sits in (a tag inside a word goes after that word)."""
+    return bisect_left(starts, offset)
 
 
 def _glue(text: str, offset: int) -> Literal["left", "right", "none"]:

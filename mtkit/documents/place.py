@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from mtkit.documents.inline import Item, Node, Source, Tag, Text
+from mtkit.documents.inline import BREAK, Item, Node, Source, Tag, Text
 
 Placement = Literal["align", "position"]
 PLACEMENTS: tuple[Placement, ...] = get_args(Placement)
@@ -77,11 +77,27 @@ def _place_children(parent: Placed, links: _Links) -> None:
         end = p.b
     voids = [_void(child, parent, spans, links) for child in parent.node.children
              if child.void]
+    _in_order([v for v in voids if v.node.open.name == BREAK], parent, spans)  # type: ignore[union-attr]
     order = {id(child): n for n, child in enumerate(parent.node.children)}
     parent.children = sorted([*spans, *voids], key=lambda p: (p.a, p.b > p.a,
                                                               order[id(p.node)]))
     for p in spans:
         _place_children(p, links)
+
+
+def _in_order(breaks: list[Placed], parent: Placed, spans: list[Placed]) -> None:
+    """Breaks (in source order) moved so that none comes before the one ahead of it, and a
+    unit that had words gets one where the translation has words to spare."""
+    prev_gap, prev_src = parent.a, parent.node.start
+    for n, p in enumerate(breaks):
+        room = parent.b - (len(breaks) - n - 1)  # leave a word for each later unit
+        need = 1 if p.node.start > prev_src and prev_gap < room else 0
+        gap = min(max(min(p.a, room), prev_gap + need), parent.b)
+        for s in spans:  # never inside a span: past it
+            if s.a < gap < s.b:
+                gap = s.b
+        p.a = p.b = gap
+        prev_gap, prev_src = gap, p.node.start
 
 
 def _span(node: Node, parent: Placed, links: _Links) -> Placed:
