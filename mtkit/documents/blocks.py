@@ -18,11 +18,9 @@ Translate = Callable[[list[str]], list[tuple[str, list[Link]]]]
 
 @dataclass(frozen=True)
 class Splitting:
-    """How a block's text becomes sentences: `sentences` (False: each block is one sentence,
-    as for a subtitle unit that is already one), and `too_long`: whether a sentence is past
-    what the model reads (split again at punctuation or a clause; None: no limit)."""
+    """How a block's sentences are made to fit: `too_long` says whether a sentence is past
+    what the model reads (it is split again at punctuation or a clause; None: no limit)."""
 
-    sentences: bool = True
     too_long: Callable[[str], bool] | None = None
 
 
@@ -56,10 +54,9 @@ def words(source: Source) -> list[str]:
 
 def _prepare(items: Sequence[Item], splitting: Splitting) -> _Block:
     source = take_out(items)
-    n = len(source.words)
-    if not n:
+    if not source.words:
         return _Block(items, source, [])
-    ranges = sentence_ranges(source.plain, source.words) if splitting.sentences else [(0, n)]
+    ranges = sentence_ranges(source.plain, source.words)
     if splitting.too_long is not None:
         ranges = fitted(ranges, words(source), splitting.too_long)
     return _Block(items, source, ranges)
@@ -75,10 +72,9 @@ def _rejoin(b: _Block, results: list[tuple[str, list[Link]]], placement: Placeme
     src = b.source
     for (a, e), (text, sent_links) in zip(b.ranges, results, strict=True):
         sent = text.split()
-        between = src.plain[src.words[a - 1][1]:src.words[a][0]] if a else ""
+        # the first word's separator shows only after a tag that starts the block
+        between = src.plain[src.words[a - 1][1]:src.words[a][0]] if a else " "
         seps.extend([between] + [" "] * (len(sent) - 1) if sent else [])
-        if sent and not tgt:
-            seps[-len(sent)] = ""
         links.extend((a + i, len(tgt) + j) for i, j in sent_links
                      if 0 <= i < e - a and 0 <= j < len(sent))
         tgt.extend(sent)

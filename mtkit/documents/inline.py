@@ -53,7 +53,8 @@ class Node:
     """A markup span over source words [start, end) (a pair of tags, or the whole block at
     the root), or a void tag at the gap before source word `start` (start == end). `glue`:
     for a void, which neighbour it touched in the source: 'left' (no space before it),
-    'right' (space before, none after) or 'none' (spaces on both sides: it stands as a word).
+    'right' (space before, none after), 'none' (spaces on both sides: it stands as a word)
+    or 'both' (it is a space itself: a line break).
     `children` in source order."""
 
     open: Tag | None
@@ -61,7 +62,7 @@ class Node:
     start: int
     end: int
     children: list[Node] = field(default_factory=list)
-    glue: Literal["left", "right", "none"] = "left"
+    glue: Literal["left", "right", "none", "both"] = "left"
 
     @property
     def void(self) -> bool:
@@ -77,15 +78,22 @@ class Source:
     words: list[tuple[int, int]]
     root: Node
     virtual: frozenset[int] = frozenset()  # offsets of the spaces void tags stand for
+    marked: tuple[int, int] | None = None  # the offsets of the first and the last tag
 
     @property
     def lead(self) -> str:
-        """The whitespace before the first word (all of a blank block)."""
-        return self._real(0, self.words[0][0] if self.words else len(self.plain))
+        """The whitespace before the first word and the first tag (all of a blank block)."""
+        end = self.words[0][0] if self.words else len(self.plain)
+        return self._real(0, min(end, self.marked[0]) if self.marked else end)
 
     @property
     def trail(self) -> str:
-        return self._real(self.words[-1][1], len(self.plain)) if self.words else ""
+        """The whitespace after the last word and the last tag."""
+        if not self.words:
+            return ""
+        start = self.words[-1][1]
+        return self._real(max(start, self.marked[1]) if self.marked else start,
+                          len(self.plain))
 
     def _real(self, a: int, b: int) -> str:
         return "".join(c for k, c in enumerate(self.plain[a:b], a) if k not in self.virtual)
@@ -163,8 +171,10 @@ def take_out(items: Sequence[Item]) -> Source:
                 node.start = node.end = _gap(starts, offset)
         else:
             gap = _gap(starts, offset)
-            stack[-1].children.append(Node(tag, None, gap, gap, glue=_glue(text, offset)))
-    return Source(text, words, root, frozenset(virtual))
+            glue = "both" if tag.space else _glue(text, offset)
+            stack[-1].children.append(Node(tag, None, gap, gap, glue=glue))
+    marked = (marks[0][1], marks[-1][1]) if marks else None
+    return Source(text, words, root, frozenset(virtual), marked)
 
 
 def _first_word(ends: list[int], offset: int) -> int:
@@ -179,10 +189,10 @@ def _gap(starts: list[int], offset: int) -> int:
 
 
 def _glue(text: str, offset: int) -> Literal["left", "right", "none"]:
-    """Which neighbour a void tag at `offset` touches: see `Node.glue`. At the block's start
-    or end, the one neighbour there is."""
-    if offset == 0:
-        return "right"
-    if offset == len(text) or not text[offset - 1].isspace():
+    """Which neighbour a void tag at `offset` touches: see `Node.glue` (the block's start
+    and end count as spaces)."""
+    if offset > 0 and not text[offset - 1].isspace():
         return "left"
-    return "none" if text[offset].isspace() else "right"
+    if offset < len(text) and not text[offset].isspace():
+        return "right"
+    return "none"

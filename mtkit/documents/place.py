@@ -182,7 +182,8 @@ def _atoms(p: Placed, words: list[str], atoms: list[tuple[Item, bool, bool, int]
     node = p.node
     if node.void:
         glue = node.glue
-        atoms.append((node.open, glue == "left", glue == "right", -1))  # type: ignore[arg-type]
+        atoms.append((node.open, glue in ("left", "both"), glue in ("right", "both"),  # type: ignore[arg-type]
+                      -1))
         return
     if node.open is not None:
         atoms.append((node.open, False, True, -1))
