@@ -51,6 +51,14 @@ class _Links:
     def targets(self, s: int, e: int) -> list[int]:
         return [j for i in range(s, e) for j in self.by_src.get(i, ())]
 
+    def first_source(self) -> dict[int, int]:
+        """Each linked target word's first source word."""
+        first: dict[int, int] = {}
+        for i in sorted(self.by_src):
+            for j in self.by_src[i]:
+                first.setdefault(j, i)
+        return first
+
     def relative(self, k: int) -> int:
         """Source gap k's relative position in the target."""
         return round(k * self.n_tgt / self.n_src) if self.n_src else 0
@@ -77,7 +85,8 @@ def _place_children(parent: Placed, links: _Links) -> None:
         end = p.b
     voids = [_void(child, parent, spans, links) for child in parent.node.children
              if child.void]
-    _in_order([v for v in voids if v.node.open.name == BREAK], parent, spans)  # type: ignore[union-attr]
+    _in_order([v for v in voids if v.node.open.name == BREAK], parent, spans,  # type: ignore[union-attr]
+              links)
     order = {id(child): n for n, child in enumerate(parent.node.children)}
     parent.children = sorted([*spans, *voids], key=lambda p: (p.a, p.b > p.a,
                                                               order[id(p.node)]))
@@ -85,19 +94,42 @@ def _place_children(parent: Placed, links: _Links) -> None:
         _place_children(p, links)
 
 
-def _in_order(breaks: list[Placed], parent: Placed, spans: list[Placed]) -> None:
-    """Breaks (in source order) moved so that none comes before the one ahead of it, and a
-    unit that had words gets one where the translation has words to spare."""
+def _in_order(breaks: list[Placed], parent: Placed, spans: list[Placed], links: _Links
+              ) -> None:
+    """Breaks (in source order) placed where the fewest target words fall on the wrong side
+    of them (a word linked to the source before a break belongs before it), never before the
+    break ahead, a unit that had words keeping one where the translation has words to spare;
+    a break over unlinked words goes at its relative place within them."""
+    if not breaks:
+        return
+    first = links.first_source()
+    last = [-1]  # last[i]: the last target word linked to a source word before i
+    for i in range(links.n_src):
+        last.append(max([last[-1], *links.by_src.get(i, ())]))
+    starts = [p.node.start for p in breaks] + [parent.node.end]
+    # how many of the units after each break had words: each keeps one where it can
+    later = [0] * len(breaks)
+    for n in range(len(breaks) - 1, -1, -1):
+        later[n] = (starts[n + 1] > starts[n]) + (later[n + 1] if n + 1 < len(breaks) else 0)
     prev_gap, prev_src = parent.a, parent.node.start
     for n, p in enumerate(breaks):
-        room = parent.b - (len(breaks) - n - 1)  # leave a word for each later unit
-        need = 1 if p.node.start > prev_src and prev_gap < room else 0
-        gap = min(max(min(p.a, room), prev_gap + need), parent.b)
+        b = p.node.start
+        room = max(parent.b - later[n], prev_gap)
+        lo = min(prev_gap + (1 if b > prev_src and prev_gap < room else 0), room)
+        hi = min(room, max(last[b] + 1, lo))
+        # cost(g) - cost(lo): +1 for each word before g linked after the break, -1 before it
+        best, cost, gap = 0, 0, lo
+        relative = min(max(links.relative(b), lo), hi)
+        for j in range(lo, hi):
+            src = first.get(j)
+            cost += 0 if src is None else (1 if src >= b else -1)
+            if cost < best or cost == best and abs(j + 1 - relative) < abs(gap - relative):
+                best, gap = cost, j + 1
         for s in spans:  # never inside a span: past it
             if s.a < gap < s.b:
                 gap = s.b
         p.a = p.b = gap
-        prev_gap, prev_src = gap, p.node.start
+        prev_gap, prev_src = gap, b
 
 
 def _span(node: Node, parent: Placed, links: _Links) -> Placed:

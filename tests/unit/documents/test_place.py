@@ -110,3 +110,29 @@ def test_over_long_sentences_are_split_at_punctuation_and_never_cut():
     assert all(len(s.split()) <= 5 for s in seen)
     assert seen[0] == "one two three,"  # the comma nearest the middle of 12 words
     assert " ".join(seen) == text
+
+
+def test_breaks_go_where_fewest_words_cross_them_and_stay_in_order():
+    from mtkit.documents.inline import BREAK
+
+    def inserting(sentences):  # 'a b c d' -> 'A X B C D', word x linked to nothing
+        out = []
+        for s in sentences:
+            w = s.upper().split()
+            out.append((" ".join([w[0], "X", *w[1:]]), [(0, 0)] + [(i, i + 1)
+                                                                   for i in range(1, len(w))]))
+        return out
+
+    brk = Tag("void", "", BREAK)
+    block = [Text("a b "), brk, Text(" c d "), Tag("void", "", BREAK), Text(" e")]
+    items = translate_blocks([block], inserting)[0]
+    cut = [n for n, it in enumerate(items) if isinstance(it, Tag)]
+    texts = [joined(items[a + 1:b]) for a, b in zip([-1, *cut], [*cut, len(items)],
+                                                     strict=True)]
+    assert [t.split() for t in texts] == [["A", "X", "B"], ["C", "D"], ["E"]]
+    # reversed, every unit still gets words, in order
+    items = translate_blocks([block], reverse)[0]
+    cut = [n for n, it in enumerate(items) if isinstance(it, Tag)]
+    texts = [joined(items[a + 1:b]).split() for a, b in zip([-1, *cut], [*cut, len(items)],
+                                                             strict=True)]
+    assert all(texts) and sum(texts, []) == "E D C B A".split()

@@ -1,0 +1,125 @@
+"""Documents translated by the trained toy model (it reverses its made-up words): tags land
+on the reversed words, the text between markup is the model's translation of the plain
+sentence, and every format's structure survives."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+import mtkit
+from mtkit.data.store import text_path
+from mtkit.documents.formats import translate_document
+from mtkit.run import data_dir
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def model(toy_model: Path) -> mtkit.TranslationModel:
+    return mtkit.load(toy_model, device="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def reversed_exactly(toy_model, model) -> list[str]:
+    """Test sentences the model reverses with exactly the reversal's links."""
+    src = text_path(data_dir(toy_model), "test", "src").read_text().splitlines()
+    out = []
+    for t in model.translate_full(src, align=True):
+        n = len(t.source.split())
+        want = " ".join(f"{i}-{n - 1 - i}" for i in range(n))
+        if n >= 3 and t.text.split() == t.source.split()[::-1] and (
+                " ".join(sorted(t.candidates[0].alignment.split(), key=lambda p: int(
+                    p.split("-")[0]))) == want):
+            out.append(t.source)
+    assert len(out) >= 5, out
+    return out[:8]
+
+
+def _html(sentences: list[str], k: int) -> str:
+    paras = []
+    for s in sentences:
+        words = s.split()
+        words[k] = f'<b class="x">{words[k]}</b>'
+        paras.append(f"<p>{' '.join(words)} <code>a &lt; b</code></p>")
+    return "<html><body>\n" + "\n".join(paras) + "\n</body></html>\n"
+
+
+def test_html_tags_land_on_the_aligned_words(model, reversed_exactly):
+    page = _html(reversed_exactly, 1)
+    out = translate_document(model, page.encode(), "html").data.decode()
+    plain = [t.text for t in model.translate_full(reversed_exactly)]
+    got = re.findall(r"<p>(.*?)</p>", out)
+    assert len(got) == len(reversed_exactly)
+    for para, src, text in zip(got, reversed_exactly, plain, strict=True):
+        words = src.split()
+        # the tag moves with its word: word 1 of n is word n - 2 of the reversal
+        assert f'<b class="x">{words[1]}</b>' in para, para
+        assert "<code>a &lt; b</code>" in para
+        assert re.sub(r"<code>.*?</code>|<[^>]+>", "", para).split() == text.split()
+
+
+def test_the_fallback_is_worse_than_the_alignment(model, reversed_exactly):
+    page = _html(reversed_exactly, 0)
+    aligned = translate_document(model, page.encode(), "html").data.decode()
+    relative = translate_document(model, page.encode(), "html",
+                                  placement="position").data.decode()
+
+    def bold_at(out):  # where the bold word sits among each paragraph's words
+        paras = re.findall(r"<p>(.*?)</p>", re.sub(r"<code>.*?</code>", "", out))
+        return [[n for n, w in enumerate(p.split()) if w.startswith("<b")] for p in paras]
+
+    n = [len(s.split()) for s in reversed_exactly]
+    # source word 0 is the reversal's last word; its relative position is the first
+    assert bold_at(aligned) == [[k - 1] for k in n]
+    assert bold_at(relative) == [[0] for _ in n]
+
+
+def test_srt_cues_keep_their_timings_and_share_the_translation(model, reversed_exactly):
+    sentence = max(reversed_exactly, key=lambda s: len(s.split()))
+    words = sentence.split()
+    srt = (f"1\n00:00:01,000 --> 00:00:02,500\n{' '.join(words[:2])}\n\n"
+           f"2\n00:00:02,500 --> 00:00:04,000\n{' '.join(words[2:])}\n")
+    result = translate_document(model, srt.encode(), "srt")
+    out_lines = result.data.decode().splitlines()
+    assert result.problems == [] and result.sentences == 1  # one sentence over two cues
+    src_lines = srt.splitlines()
+    assert len(out_lines) == len(src_lines)
+    for k in (0, 1, 3, 4, 5):
+        assert out_lines[k] == src_lines[k]
+    # translated whole and shared out in order, each cue keeping words
+    assert out_lines[2].split() + out_lines[6].split() == model.translate(sentence).split()
+    assert out_lines[2] and out_lines[6]
+
+
+def test_markdown_po_and_docx_through_the_model(model, reversed_exactly):
+    s0, s1 = reversed_exactly[:2]
+    w = s0.split()
+    md = f"# {s1}\n\n{w[0]} **{w[1]}** {' '.join(w[2:])} `keep me`\n"
+    out = translate_document(model, md.encode(), "markdown").data.decode()
+    assert out.startswith("# " + model.translate(s1) + "\n\n")
+    assert f"**{w[1]}**" in out and "`keep me`" in out
+
+    import polib
+
+    po = f'msgid ""\nmsgstr ""\n\nmsgid "{s0} %s"\nmsgid_plural "{s1} %d"\n' \
+         'msgstr[0] ""\nmsgstr[1] ""\n'
+    entry = polib.pofile(translate_document(model, po.encode(), "po").data.decode())[0]
+    # %d goes after the target word linked to the source word before it (the last one,
+    # which the reversal puts first)
+    assert entry.msgstr_plural[1].split().index("%d") == 1
+    assert "fuzzy" in entry.flags
+
+    docx = pytest.importorskip("docx")
+    doc = docx.Document()
+    p = doc.add_paragraph(" ".join(w[:1]) + " ")
+    p.add_run(" ".join(w[1:])).bold = True
+    doc.add_table(rows=1, cols=1).cell(0, 0).text = s1
+    buf = io.BytesIO()
+    doc.save(buf)
+    out = docx.Document(io.BytesIO(translate_document(model, buf.getvalue(), "docx").data))
+    assert out.paragraphs[0].text.split() == model.translate(s0).split()
+    assert out.tables[0].cell(0, 0).text == model.translate(s1)
