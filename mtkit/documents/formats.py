@@ -19,16 +19,16 @@ if TYPE_CHECKING:
     from mtkit.api.model import TranslationModel
 
 DocumentFormat = Literal["lines", "paragraphs", "html", "markdown", "srt", "vtt", "po",
-                         "docx"]
+                         "xliff", "docx"]
 DOCUMENT_FORMATS: tuple[DocumentFormat, ...] = get_args(DocumentFormat)
 EXTENSIONS: dict[str, DocumentFormat] = {
     ".txt": "paragraphs", ".html": "html", ".htm": "html", ".xhtml": "html",
     ".md": "markdown", ".markdown": "markdown", ".srt": "srt", ".vtt": "vtt", ".po": "po",
-    ".pot": "po", ".docx": "docx"}
+    ".pot": "po", ".xlf": "xliff", ".xliff": "xliff", ".docx": "docx"}
 MEDIA_TYPES: dict[DocumentFormat, str] = {
     "lines": "text/plain", "paragraphs": "text/plain", "html": "text/html",
     "markdown": "text/markdown", "srt": "application/x-subrip", "vtt": "text/vtt",
-    "po": "text/x-gettext-translation",
+    "po": "text/x-gettext-translation", "xliff": "application/xliff+xml",
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}
 
 
@@ -73,6 +73,10 @@ def open_document(data: bytes, fmt: DocumentFormat) -> Document:
         from mtkit.documents.docx import DocxDocument
 
         return DocxDocument(data)
+    if fmt == "xliff":
+        from mtkit.documents.xliff import XliffDocument
+
+        return XliffDocument(data)
     text = _decoded(data)
     if fmt in ("lines", "paragraphs"):
         from mtkit.documents.text import TextDocument
