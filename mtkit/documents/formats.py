@@ -22,7 +22,7 @@ DocumentFormat = Literal["lines", "paragraphs", "html", "markdown", "srt", "vtt"
                          "xliff", "docx"]
 DOCUMENT_FORMATS: tuple[DocumentFormat, ...] = get_args(DocumentFormat)
 EXTENSIONS: dict[str, DocumentFormat] = {
-    ".txt": "paragraphs", ".html": "html", ".htm": "html", ".xhtml": "html",
+    ".html": "html", ".htm": "html", ".xhtml": "html",
     ".md": "markdown", ".markdown": "markdown", ".srt": "srt", ".vtt": "vtt", ".po": "po",
     ".pot": "po", ".xlf": "xliff", ".xliff": "xliff", ".docx": "docx"}
 MEDIA_TYPES: dict[DocumentFormat, str] = {

@@ -123,3 +123,23 @@ def test_markdown_po_and_docx_through_the_model(model, reversed_exactly):
     out = docx.Document(io.BytesIO(translate_document(model, buf.getvalue(), "docx").data))
     assert out.paragraphs[0].text.split() == model.translate(s0).split()
     assert out.tables[0].cell(0, 0).text == model.translate(s1)
+
+
+def test_a_line_past_the_models_length_is_split_not_cut(model, reversed_exactly, monkeypatch):
+    # the toy reads at most 32 tokens (data.max_len)
+    long = " ".join(reversed_exactly[:4] * 3)
+    assert model.translate_full([long])[0].truncated  # as one segment it would be cut
+    seen = []
+    decode = model.decode
+
+    def recording(lines, *args, **kwargs):
+        seen.extend(lines)
+        return decode(lines, *args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", recording)
+    result = translate_document(model, (long + "\n").encode(), "lines")
+    assert result.sentences == len(seen) >= 2
+    assert " ".join(seen) == long  # every word sent, none cut
+    assert not any(t.truncated for t in model.translate_full(seen))
+    out = result.data.decode()
+    assert out.endswith("\n") and "\n" not in out[:-1]
