@@ -5,7 +5,7 @@ translated by a loaded model (`translate_document`): what `mtkit translate -i FI
 from __future__ import annotations
 
 import codecs
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
@@ -17,6 +17,9 @@ from mtkit.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from mtkit.api.model import TranslationModel
+
+# (sentences, options, extras, tag=) -> their translations: `TranslationModel.decode`'s shape
+Decode = Callable[..., list[Any]]
 
 DocumentFormat = Literal["lines", "paragraphs", "html", "markdown", "srt", "vtt", "po",
                          "xliff", "docx"]
@@ -111,11 +114,13 @@ def _decoded(data: bytes) -> str:
 
 def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat, *,
                        placement: Placement = "align", tag: str | None = None,
-                       options: Mapping[str, Any] | None = None) -> DocumentResult:
+                       options: Mapping[str, Any] | None = None,
+                       decode: Decode | None = None) -> DocumentResult:
     """`data` (a document in `fmt`) translated by `model`: its sentences decoded with
     `options` (DecodeConfig fields) in the usual batches, its markup placed by `placement`
     (the word alignment, or relative position; a model without attention has only the
-    latter)."""
+    latter). `decode`: what decodes the checked sentences (default `model.decode`; the
+    server's batcher)."""
     doc = open_document(data, fmt)
     cfg = model.options(dict(options or {}))
     translator = model.translator(cfg)
@@ -128,7 +133,7 @@ def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat
     def translate(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
         nonlocal count
         count += len(lines)
-        out = model.decode(lines, cfg, extras, tag=checked_tag)
+        out = (decode or model.decode)(lines, cfg, extras, tag=checked_tag)
         return [(t.text, parse_links(t.candidates[0].alignment or "")) for t in out]
 
     blocks = doc.blocks()
