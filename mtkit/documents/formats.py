@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from mtkit.documents.blocks import Splitting, Translate, translate_blocks
 from mtkit.documents.inline import Item
 from mtkit.documents.place import Placement
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import ConfigError, DataError, choice
 
 if TYPE_CHECKING:
     from mtkit.api.model import TranslationModel
@@ -52,15 +52,17 @@ class DocumentResult:
     sentences: int
     problems: list[str] = field(default_factory=list)
 
+    @property
+    def text(self) -> str:
+        """The document as text (every format but docx)."""
+        return self.data.decode("utf-8")
+
 
 def format_for(path: str | Path | None, chosen: str | None) -> DocumentFormat:
     """The format `chosen` (one of DOCUMENT_FORMATS), else the one `path`'s extension names;
     a ConfigError naming the choices otherwise."""
     if chosen is not None:
-        if chosen not in DOCUMENT_FORMATS:
-            raise ConfigError.about("input_format", f"invalid choice {chosen!r}; expected one of "
-                                    f"{', '.join(DOCUMENT_FORMATS)}")
-        return chosen  # type: ignore[return-value]
+        return choice("input_format", chosen, DocumentFormat)
     suffix = Path(path).suffix.lower() if path is not None else ""
     if suffix not in EXTENSIONS:
         known = ", ".join(sorted(EXTENSIONS))
@@ -121,6 +123,7 @@ def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat
     (the word alignment, or relative position; a model without attention has only the
     latter). `decode`: what decodes the checked sentences (default `model.decode`; the
     server's batcher)."""
+    placement = choice("placement", placement, Placement)
     doc = open_document(data, fmt)
     cfg = model.options(dict(options or {}))
     translator = model.translator(cfg)
