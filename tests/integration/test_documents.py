@@ -143,3 +143,57 @@ def test_a_line_past_the_models_length_is_split_not_cut(model, reversed_exactly,
     assert not any(t.truncated for t in model.translate_full(seen))
     out = result.data.decode()
     assert out.endswith("\n") and "\n" not in out[:-1]
+
+
+def test_mtkit_translate_writes_the_document_by_its_extension(toy_model, model, tmp_path):
+    from tests.helpers import run_cli
+
+    page = tmp_path / "page.html"
+    page.write_text(PAGE_HTML)
+    out = tmp_path / "page.de.html"
+    res = run_cli("translate", toy_model, "--threads", "1", "-i", page, "-o", out)
+    assert res.exit_code == 0, res.output
+    assert out.read_text() == model.translate_document(PAGE_HTML, "html").text
+    assert "translated 2 sentences of" in res.stderr
+    # the same text as paragraphs on stdin, and the fallback chosen
+    res = run_cli("translate", toy_model, "--threads", "1", "--input-format", "paragraphs",
+                  input="pel nel dar\n\nvin lem ba\n")
+    assert res.stdout == model.translate_document("pel nel dar\n\nvin lem ba\n",
+                                                  "paragraphs").text
+    res = run_cli("translate", toy_model, "--threads", "1", "-i", page,
+                  "--placement", "position")
+    assert res.exit_code == 0 and res.stdout == model.translate_document(
+        PAGE_HTML, "html", placement="position").text
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--align",), "--align: a document's markup is placed by the alignment"),
+    (("--format", "jsonl"), "--format jsonl: a document is written in its own format"),
+    (("--nbest", "2"), "--nbest: a document gets its best translation"),
+    (("--input-format", "pdf"), "--input-format: invalid choice 'pdf'; expected one of lines"),
+    (("--placement", "middle"), "--placement: invalid choice 'middle'; expected align or"),
+])
+def test_mtkit_translate_refuses_what_a_document_cannot_honour(toy_model, tmp_path, args,
+                                                              message):
+    from tests.helpers import run_cli
+
+    page = tmp_path / "page.html"
+    page.write_text(PAGE_HTML)
+    res = run_cli("translate", toy_model, "-i", page, *args)
+    assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_mtkit_translate_names_a_broken_file_in_one_line(toy_model, tmp_path):
+    from tests.helpers import run_cli
+
+    bad = tmp_path / "app.po"
+    bad.write_text('msgid "x\nbroken')
+    res = run_cli("translate", toy_model, "-i", bad, "-o", tmp_path / "out.po")
+    assert res.exit_code == 2 and f"{bad}: not a PO catalogue" in res.stderr
+    assert not (tmp_path / "out.po").exists()
+    res = run_cli("translate", toy_model, "--placement", "align", input="pel nel dar\n")
+    assert res.exit_code == 2 and "--placement is for a document" in res.stderr
+
+
+PAGE_HTML = "<html><body><p>pel <b>nel</b> dar</p>\n<p>vin lem ba</p></body></html>\n"
