@@ -18,8 +18,10 @@
 3. BLEU (RUN): the 100 sentences translated with their tags through the HTML reader, tags
    stripped, against the same sentences translated plain: equal when the markup cannot
    change the words.
-4. End to end (RUN): a 200-paragraph HTML page and a 500-cue SRT made from test2016
-   sentences, translated by `translate_document` (greedy), seconds and sentences/s.
+4. End to end: a 200-paragraph HTML page and a 500-cue SRT made from test2016 sentences,
+   read, split, placed and written with a model-free copying translator (the documents' own
+   cost, and a check that copying gives the input back), and (RUN) translated by
+   `translate_document` (greedy), seconds and sentences/s.
 """
 
 from __future__ import annotations
@@ -244,9 +246,9 @@ def bench_bleu(model, sentences) -> None:
     print(f"BLEU, tags stripped {a:.2f} vs plain {b:.2f}; {same}/{len(plain)} outputs identical")
 
 
-def bench_end_to_end(model, data: Path) -> None:
-    from mtkit.documents.formats import translate_document
-
+def documents(data: Path) -> tuple[str, str]:
+    """A 200-paragraph HTML page (three test2016 sentences each, every fourth with a <b>)
+    and a 500-cue SRT (a test2016 sentence per cue)."""
     src = _read(data / "multi30k" / "test_2016_flickr.en.gz")
     rng = random.Random(2)
     paras = ["<p>" + " ".join(rng.sample(src, 3)).replace("&", "&amp;") + "</p>"
@@ -256,7 +258,32 @@ def bench_end_to_end(model, data: Path) -> None:
     page = "<html><body>\n" + "\n".join(paras) + "\n</body></html>\n"
     cues = [f"{n + 1}\n00:{n // 60:02d}:{n % 60:02d},000 --> 00:{n // 60:02d}:{n % 60:02d},900\n"
             f"{src[n]}\n" for n in range(500)]
-    srt = "\n".join(cues)
+    return page, "\n".join(cues)
+
+
+def bench_overhead(data: Path) -> None:
+    """The documents' own work (reading, splitting, placing, writing) with a translator that
+    copies each sentence and links word i to word i: no model."""
+    from mtkit.documents.blocks import translate_blocks
+    from mtkit.documents.formats import open_document
+
+    def copy(sentences):
+        return [(s, [(i, i) for i in range(len(s.split()))]) for s in sentences]
+
+    page, srt = documents(data)
+    for name, text, fmt in (("200-paragraph HTML", page, "html"), ("500-cue SRT", srt, "srt")):
+        start = time.perf_counter()
+        doc = open_document(text.encode(), fmt)
+        out = doc.render(translate_blocks(doc.blocks(), copy))
+        took = time.perf_counter() - start
+        same = "same" if out == text else "differs"
+        print(f"{name}, no model: {took:.2f} s (the copy's output {same} as the input)")
+
+
+def bench_end_to_end(model, data: Path) -> None:
+    from mtkit.documents.formats import translate_document
+
+    page, srt = documents(data)
     for name, data_in, fmt in (("200-paragraph HTML", page, "html"), ("500-cue SRT", srt, "srt")):
         start = time.perf_counter()
         result = translate_document(model, data_in.encode(), fmt, options={"method": "greedy"})
@@ -270,6 +297,7 @@ def main(argv=None) -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}")
     bench_splitters(paragraphs(args.data), args.repeat)
+    bench_overhead(args.data)
     if args.run is None:
         print("placement, BLEU, end to end: give an en-de run directory")
         return

@@ -29,6 +29,7 @@ class _Block:
     items: Sequence[Item]
     source: Source
     ranges: list[WordRange]
+    words: list[str]
 
 
 def translate_blocks(blocks: Sequence[Sequence[Item]], translate: Translate, *,
@@ -37,7 +38,7 @@ def translate_blocks(blocks: Sequence[Sequence[Item]], translate: Translate, *,
     """Each block translated, as `Text` and `Tag` items in the writer's order; a block with
     no word comes back as it was."""
     prepared = [_prepare(items, splitting) for items in blocks]
-    sentences = [" ".join(words(b.source)[a:e]) for b in prepared for a, e in b.ranges]
+    sentences = [" ".join(b.words[a:e]) for b in prepared for a, e in b.ranges]
     results = iter(translate(sentences) if sentences else [])
     out = []
     for b in prepared:
@@ -55,11 +56,12 @@ def words(source: Source) -> list[str]:
 def _prepare(items: Sequence[Item], splitting: Splitting) -> _Block:
     source = take_out(items)
     if not source.words:
-        return _Block(items, source, [])
+        return _Block(items, source, [], [])
+    tokens = words(source)
     ranges = sentence_ranges(source.plain, source.words)
     if splitting.too_long is not None:
-        ranges = fitted(ranges, words(source), splitting.too_long)
-    return _Block(items, source, ranges)
+        ranges = fitted(ranges, tokens, splitting.too_long)
+    return _Block(items, source, ranges, tokens)
 
 
 def _rejoin(b: _Block, results: list[tuple[str, list[Link]]], placement: Placement
