@@ -255,12 +255,20 @@ def _html_tag(raw: str) -> Tag:
 
 
 def _markdown(items: list[Item]) -> str:
-    """A translated block as Markdown source: text escaped where it would read as markup."""
-    out = "".join(_ESCAPE.sub(r"\\\1", it.text) if isinstance(it, Text) else it.raw
-                  for it in items)
-    stripped = out.lstrip()
-    if (m := _LINE_START.match(stripped)) and items and isinstance(items[0], Text):
-        # a translation starting '# ', '- ' or '1. ' would read as a heading or a list
-        k = len(out) - len(stripped) + (m.end() if m.group()[0].isdigit() else 0)
-        out = out[:k] + "\\" + out[k:]
-    return out
+    """A translated block as Markdown source: text escaped where it would read as markup,
+    at the start of a line too ('# ', '- ', '1. ' would start a heading or a list)."""
+    out: list[str] = []
+    line_start = True
+    for it in items:
+        if isinstance(it, Tag):
+            out.append(it.raw)
+            line_start = line_start and not it.raw.strip() or "\n" in it.raw
+            continue
+        text = _ESCAPE.sub(r"\\\1", it.text)
+        stripped = text.lstrip()
+        if line_start and (m := _LINE_START.match(stripped)):
+            k = len(text) - len(stripped) + (m.end() if m.group()[0].isdigit() else 0)
+            text = text[:k] + "\\" + text[k:]
+        out.append(text)
+        line_start = line_start and not text.strip()
+    return "".join(out)
