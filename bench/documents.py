@@ -187,28 +187,36 @@ def _tags(part: str, k: int, stack: list, out: list) -> None:
 
 
 def bench_placement(model, data: Path) -> list[tuple[str, str, list]]:
-    from mtkit.documents.blocks import translate_blocks
     from mtkit.documents.formats import parse_links
-    from mtkit.documents.inline import Tag, Text
 
     gold = [json.loads(line) for line in GOLD.read_text().splitlines()]
     en = _read(data / "multi30k" / "test_2016_flickr.en.gz")
     de = _read(data / "multi30k" / "test_2016_flickr.de.gz")
     refs = [de[g["line"]] for g in gold]
-    forced = model.translate_full([en[g["line"]] for g in gold], align=True, prefix=refs,
-                                  method="greedy")
-    by_source = {}
-    for g, ref, t in zip(gold, refs, forced, strict=True):
-        n = len(ref.split())  # the reference's words; whatever the model adds after is cut
-        links = [(i, j) for i, j in parse_links(t.candidates[0].alignment or "") if j < n]
-        by_source[en[g["line"]]] = (ref, links)
+    print(f"placement: {len(gold)} test2016 sentences, forced to their references")
+    for readout in ("current", "shift"):
+        forced = model.translate_full([en[g["line"]] for g in gold], align=True, prefix=refs,
+                                      method="greedy", readout=readout)
+        by_source = {}
+        for g, ref, t in zip(gold, refs, forced, strict=True):
+            n = len(ref.split())  # the reference's words; what the model adds after is cut
+            links = [(i, j) for i, j in parse_links(t.candidates[0].alignment or "") if j < n]
+            by_source[en[g["line"]]] = (ref, links)
+        _placed(gold, en, by_source,
+                ("align", "position") if readout == "current" else ("align",), readout)
+    return [(en[g["line"]], refs[k], g["en"]) for k, g in enumerate(gold)]
+
+
+def _placed(gold, en, by_source, methods, readout) -> None:
+    """Each method's share of tags on their gold words; `by_source`: each sentence's forced
+    reference and links."""
+    from mtkit.documents.blocks import translate_blocks
+    from mtkit.documents.inline import Tag, Text
 
     def translate(sentences):
         return [by_source[s] for s in sentences]
 
-    print(f"placement: {len(gold)} test2016 sentences, forced to their references")
-    results = {}
-    for method in ("align", "position"):
+    for method in methods:
         right = {"single": [0, 0], "nested": [0, 0], "adjacent": [0, 0]}
         for g in gold:
             items = _tagged_items(en[g["line"]].split(), g["en"])
@@ -220,11 +228,10 @@ def bench_placement(model, data: Path) -> list[tuple[str, str, list]]:
                 right[g["kind"]][0] += span in got
             assert sum(isinstance(it, Tag) for it in out) == 2 * len(g["en"])
         total = [sum(r[0] for r in right.values()), sum(r[1] for r in right.values())]
-        results[method] = total
         kinds = ", ".join(f"{k} {r[0]}/{r[1]}" for k, r in right.items())
-        print(f"  {method:9s} {total[0]}/{total[1]} tags right = {total[0] / total[1]:.1%} "
+        name = f"{method} ({readout} read-out)" if method == "align" else method
+        print(f"  {name:26s} {total[0]}/{total[1]} tags right = {total[0] / total[1]:.1%} "
               f"({kinds})")
-    return [(en[g["line"]], refs[k], g["en"]) for k, g in enumerate(gold)]
 
 
 def bench_bleu(model, sentences) -> None:
