@@ -194,16 +194,21 @@ def bench_placement(model, data: Path) -> list[tuple[str, str, list]]:
     de = _read(data / "multi30k" / "test_2016_flickr.de.gz")
     refs = [de[g["line"]] for g in gold]
     print(f"placement: {len(gold)} test2016 sentences, forced to their references")
-    for readout in ("current", "shift"):
+    from mtkit.documents.formats import LINKS
+
+    for readout, links_by in (("current", LINKS), ("current", "argmax-tgt"),
+                              ("current", "argmax-src"), ("shift", LINKS)):
         forced = model.translate_full([en[g["line"]] for g in gold], align=True, prefix=refs,
-                                      method="greedy", readout=readout)
+                                      method="greedy", readout=readout,
+                                      align_method=links_by)
         by_source = {}
         for g, ref, t in zip(gold, refs, forced, strict=True):
             n = len(ref.split())  # the reference's words; what the model adds after is cut
             links = [(i, j) for i, j in parse_links(t.candidates[0].alignment or "") if j < n]
             by_source[en[g["line"]]] = (ref, links)
-        _placed(gold, en, by_source,
-                ("align", "position") if readout == "current" else ("align",), readout)
+        first = readout == "current" and links_by == LINKS
+        _placed(gold, en, by_source, ("align", "position") if first else ("align",),
+                f"{links_by}, {readout} read-out")
     return [(en[g["line"]], refs[k], g["en"]) for k, g in enumerate(gold)]
 
 
@@ -229,8 +234,8 @@ def _placed(gold, en, by_source, methods, readout) -> None:
             assert sum(isinstance(it, Tag) for it in out) == 2 * len(g["en"])
         total = [sum(r[0] for r in right.values()), sum(r[1] for r in right.values())]
         kinds = ", ".join(f"{k} {r[0]}/{r[1]}" for k, r in right.items())
-        name = f"{method} ({readout} read-out)" if method == "align" else method
-        print(f"  {name:26s} {total[0]}/{total[1]} tags right = {total[0] / total[1]:.1%} "
+        name = f"{method} ({readout})" if method == "align" else method
+        print(f"  {name:40s} {total[0]}/{total[1]} tags right = {total[0] / total[1]:.1%} "
               f"({kinds})")
 
 

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 # (sentences, options, extras, tag=) -> their translations: `TranslationModel.decode`'s shape
 Decode = Callable[..., list[Any]]
 
+# The word links markup is placed by: links both argmax directions agree on (where a span has
+# none, the relative-position fallback); on test2016 they placed the most tags of the search's
+# own links (bench/RESULTS.md, "Documents").
+LINKS = "intersection"
 DocumentFormat = Literal["lines", "paragraphs", "html", "markdown", "srt", "vtt", "po",
                          "xliff", "docx"]
 DOCUMENT_FORMATS: tuple[DocumentFormat, ...] = get_args(DocumentFormat)
@@ -129,7 +133,7 @@ def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat
     translator = model.translator(cfg)
     limit, encode = translator.max_src_len, translator.tok.encode_src
     aligned = placement == "align" and model.info.has_attention
-    extras = model.extras(align=aligned)
+    extras = model.extras(align=aligned, align_method=LINKS if aligned else None)
     checked_tag = model.checked_tag(tag)
     count = 0
 
