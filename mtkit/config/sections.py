@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mtkit.config.attention import HardAttentionConfig, Normalizer, hard_problems
 from mtkit.config.guided import GuidedAlignmentConfig, guided_problems
 from mtkit.config.regularize import RDropConfig, SubwordSamplingConfig, regularize_problems
 
@@ -244,9 +245,11 @@ class RNNConfig:
     input_feeding: bool = True
     init: Literal["bridge", "zeros"] = "bridge"  # decoder initial state
     tie_embeddings: bool = False  # target embedding shared with the output projection
+    hard: HardAttentionConfig = field(default_factory=HardAttentionConfig)
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
-        out = []
+        out = hard_problems(self.attention, self.placement, self.input_feeding, self.hard,
+                            valid)
         if not valid("placement"):
             return out
         if self.placement == "bahdanau" and self.attention in ("location", "local-m", "local-p"):
@@ -296,6 +299,8 @@ class TransformerConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     arch: Literal["rnn", "transformer"] = "transformer"
+    # How cross-attention scores become weights (mtkit.models.normalizers), either arch.
+    attention_normalizer: Normalizer = "softmax"
     rnn: RNNConfig = field(default_factory=RNNConfig)
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
 
