@@ -77,6 +77,10 @@ def guided_problems(recipe: Recipe, valid: Valid) -> list[tuple[str, str]]:
     if valid("model.rnn.attention") and recipe.model.rnn.attention == "none":
         out.append(("train.guided_alignment.weight", "model.rnn.attention is none: the model "
                     "has no attention to guide"))
+    if valid("model.rnn.hard") and recipe.model.rnn.hard.enabled:
+        out.append(("train.guided_alignment.weight", "model.rnn.hard.estimator is "
+                    f"{recipe.model.rnn.hard.estimator}: a hard-attention step attends to one "
+                    "drawn position, whose one-hot row gives the scores no gradient to guide"))
     # An RNN's one attention is the context of the word its step predicts: pulled to the
     # previous word's source it either does not learn that (Bahdanau GRU, synthetic
     # permutation task: AER 0.26) or leaves the model nothing to translate with (Luong GRU:

@@ -50,6 +50,11 @@ def export_ctranslate2(source: Path, out: Path, *, quantization: str = "float32"
         raise ConfigError(f"{ckpt}: model.arch is {recipe.model.arch}; CTranslate2 runs "
                           "Transformers only. Translate this model with `mtkit translate "
                           f"{source}` instead")
+    if recipe.model.attention_normalizer != "softmax":  # CTranslate2's attention is softmax
+        raise ConfigError(f"{ckpt}: model.attention_normalizer is "
+                          f"{recipe.model.attention_normalizer}; CTranslate2 normalises "
+                          f"attention by softmax only. Translate this model with `mtkit "
+                          f"translate {source}` instead")
     vocab = Vocabularies(tok.src_pieces(range(tok.src_vocab_size)),
                          tok.tgt_pieces(range(tok.tgt_vocab_size)))
     spec = transformer_spec(model, recipe.model.transformer, vocab,

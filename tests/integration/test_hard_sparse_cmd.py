@@ -78,3 +78,12 @@ def test_posterior_of_a_model_without_it_is_one_clear_error(model_run, pairs):  
     assert res.exit_code == 2, res.output
     assert "--view" in res.stderr and "hard-attention" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_export_refuses_a_sparse_transformer(toy_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    run = _untrained(toy_run, tmp_path / "sparse", MODELS["transformer-sparsemax"])
+    res = run_cli("export", run, "-o", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert "model.attention_normalizer is sparsemax" in res.stderr
+    assert "mtkit translate" in res.stderr and not (tmp_path / "out").exists()

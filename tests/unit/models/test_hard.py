@@ -212,3 +212,11 @@ def test_recipe_accepts_hard_and_sparse_choices():
     assert r.model.rnn.hard == dataclasses.replace(HardAttentionConfig(), estimator="exact")
     with pytest.raises(ConfigError, match="expected one of softmax, sparsemax, entmax15"):
         recipe_from_dict({"name": "x", "data": DATA, "model": {"attention_normalizer": "relu"}})
+
+
+def test_guided_alignment_of_hard_attention_is_refused():
+    raw = _recipe(hard={"estimator": "reinforce"})
+    raw["data"] = {**DATA, "train": {**DATA["train"], "align": "a.align"}}
+    raw["train"] = {"guided_alignment": {"weight": 0.05}}
+    with pytest.raises(ConfigError, match="hard-attention step attends to one drawn position"):
+        recipe_from_dict(raw)
