@@ -14,8 +14,9 @@ Each trains for --minutes, then is scored on test2016 (greedy, BLEU by sacrebleu
 training target tokens/s (from metrics.jsonl) and, on the test2016 references (forced), the
 mean attention mass on the most attended source piece (1 for a one-hot row) and the share of
 exact zeros among real source positions. Interleaved with that, one tiny model per variant
-(plus a soft Luong model without feeding, the exact model's soft twin) learns the
-permutation task of tests/system/align_tasks.py, and the AER of its argmax-tgt links is
+(plus a soft Luong model without feeding, the exact model's soft twin) learns a synthetic
+task of tests/system/align_tasks.py (--toy-task: permutation by default; --toy-only trains
+these alone), and the AER of its argmax-tgt links is
 measured: soft weights, the hard models' chosen position, the exact model's prior and
 posterior. Prints one table; records go to WORK/results.jsonl. Multi30k comes from
 $MTKIT_DATA_MIRROR (default ../shared/data/multi30k); everything is written under --work.
@@ -140,15 +141,15 @@ def _toy_cfg(name: str):
     return ModelConfig(arch="rnn", attention_normalizer=normalizer, rnn=rnn)
 
 
-def _toy(name: str, updates: int) -> list[dict]:
-    """One tiny model of the variant on the permutation task; the AER of each view."""
+def _toy(name: str, updates: int, task: str) -> list[dict]:
+    """One tiny model of the variant on the synthetic `task`; the AER of each view."""
     import torch
 
     from tests.system import align_tasks
 
     torch.set_num_threads(1)
     t0 = time.monotonic()
-    model = align_tasks.train(_toy_cfg(name), "permutation", updates=updates, lr=3e-3)
+    model = align_tasks.train(_toy_cfg(name), task, updates=updates, lr=3e-3)
     secs = time.monotonic() - t0
     views = list(model.views) if name == "exact" else ["chosen"]
     if name in ("reinforce", "exact"):
@@ -156,8 +157,8 @@ def _toy(name: str, updates: int) -> list[dict]:
     out = []
     for view in views:
         choice = model.choose_view(model.choose_attention(), view)
-        out.append({"toy": name, "view": view, "train_s": round(secs, 1),
-                    "aer": align_tasks.aer(model, "permutation", choice)})
+        out.append({"toy": name, "task": task, "view": view, "train_s": round(secs, 1),
+                    "aer": align_tasks.aer(model, task, choice)})
     return out
 
 
@@ -170,8 +171,8 @@ def _table(m30k: list[dict], toys: list[dict]) -> str:
         ds = f"{r['tok_s'] / soft['tok_s']:.2f}x" if soft else ""
         lines.append(f"| {r['variant']} | {r['bleu']:.2f} | {db} | {r['tok_s']:,.0f} | {ds} | "
                      f"{r['updates']} | {r['top_mass']:.3f} | {r['zeros']:.1%} |")
-    lines += ["", "| toy model (permutation) | view | AER |", "|---|---|---|"]
-    lines += [f"| {r['toy']} | {r['view']} | {r['aer']:.3f} |" for r in toys]
+    lines += ["", "| toy model | task | view | AER |", "|---|---|---|---|"]
+    lines += [f"| {r['toy']} | {r['task']} | {r['view']} | {r['aer']:.3f} |" for r in toys]
     return "\n".join(lines)
 
 
@@ -181,13 +182,16 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=3.0, help="training budget per variant")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="Multi30k variants run")
     ap.add_argument("--toy-updates", type=int, default=400, help="updates of each toy model")
+    ap.add_argument("--toy-task", default="permutation",
+                    help="the synthetic task: reversal, permutation or insert-delete")
+    ap.add_argument("--toy-only", action="store_true", help="train no Multi30k model")
     a = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     a.work.mkdir(parents=True, exist_ok=True)
     prep = a.work / "prep"
-    if not (prep / "data" / "manifest.json").is_file():
+    if not a.toy_only and not (prep / "data" / "manifest.json").is_file():
         shutil.rmtree(prep, ignore_errors=True)
         _mtkit("prep", str(RECIPE), "--run-dir", str(prep), log=a.work / "prep.log")
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -200,14 +204,14 @@ def main() -> None:
     toy_names = [*names, "soft-luong"] if "exact" in names else names
     with open(a.work / "results.jsonl", "a", encoding="utf-8") as out:
         for name in toy_names:
-            if name in VARIANTS:
+            if name in VARIANTS and not a.toy_only:
                 rec = _multi30k(a.work, prep / "data", name, a.minutes)
                 m30k.append(rec)
                 out.write(json.dumps(rec) + "\n")
                 print(f"  {name}: BLEU {rec['bleu']:.2f}, {rec['tok_s']:,.0f} tgt tok/s, "
                       f"{rec['updates']} updates, top mass {rec['top_mass']:.3f}, load "
                       f"{rec['load_before']} -> {rec['load_after']}", flush=True)
-            for rec in _toy(name, a.toy_updates):
+            for rec in _toy(name, a.toy_updates, a.toy_task):
                 toys.append(rec)
                 out.write(json.dumps(rec) + "\n")
                 print(f"  toy {name} {rec['view']}: AER {rec['aer']:.3f} "

@@ -107,8 +107,9 @@ class HardAttention(nn.Module):
         def term(target: torch.Tensor) -> torch.Tensor:
             real = target != PAD_ID
             with torch.no_grad():
-                lp = logits.detach().float().log_softmax(-1)
-                reward = lp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
+                # log p(y_t) without a (B, T, V) log-softmax: the logit less the logsumexp
+                z = logits.detach().float()
+                reward = z.gather(-1, target.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
                 used = real & draw.drawn
                 mean = (reward * used).sum() / used.sum().clamp_min(1)
                 base = torch.where(self.baseline.isnan(), mean, self.baseline)
