@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mtkit.config.attention import HardAttentionConfig, Normalizer, hard_problems
-from mtkit.config.guided import GuidedAlignmentConfig, guided_problems
+from mtkit.config.guided import GuidedAlignmentConfig
 from mtkit.config.regularize import RDropConfig, SubwordSamplingConfig, regularize_problems
 
 if typing.TYPE_CHECKING:
@@ -127,7 +127,9 @@ class SpmConfig:
     # sentencepiece's fields: vocab_size an int32, input_sentence_size a uint64 (larger ones
     # failed to parse); its other limits are its version's, said when it trains (`train_spm`)
     vocab_size: int = _rng(8000, ge=16, le=2**31 - 1)
-    joint: bool = True  # one model for both languages (needed to share embeddings)
+    # one vocabulary for both languages (needed to share embeddings): one sentencepiece model,
+    # or (an imported model's) one piece table over two (`mtkit.data.pieces`)
+    joint: bool = True
     character_coverage: float = _rng(1.0, gt=0.0, le=1.0)
     input_sentence_size: int = _rng(2_000_000, ge=0, le=2**63 - 1)  # 0 = every sentence
     # A run directory (relative to the current one, as --run-dir) whose sentencepiece
@@ -273,10 +275,14 @@ class TransformerConfig:
     dropout: float = _rng(0.1, ge=0.0, lt=1.0)  # residual and embedding dropout
     attn_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
     act_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
-    activation: Literal["relu", "gelu"] = "relu"
+    # swish: x * sigmoid(x), also called SiLU (Ramachandran et al. 2017), Marian's choice
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     norm: Literal["pre", "post"] = "pre"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # sinusoidal_halves: the same waves as sinusoidal, the sines in the first half of the
+    # features and the cosines in the second (Marian's layout) instead of interleaved
+    positions: Literal["sinusoidal", "sinusoidal_halves", "learned"] = "sinusoidal"
     max_positions: int = _rng(512, ge=2)
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (Vaswani et al., §3.4)
     share_embeddings: bool = True  # source, target and output embeddings (needs data.spm.joint)
     align_layer: int = -1  # decoder layer whose cross-attention is returned (negative: from top)
     align_head: int | None = None  # None: mean over heads
@@ -420,23 +426,56 @@ def parse_duration(text: str) -> float:
 # --------------------------------------------------------------------------- decode
 
 
+SearchMethod = Literal["beam", "greedy", "sample"]
+LengthPenalty = Literal["gnmt", "average", "none"]
+# What a decoding option is about, which says where it is offered: `translate` takes every
+# kind, `align` (one hypothesis per sentence, searched) search and batching, the server every
+# kind but batching (its batcher batches).
+OptionKind = Literal["search", "output", "sampling", "batching"]
+
+
+def _decoding(default: Any, kind: OptionKind, help: str, metavar: str, *,
+              flags: tuple[str, ...] = (), **bounds: float) -> Any:
+    """A decoding option: its default and numeric bounds (ge, gt, le, lt, checked at load
+    time), and what every face says of it, so that the command line's flags
+    (`mtkit.cli.options`) and the server's request model (`mtkit.serve.schema`) are derived
+    from this one declaration: its `kind`, a `help` phrase, the `metavar` of its value, and
+    its flags where they are not `--` + the field with dashes (the last is its name)."""
+    return field(default=default, metadata={**bounds, "kind": kind, "help": help,
+                                            "metavar": metavar, "flags": flags})
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
-    method: Literal["beam", "greedy", "sample"] = "beam"
-    beam_size: int = _rng(5, ge=1)
-    nbest: int = _rng(1, ge=1)
-    length_penalty: Literal["gnmt", "average", "none"] = "gnmt"
+    """The search and its limits: the recipe's `decode` section, every face's decoding
+    options (command flags, server requests, the API's keywords)."""
+
+    # chosen on the command line by a switch of each method but beam (--beam N): its kind
+    # and help
+    method: SearchMethod = field(default="beam", metadata={"kind": "search", "switches": {
+        "greedy": ("search", "greedy search"), "sample": ("sampling", "sample instead of "
+                                                          "searching")}})
+    beam_size: int = _decoding(5, "search", "beam size", "N", flags=("-b", "--beam"), ge=1)
+    nbest: int = _decoding(1, "output", "hypotheses per sentence", "N", ge=1)
+    length_penalty: LengthPenalty = _decoding(
+        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length) or none", "PENALTY")
     # GNMT length-penalty exponent (Wu et al. 2016, eq. 14; they tune it in [0, 1]); beyond
     # 10 the penalty of long outputs overflows float32 ((1000 / 6) ** 17 > 3.4e38)
-    alpha: float = _rng(1.0, ge=0.0, le=10.0)
-    max_len_a: float = _rng(1.5, ge=0.0)  # max output length = a * source length + b
-    max_len_b: int = _rng(10, ge=1)
-    min_len: int = _rng(0, ge=0)  # tokens before EOS is allowed
-    temperature: float = _rng(1.0, gt=0.0)
-    top_k: int = _rng(0, ge=0)  # 0 = off
-    top_p: float = _rng(1.0, gt=0.0, le=1.0)  # 1.0 = off
-    seed: int = 1  # any integer (`mtkit.decode.sampling.batch_seed`)
-    batch_tokens: int = _rng(8000, ge=16)  # source tokens per translation batch
+    alpha: float = _decoding(1.0, "search", "exponent of the gnmt length penalty", "A",
+                             ge=0.0, le=10.0)
+    # max output length = a * source length + b
+    max_len_a: float = _decoding(1.5, "search", "output limit A·source length + B: A", "A",
+                                 ge=0.0)
+    max_len_b: int = _decoding(10, "search", "output limit A·source length + B: B", "B", ge=1)
+    min_len: int = _decoding(0, "search", "tokens before the end of sentence", "N", ge=0)
+    temperature: float = _decoding(1.0, "sampling", "sampling temperature", "T", gt=0.0)
+    top_k: int = _decoding(0, "sampling", "sample from the K best tokens", "K", ge=0)  # 0 = off
+    top_p: float = _decoding(1.0, "sampling", "nucleus sampling mass", "P",  # 1.0 = off
+                             gt=0.0, le=1.0)
+    # any integer (`mtkit.decode.sampling.batch_seed`)
+    seed: int = _decoding(1, "sampling", "sampling seed", "N")
+    batch_tokens: int = _decoding(8000, "batching", "padded source tokens per batch", "N",
+                                  ge=16)
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []
@@ -458,6 +497,55 @@ class DecodeConfig:
 
 
 # --------------------------------------------------------------------------- recipe
+
+
+def guided_problems(recipe: Recipe, valid: Valid) -> list[tuple[str, str]]:
+    """Cross-field rules: alignments belong to the training split, to every corpus of it or to
+    none, and exactly when guided alignment is on; the model must have attention to guide."""
+    out: list[tuple[str, str]] = []
+    data, guide = recipe.data, recipe.train.guided_alignment
+    others: list[tuple[str, Any]] = [("data.valid", data.valid),
+                                     *((f"data.test.{n}", t) for n, t in data.test.items())]
+    if valid("data.valid", "data.test"):
+        for name, split in others:
+            for suffix, corpus in split_corpora(split) if split else []:
+                if corpus.align is not None:
+                    out.append((f"{name}{suffix}.align", "alignments are read for the "
+                                "training split only (guided alignment trains on them)"))
+    if not valid("data.train", "train.guided_alignment.weight") or not data.train:
+        return out
+    corpora = split_corpora(data.train)
+    missing = [f"data.train{suffix}.align" for suffix, c in corpora if c.align is None]
+    if guide.enabled and missing:
+        out += [(key, "missing: train.guided_alignment.weight > 0 needs the word alignment of "
+                 "every training corpus (a Pharaoh file of i-j links, one line per pair)")
+                for key in missing]
+    elif missing and len(missing) < len(corpora):
+        out += [(key, "missing: some training corpora name an alignment, so every one must")
+                for key in missing]
+    elif not guide.enabled and not missing:  # the keys named: a --set of one is blamed
+        named = ", ".join(f"data.train{suffix}.align" for suffix, _ in corpora)
+        out.append(("train.guided_alignment.weight", f"is 0 (off), but the training split "
+                    f"names alignments ({named}): set a weight (Garg et al. 2019 use 0.05) or "
+                    "drop `align`"))
+    if not (guide.enabled and valid("model.arch") and recipe.model.arch == "rnn"):
+        return out
+    if valid("model.rnn.attention") and recipe.model.rnn.attention == "none":
+        out.append(("train.guided_alignment.weight", "model.rnn.attention is none: the model "
+                    "has no attention to guide"))
+    if valid("model.rnn.hard") and recipe.model.rnn.hard.enabled:
+        out.append(("train.guided_alignment.weight", "model.rnn.hard.estimator is "
+                    f"{recipe.model.rnn.hard.estimator}: a hard-attention step attends to one "
+                    "drawn position, whose one-hot row gives the scores no gradient to guide"))
+    # An RNN's one attention is the context of the word its step predicts: pulled to the
+    # previous word's source it either does not learn that (Bahdanau GRU, synthetic
+    # permutation task: AER 0.26) or leaves the model nothing to translate with (Luong GRU:
+    # exact match 0.5% against 99.5% unguided).
+    if valid("train.guided_alignment.readout") and guide.readout == "shift":
+        out.append(("train.guided_alignment.readout", "shift needs a Transformer: an RNN's one "
+                    "attention gives the context of the word its step predicts; use current"))
+    return out
+
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from mtkit.errors import OptionError, Problem
+from mtkit.errors import choice as choice_of
 
 # A decoder state: a flat mapping of named tensors, each batch-first. Models choose the names.
 State = dict[str, torch.Tensor]
@@ -231,16 +232,14 @@ class Translator(nn.Module):
     def choose_view(self, choice: AttentionChoice, view: str) -> AttentionChoice:
         """`choice` (from `choose_attention`) reading the cross-attention view `view`;
         OptionError naming `view` when the model has no such view."""
-        if view not in VIEWS:
-            raise OptionError.about("view", f"invalid choice {view!r}; expected one of "
-                                    f"{', '.join(VIEWS)}", value=view)
-        if view != "chosen" and choice.kind != "cross":
+        checked: AttentionView = choice_of("view", view, AttentionView)
+        if checked != "chosen" and choice.kind != "cross":
             raise OptionError.about("view", "applies to the cross-attention", value=view)
-        if view not in self.views:
+        if checked not in self.views:
             raise OptionError.about("view", "needs a hard-attention RNN (model.rnn.hard) with "
                                     "placement: luong and input_feeding: false, whose steps "
                                     "can score each position's context", value=view)
-        return dataclasses.replace(choice, view=view)  # type: ignore[arg-type]
+        return dataclasses.replace(choice, view=checked)
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                        choice: AttentionChoice) -> torch.Tensor:
