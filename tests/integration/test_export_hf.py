@@ -1,0 +1,160 @@
+"""`mtkit export --engine hf`: the folder transformers' `from_pretrained` loads computes what
+mtkit computes (teacher-forced logits within 1e-5, the same greedy and beam output, the same
+token ids); what no class holds is refused in one line with nothing written.
+
+Tiny random models stand in for trained ones where exactness is the question (logits); the
+trained toy model (conftest `toy_model`) where the search must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from mtkit.cli import app
+from mtkit.config import dump_recipe, load_recipe
+from mtkit.data.batch import collate
+from mtkit.data.spm import Tokenizer
+from mtkit.data.store import text_path
+from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.models.build import build_model
+from mtkit.run import data_dir, load_model, save_checkpoint
+from tests.conftest import RECIPES
+
+transformers = pytest.importorskip(
+    "transformers", reason="transformers is a test dependency: pip install -e '.[dev]'")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _cli(*args: object):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _random_run(base: Path, run: Path, sets: list[str], *, seed: int = 0) -> Path:
+    """A run directory holding an untrained tiny model as best.pt on `base`'s prepared data,
+    its weights perturbed so that no layer is trivial (norms included)."""
+    shutil.copytree(base, run)
+    small = [] if "model.arch=rnn" in sets else ["model.transformer.d_model=32",
+                                                 "model.transformer.ffn_dim=48"]
+    recipe = load_recipe(RECIPES / "toy.yaml", [*small, *sets])
+    tok = Tokenizer.load(data_dir(run))
+    torch.manual_seed(seed)
+    model = build_model(recipe.model, tok.src_vocab_size, tok.tgt_vocab_size)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    save_checkpoint(run / "best.pt", {
+        "recipe": dump_recipe(recipe), "model": model.state_dict(),
+        "vocab": {"src": tok.src_vocab_size, "tgt": tok.tgt_vocab_size,
+                  "sha256": tok.fingerprint()}})
+    return run
+
+
+def _export(run: Path, out: Path) -> Path:
+    res = _cli("export", "--engine", "hf", run, "-o", out)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _load(out: Path):
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    return tok, model
+
+
+@pytest.mark.parametrize("sets", [
+    [], ["model.transformer.positions=learned", "model.transformer.activation=gelu"]],
+    ids=["sinusoidal-relu", "learned-gelu"])
+def test_teacher_forced_logits_equal_mtkit(sets, toy_run, tmp_path):
+    run = _random_run(toy_run, tmp_path / "run", sets, seed=len(sets))
+    _, hf = _load(_export(run, tmp_path / "hf"))
+    model, _, tok = load_model(run)
+    ddir = data_dir(run)
+    srcs = tok.encode_src_lines(text_path(ddir, "test", "src").read_text().splitlines())
+    tgts = tok.encode_tgt_lines(text_path(ddir, "test", "tgt").read_text().splitlines())
+    b = collate(srcs, tgts, range(len(srcs)))  # sources end with EOS, padded
+    mask = torch.arange(b.src.size(1))[None, :] < b.src_lens[:, None]
+    with torch.no_grad():
+        want = model(b.src, b.src_lens, b.tgt_in).logits
+        got = hf(input_ids=b.src, attention_mask=mask.long(), decoder_input_ids=b.tgt_in).logits
+    real = b.tgt_in != PAD_ID
+    assert bool(real.all(1).any()) and not bool(real.all())  # padded rows and full rows
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=0)
+
+
+def test_generate_gives_what_mtkit_translates(toy_model, tmp_path):
+    """The trained toy model: greedy and beam output, and MarianTokenizer's ids and text."""
+    out = _export(toy_model, tmp_path / "hf")
+    tok, hf = _load(out)
+    src = text_path(data_dir(toy_model), "test", "src")
+    lines = src.read_text().splitlines()
+    mt_tok = Tokenizer.load(data_dir(toy_model))
+    batch = tok(lines, return_tensors="pt", padding=True)
+    ids = [row[row != PAD_ID].tolist() for row in batch["input_ids"]]
+    assert ids == [s + [EOS_ID] for s in mt_tok.encode_src_lines(lines)]
+    for args, kwargs in [(["--greedy"], {"num_beams": 1}),
+                         (["--beam", "4", "--length-penalty", "average"], {})]:
+        want = _cli("translate", toy_model, *args, "-i", src)
+        assert want.exit_code == 0, want.output
+        with torch.no_grad():
+            gen = hf.generate(**batch, **kwargs)
+        assert tok.batch_decode(gen, skip_special_tokens=True) == want.stdout.splitlines()
+    assert gen[:, 0].eq(BOS_ID).all()  # the decoder starts from <s>, as mtkit's does
+
+
+def _front_matter(card: str) -> dict:
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_model_card_carries_the_runs_scores(toy_model, tmp_path):
+    """Front matter the Hub reads, and the test scores `score --run` made with this
+    checkpoint, signatures included; without them the card says how to add them."""
+    run = Path(shutil.copytree(toy_model, tmp_path / "run"))
+    bare = _front_matter((_export(run, tmp_path / "bare") / "README.md").read_text())
+    assert bare["language"] == ["src", "tgt"] and "model-index" not in bare
+    scored = _cli("score", "--run", run, "--split", "test", "--greedy", "--json",
+                  "--metrics", "bleu")
+    assert scored.exit_code == 0, scored.output
+    report = json.loads(scored.stdout)
+    card = (_export(run, tmp_path / "hf") / "README.md").read_text()
+    meta = _front_matter(card)
+    assert meta["pipeline_tag"] == "translation" and "license" not in meta
+    result = meta["model-index"][0]["results"][0]
+    assert result["dataset"]["name"] == "test"
+    bleu = report["systems"][0]["scores"]["BLEU"]["score"]
+    assert result["metrics"][0] == {"type": "bleu", "value": round(bleu, 2), "name": "BLEU"}
+    assert report["signatures"]["BLEU"] in card
+    assert "| test | greedy |" in card
+
+
+@pytest.mark.parametrize(("sets", "field"), [
+    (["model.arch=rnn"], "model.arch"),
+    (["model.transformer.share_embeddings=false", "data.spm.joint=false"],
+     "model.transformer.share_embeddings"),
+])
+def test_what_no_class_holds_is_refused_in_one_line(sets, field, toy_run, tmp_path):
+    base = toy_run
+    if "data.spm.joint=false" in sets:  # separate vocabularies need their own prepared data
+        from mtkit.data.prep import prepare
+
+        base = tmp_path / "separate"
+        prepare(load_recipe(RECIPES / "toy.yaml", sets), base)
+    run = _random_run(base, tmp_path / "run", sets)
+    res = _cli("export", "--engine", "hf", run, "-o", tmp_path / "hf")
+    assert res.exit_code == 2
+    assert len(res.output.strip().splitlines()) == 1 and field in res.output
+    assert not (tmp_path / "hf").exists()
+
+
+def test_quantization_is_refused_for_hf(toy_run, tmp_path):
+    res = _cli("export", "--engine", "hf", "--quantize", "int8", toy_run, "-o", tmp_path / "hf")
+    assert res.exit_code == 2 and "--quantize int8" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "hf").exists()
