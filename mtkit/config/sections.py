@@ -270,10 +270,14 @@ class TransformerConfig:
     dropout: float = _rng(0.1, ge=0.0, lt=1.0)  # residual and embedding dropout
     attn_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
     act_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
-    activation: Literal["relu", "gelu"] = "relu"
+    # swish: x * sigmoid(x), also called SiLU (Ramachandran et al. 2017), Marian's choice
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     norm: Literal["pre", "post"] = "pre"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # sinusoidal_halves: the same waves as sinusoidal, the sines in the first half of the
+    # features and the cosines in the second (Marian's layout) instead of interleaved
+    positions: Literal["sinusoidal", "sinusoidal_halves", "learned"] = "sinusoidal"
     max_positions: int = _rng(512, ge=2)
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (Vaswani et al., §3.4)
     share_embeddings: bool = True  # source, target and output embeddings (needs data.spm.joint)
     align_layer: int = -1  # decoder layer whose cross-attention is returned (negative: from top)
     align_head: int | None = None  # None: mean over heads
