@@ -121,22 +121,25 @@ def generation_config(d: DecodeConfig, hf: HfModel, *, data_max_len: int
 
 def _tokenizer_files(tmp: Path, tok: Tokenizer, recipe: Recipe) -> None:
     """MarianTokenizer's files: the sentencepiece model(s) as source.spm and target.spm, each
-    side's pieces to ids (vocab.json, and target_vocab.json for separate vocabularies)."""
+    side's pieces to ids (vocab.json, and target_vocab.json when the sides' ids differ)."""
+    spm_dir = tmp / ".spm"
+    spm_dir.mkdir()
+    tok.save(spm_dir)
     names = model_files(tok.joint)
-    tok.save(tmp)
-    (tmp / names[0]).rename(tmp / "source.spm")
+    (spm_dir / names[0]).rename(tmp / "source.spm")
     if tok.joint:
         shutil.copyfile(tmp / "source.spm", tmp / "target.spm")
     else:
-        (tmp / names[1]).rename(tmp / "target.spm")
-    src = {p: i for i, p in enumerate(tok.src_pieces(range(tok.src_vocab_size)))}
-    _json(tmp / "vocab.json", src)
-    if not tok.joint:
-        _json(tmp / "target_vocab.json",
-              {p: i for i, p in enumerate(tok.tgt_pieces(range(tok.tgt_vocab_size)))})
+        (spm_dir / names[1]).rename(tmp / "target.spm")
+    shutil.rmtree(spm_dir)  # what else `save` wrote (a piece table): vocab.json holds it
+    src = tok.src_pieces(range(tok.src_vocab_size))
+    tgt = tok.tgt_pieces(range(tok.tgt_vocab_size))
+    _json(tmp / "vocab.json", {p: i for i, p in enumerate(src)})
+    if tgt != src:
+        _json(tmp / "target_vocab.json", {p: i for i, p in enumerate(tgt)})
     _json(tmp / "tokenizer_config.json", {
         "tokenizer_class": "MarianTokenizer", "source_lang": recipe.data.src_lang,
         "target_lang": recipe.data.tgt_lang, "unk_token": "<unk>", "eos_token": "</s>",
-        "pad_token": "<pad>", "separate_vocabs": not tok.joint,
+        "pad_token": "<pad>", "separate_vocabs": tgt != src,
         # mtkit truncates a source to data.max_len pieces, then ends it with </s>
         "model_max_length": recipe.data.max_len + 1})

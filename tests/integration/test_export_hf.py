@@ -69,12 +69,38 @@ def _load(out: Path):
     return tok, model
 
 
-@pytest.mark.parametrize("sets", [
-    [], ["model.transformer.positions=learned", "model.transformer.activation=gelu"]],
-    ids=["sinusoidal-relu", "learned-gelu"])
-def test_teacher_forced_logits_equal_mtkit(sets, toy_run, tmp_path):
-    run = _random_run(toy_run, tmp_path / "run", sets, seed=len(sets))
+@pytest.fixture(scope="module")
+def toy_run_separate(tmp_path_factory) -> Path:
+    """The toy data with separate source and target sentencepiece models."""
+    from mtkit.data.prep import prepare
+
+    run = tmp_path_factory.mktemp("toy-separate")
+    prepare(load_recipe(RECIPES / "toy.yaml", ["data.spm.joint=false",
+                                               "model.transformer.share_embeddings=false"]), run)
+    return run
+
+
+MARIAN = ["model.transformer.norm=post", "model.transformer.positions=sinusoidal_halves",
+          "model.transformer.activation=swish"]
+SEPARATE = ["model.transformer.share_embeddings=false", "data.spm.joint=false"]
+
+
+@pytest.mark.parametrize(("sets", "architecture"), [
+    ([], "BlenderbotForConditionalGeneration"),
+    (["model.transformer.positions=learned", "model.transformer.activation=gelu"],
+     "BlenderbotForConditionalGeneration"),
+    (["model.transformer.positions=sinusoidal_halves", "model.transformer.scale_embeddings=false"],
+     "BlenderbotForConditionalGeneration"),
+    (MARIAN, "MarianMTModel"),
+    ([*MARIAN, *SEPARATE], "MarianMTModel"),
+], ids=["pre-sinusoidal-relu", "pre-learned-gelu", "pre-halves-unscaled", "post-marian",
+        "post-marian-separate"])
+def test_teacher_forced_logits_equal_mtkit(sets, architecture, toy_run, toy_run_separate,
+                                           tmp_path):
+    base = toy_run_separate if "data.spm.joint=false" in sets else toy_run
+    run = _random_run(base, tmp_path / "run", sets, seed=len(sets))
     _, hf = _load(_export(run, tmp_path / "hf"))
+    assert type(hf).__name__ == architecture
     model, _, tok = load_model(run)
     ddir = data_dir(run)
     srcs = tok.encode_src_lines(text_path(ddir, "test", "src").read_text().splitlines())
@@ -137,16 +163,14 @@ def test_model_card_carries_the_runs_scores(toy_model, tmp_path):
 
 @pytest.mark.parametrize(("sets", "field"), [
     (["model.arch=rnn"], "model.arch"),
-    (["model.transformer.share_embeddings=false", "data.spm.joint=false"],
-     "model.transformer.share_embeddings"),
+    (SEPARATE, "model.transformer.share_embeddings"),
+    (["model.transformer.norm=post"], "model.transformer.positions"),
+    (["model.transformer.norm=post", "model.transformer.positions=learned"],
+     "model.transformer.positions"),
 ])
-def test_what_no_class_holds_is_refused_in_one_line(sets, field, toy_run, tmp_path):
-    base = toy_run
-    if "data.spm.joint=false" in sets:  # separate vocabularies need their own prepared data
-        from mtkit.data.prep import prepare
-
-        base = tmp_path / "separate"
-        prepare(load_recipe(RECIPES / "toy.yaml", sets), base)
+def test_what_no_class_holds_is_refused_in_one_line(sets, field, toy_run, toy_run_separate,
+                                                    tmp_path):
+    base = toy_run_separate if "data.spm.joint=false" in sets else toy_run
     run = _random_run(base, tmp_path / "run", sets)
     res = _cli("export", "--engine", "hf", run, "-o", tmp_path / "hf")
     assert res.exit_code == 2
