@@ -319,6 +319,12 @@ def load_export(path: Path) -> Export:
         raise CheckpointError(f"{path}: not a readable mtkit export ({e})") from None
     except MtkitError as e:
         raise CheckpointError(f"{path}: {e}") from None
+    if str(meta.get("format")).startswith("hf/"):  # `mtkit.export.hf_export`'s folder
+        back = (f"`mtkit import {path} -o RUN_DIR` makes it a run to translate"
+                if meta.get("architecture") == "MarianMTModel" else
+                f"translate with the run it came from ({meta.get('checkpoint')})")
+        raise CheckpointError(f"{path}: a Hugging Face export, which transformers loads; "
+                              f"{back}")
     if meta.get("format") not in FORMATS:
         raise CheckpointError(f"{path / MARKER}: format {meta.get('format')!r}; expected "
                               f"{' or '.join(map(repr, FORMATS))} (an export of another mtkit "

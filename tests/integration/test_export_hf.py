@@ -182,3 +182,12 @@ def test_quantization_is_refused_for_hf(toy_run, tmp_path):
     res = _cli("export", "--engine", "hf", "--quantize", "int8", toy_run, "-o", tmp_path / "hf")
     assert res.exit_code == 2 and "--quantize int8" in res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "hf").exists()
+
+
+def test_translate_names_an_hf_export_in_one_line(toy_run, tmp_path):
+    run = _random_run(toy_run, tmp_path / "run", [])
+    out = _export(run, tmp_path / "hf")
+    again = _export(run, out)  # a previous export is filled in place
+    res = _cli("translate", again, "-i", text_path(data_dir(run), "test", "src"))
+    assert res.exit_code == 2 and "a Hugging Face export" in res.output
+    assert len(res.output.strip().splitlines()) == 1
