@@ -10,18 +10,19 @@ Steps (each skipped when its output is already in --work):
    6+6 layers, 8 heads, feed-forward 2048, swish, 58,101 ids: sentencepiece models of 7,000
    pieces per language trained on Multi30k, and a vocab.json by Marian's rules filled up to
    OPUS-MT's size with pieces no text produces), saved with its tokenizer files;
-2. `imported/`: `mtkit import marian -o imported`;
+2. `imported/`: `mtkit import marian -o imported` (its function, `import_model`);
 3. `tuned/`: `mtkit train` with `--init-from imported` on Multi30k (the imported sentencepiece
    models through data.spm.from_run), for --minutes;
 4. `ct2/` and `hf/`: `mtkit export tuned` for CTranslate2 (float32) and `--engine hf`.
 
-Then --rounds rounds, each decoding the first --sentences of test2016 with every system in turn
-(mtkit's `mtkit.load(tuned)`, transformers' `generate` on `hf/` in batches of --hf-batch sorted
-by length, CTranslate2 through `mtkit.load(ct2)`), with beam --beam and mtkit's `average`
+Then the first --sentences of test2016 are decoded in chunks of --chunk, every system on each
+chunk in turn (interleaved, so that a shared machine's changing load falls on all of them):
+mtkit's `mtkit.load(tuned)`, transformers' `generate` on `hf/` in batches of --hf-batch sorted
+by length, CTranslate2 through `mtkit.load(ct2)`, with beam --beam and mtkit's `average`
 length penalty (transformers' and CTranslate2's length_penalty 1), --threads threads each. Wall
-seconds (perf_counter) and CPU seconds (process_time: every thread of this process) per
-system and round; the medians, sentences/s, the ratios to transformers, how many outputs agree
-with mtkit's, how many end before their limit, and BLEU are printed, with the load average.
+seconds (perf_counter) and CPU seconds (process_time: every thread of this process) per chunk
+and system, load average beside; then the totals, sentences/s, the ratios to transformers, how
+many outputs are mtkit's, BLEU, and the output lengths (that translations end on their own).
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sentences", type=int, default=500, help="test2016 sentences (500)")
     ap.add_argument("--beam", type=int, default=4, help="beam size of every system (4)")
     ap.add_argument("--threads", type=int, default=2, help="threads of every system (2)")
-    ap.add_argument("--rounds", type=int, default=2, help="timed rounds, interleaved (2)")
+    ap.add_argument("--chunk", type=int, default=100, help="sentences each system decodes "
+                    "in turn (100): the systems are interleaved chunk by chunk")
+    ap.add_argument("--time-limit", type=float, default=0, help="minutes of decoding after "
+                    "which no further chunk is started (0: none)")
     ap.add_argument("--hf-batch", type=int, default=32, help="transformers' batch (32)")
     return ap.parse_args(argv)
 
@@ -86,7 +90,7 @@ def make_marian(folder: Path, mirror: Path, *, d_model: int = 512, layers: int =
                 vocab_size: int = OPUS_VOCAB) -> None:
     """Step 1: a random MarianMTModel (by default OPUS-MT's size) and its tokenizer files:
     sentencepiece models of `pieces` per language trained on Multi30k, and a vocab.json of
-    `vocab_size` ids by Marian's rules."""
+    `vocab_size` ids by Marian's rules (0: as many as the pieces)."""
     import torch
     from transformers import MarianConfig, MarianMTModel
 
@@ -122,6 +126,14 @@ def make_marian(folder: Path, mirror: Path, *, d_model: int = 512, layers: int =
         encoding="utf-8")
 
 
+def import_model(folder: Path, run: Path) -> None:
+    """`mtkit import FOLDER -o RUN`, through the function the command calls."""
+    from mtkit.hf.importer import import_model as imp
+
+    print(f"+ import {folder} -> {run}", flush=True)
+    imp(str(folder), run)
+
+
 def _mtkit(*args: object) -> None:
     print("+ mtkit", *args, flush=True)
     subprocess.run([*MTKIT, *map(str, args)], check=True, cwd=REPO)
@@ -138,8 +150,9 @@ def finetune_recipe(work: Path, imported: Path, minutes: float) -> Path:
     base["model"] = parent["model"]
     base["model"]["transformer"]["dropout"] = 0.1
     base["data"]["spm"] = {**parent["data"]["spm"], "from_run": str(imported)}
-    base["train"].update(max_time=f"{minutes * 60:.0f}s", max_epochs=0, lr=5e-4, warmup=30,
-                         batch_tokens=2048, valid_every=100000, device="cpu",
+    base["train"].update(max_time=f"{minutes * 60:.0f}s", max_epochs=0, lr=7e-4, warmup=30,
+                         batch_tokens=2048, valid_every=100000, valid_sentences=200,
+                         device="cpu",
                          threads=0, keep_last=1)
     path = work / "finetune.yaml"
     path.write_text(yaml.safe_dump(base, sort_keys=False), encoding="utf-8")
@@ -153,7 +166,7 @@ def prepare(a: argparse.Namespace) -> None:
     if not (work / "marian").exists():
         make_marian(work / "marian", a.mirror)
     if not (work / "imported").exists():
-        _mtkit("import", work / "marian", "-o", work / "imported")
+        import_model(work / "marian", work / "imported")
     if not (work / "tuned" / "last.pt").exists():
         recipe = finetune_recipe(work, work / "imported", a.minutes)
         env_mirror = ["--mirror", a.mirror]
@@ -204,41 +217,46 @@ def main(argv: list[str] | None = None) -> None:
     import sacrebleu
     import torch
 
-    torch.set_num_threads(a.threads)
     src = _lines(a.mirror / "test_2016_flickr.en.gz")[: a.sentences]
     ref = _lines(a.mirror / "test_2016_flickr.de.gz")[: a.sentences]
     systems_ = systems(a)
     print(f"{platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{len(src)} sentences, beam {a.beam}, {a.threads} threads", flush=True)
-    times: dict[str, list[tuple[float, float]]] = {n: [] for n in systems_}
-    outputs: dict[str, list[str]] = {}
-    for r in range(a.rounds):
-        for name, system in systems_.items():
+          f"{len(src)} sentences in chunks of {a.chunk}, beam {a.beam}, {a.threads} threads",
+          flush=True)
+    totals = {n: [0.0, 0.0] for n in systems_}
+    outputs: dict[str, list[str]] = {n: [] for n in systems_}
+    start, done = time.monotonic(), 0
+    for k in range(0, len(src), a.chunk):
+        chunk = src[k: k + a.chunk]
+        for name, system in systems_.items():  # interleaved: every system on each chunk
             torch.set_num_threads(a.threads)  # a loaded model may have set its own
             load = os.getloadavg()[0]
             t0, c0 = time.perf_counter(), time.process_time()
-            outputs[name] = system.translate(src)
+            outputs[name] += system.translate(chunk)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            times[name].append((wall, cpu))
-            print(f"round {r + 1} {name:13s} {wall:7.1f} s wall {cpu:7.1f} s CPU "
-                  f"({len(src) / wall:.2f} sentences/s; load {load:.1f})", flush=True)
-    report(times, outputs, ref, src, a, sacrebleu)
+            totals[name][0] += wall
+            totals[name][1] += cpu
+            print(f"sentences {k + 1}-{k + len(chunk)} {name:13s} {wall:7.1f} s wall "
+                  f"{cpu:7.1f} s CPU (load {load:.1f})", flush=True)
+        done += len(chunk)
+        if a.time_limit and time.monotonic() - start > a.time_limit * 60:
+            print(f"--time-limit {a.time_limit} min reached after {done} sentences")
+            break
+    report(totals, outputs, ref[:done], a, sacrebleu)
 
 
-def report(times, outputs, ref, src, a, sacrebleu) -> None:
-    med = {n: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
-           for n, t in times.items()}
-    hf_wall, hf_cpu = med["transformers"]
-    print(f"\nmedians of {a.rounds} rounds; load average now {os.getloadavg()}")
-    for name, (wall, cpu) in med.items():
+def report(totals, outputs, ref, a, sacrebleu) -> None:
+    n = len(ref)
+    hf_wall, hf_cpu = totals["transformers"]
+    print(f"\n{n} sentences; load average now {os.getloadavg()}")
+    for name, (wall, cpu) in totals.items():
         bleu = sacrebleu.corpus_bleu(outputs[name], [ref]).score
         same = sum(o == m for o, m in zip(outputs[name], outputs["mtkit"], strict=True))
-        print(f"{name:13s} {len(src) / wall:6.2f} sentences/s {wall:7.1f} s wall {cpu:7.1f} s "
-              f"CPU | transformers / this: wall {hf_wall / wall:.2f}x CPU {hf_cpu / cpu:.2f}x "
-              f"| same as mtkit {same}/{len(src)} | BLEU {bleu:.2f}")
+        print(f"{name:13s} {n / wall:6.2f} sentences/s {wall:7.1f} s wall {cpu:7.1f} s CPU "
+              f"| transformers / this: wall {hf_wall / wall:.2f}x CPU {hf_cpu / cpu:.2f}x "
+              f"| same as mtkit {same}/{n} | BLEU {bleu:.2f}")
     lengths = [len(o.split()) for o in outputs["mtkit"]]
-    print(f"mtkit's outputs: median {statistics.median(lengths)} words, longest {max(lengths)}"
-          f" (the sources' median {statistics.median(len(s.split()) for s in src)})")
+    print(f"mtkit's outputs: median {statistics.median(lengths)} words, longest {max(lengths)}")
 
 
 if __name__ == "__main__":
