@@ -18,8 +18,9 @@ Steps (each skipped when its output is already in --work):
 Then the first --sentences of test2016 are decoded in chunks of --chunk, every system on each
 chunk in turn (interleaved, so that a shared machine's changing load falls on all of them):
 mtkit's `mtkit.load(tuned)`, transformers' `generate` on `hf/` in batches of --hf-batch sorted
-by length, CTranslate2 through `mtkit.load(ct2)`, with beam --beam and mtkit's `average`
-length penalty (transformers' and CTranslate2's length_penalty 1), --threads threads each. Wall
+by length (each limited to mtkit's limit for its longest source), CTranslate2 through
+`mtkit.load(ct2)`, with beam --beam and mtkit's `average` length penalty (transformers' and
+CTranslate2's length_penalty 1), --threads threads each. Wall
 seconds (perf_counter) and CPU seconds (process_time: every thread of this process) per chunk
 and system, load average beside; then the totals, sentences/s, the ratios to transformers, how
 many outputs are mtkit's, BLEU, and the output lengths (that translations end on their own).
@@ -178,14 +179,17 @@ def prepare(a: argparse.Namespace) -> None:
 
 
 class HfSystem:
-    """transformers' generate on the export, batches sorted by length, order restored."""
+    """transformers' generate on the export, batches sorted by length, order restored; each
+    batch limited as mtkit limits its longest sentence (`limit`: source pieces -> output
+    pieces; max_new_tokens adds the end token), rather than by generation_config's one
+    max_length, which an output that does not end would run to."""
 
-    def __init__(self, folder: Path, beam: int, batch: int) -> None:
+    def __init__(self, folder: Path, beam: int, batch: int, limit) -> None:
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-        self.beam, self.batch = beam, batch
+        self.beam, self.batch, self.limit = beam, batch, limit
 
     def translate(self, lines: list[str]) -> list[str]:
         import torch
@@ -195,8 +199,10 @@ class HfSystem:
         for k in range(0, len(order), self.batch):
             ids = order[k: k + self.batch]
             batch = self.tok([lines[i] for i in ids], return_tensors="pt", padding=True)
+            longest = int(batch["attention_mask"].sum(1).max()) - 1  # without </s>
             with torch.inference_mode():
-                gen = self.model.generate(**batch, num_beams=self.beam, length_penalty=1.0)
+                gen = self.model.generate(**batch, num_beams=self.beam, length_penalty=1.0,
+                                          max_new_tokens=self.limit(longest) + 1)
             out.update(zip(ids, self.tok.batch_decode(gen, skip_special_tokens=True),
                            strict=True))
         return [out[i] for i in range(len(lines))]
@@ -206,8 +212,10 @@ def systems(a: argparse.Namespace) -> dict[str, object]:
     import mtkit
 
     opts = {"beam_size": a.beam, "length_penalty": "average", "method": "beam"}
-    return {"mtkit": mtkit.load(a.work / "tuned", device="cpu", threads=a.threads, **opts),
-            "transformers": HfSystem(a.work / "hf", a.beam, a.hf_batch),
+    ours = mtkit.load(a.work / "tuned", device="cpu", threads=a.threads, **opts)
+    return {"mtkit": ours,
+            "transformers": HfSystem(a.work / "hf", a.beam, a.hf_batch,
+                                     ours.defaults.output_limit),
             "ctranslate2": mtkit.load(a.work / "ct2", device="cpu", threads=a.threads, **opts)}
 
 

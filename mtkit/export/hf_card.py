@@ -122,8 +122,9 @@ def _use(recipe: Recipe, hf: HfModel) -> list[str]:
         "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))",
         "```", "",
         f"`generation_config.json` holds the run's decoding ({search}); `<pad>` and `<s>` are "
-        "suppressed,", "as mtkit's search never produces them. `mtkit import THIS_DIR -o RUN_DIR` "
-        "makes it an mtkit run", "again (translate, serve, fine-tune).", "",
+        "suppressed,", "as mtkit's search never produces them.",
+        *(["`mtkit import THIS_DIR -o RUN_DIR` makes it an mtkit run again (translate, serve, "
+           "fine-tune)."] if hf.architecture == "MarianMTModel" else []), "",
         "## The model", "",
         f"An mtkit Transformer, {tf.norm}-norm, d_model {tf.d_model}, {tf.enc_layers}+"
         f"{tf.dec_layers} layers, {tf.heads} heads, feed-forward {tf.ffn_dim} ({tf.activation}),"
