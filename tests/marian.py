@@ -85,9 +85,11 @@ class MarianFolder:
 
 def build_marian(path: Path, *, shared: bool = True, activation: str = "swish",
                  d_model: int = 32, heads: int = 4, layers: tuple[int, int] = (2, 2),
-                 ffn: int = 64, seed: int = 0, scale: float = 0.3) -> MarianFolder:
+                 ffn: int = 64, seed: int = 0, scale: float = 0.3, eos_bias: float = 2.7
+                 ) -> MarianFolder:
     """A random MarianMTModel saved with its tokenizer files into `path`; weights drawn with
-    std `scale` (transformers' 0.02 gives near-uniform outputs that say little)."""
+    std `scale` (transformers' 0.02 gives near-uniform outputs that say little), and `eos_bias`
+    added to the end token's logit, so that outputs of several lengths end before a limit."""
     from transformers import MarianConfig, MarianMTModel
 
     path.mkdir(parents=True, exist_ok=True)
@@ -121,7 +123,7 @@ def build_marian(path: Path, *, shared: bool = True, activation: str = "swish",
     model = MarianMTModel(config).eval()
     with torch.no_grad():  # a bias on the logits, so that its mapping is tested
         model.final_logits_bias.normal_(0, 1.0)
-        model.final_logits_bias[0, 0] += 1.8  # </s> likelier: most outputs end before a limit
+        model.final_logits_bias[0, 0] += eos_bias  # </s> is Marian's id 0
     model.save_pretrained(path)
     (path / "tokenizer_config.json").write_text(json.dumps(
         {"source_lang": "en", "target_lang": "de", "separate_vocabs": not shared,

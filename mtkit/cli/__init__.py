@@ -2,8 +2,8 @@
 and turn user errors into one line on stderr with exit code 2. No ML logic lives here.
 
 One module per command group: `data` (prep, train, average), `translate` (translate,
-export), `score` (score, tune-length), `align`, `serve`; `options` holds what they share. The
-commands are registered below, in the order `mtkit --help` lists them."""
+export), `score` (score, tune-length), `align`, `serve`, `hf` (import); `options` holds what
+they share. The commands are registered below, in the order `mtkit --help` lists them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperCommand
 
 from mtkit import __version__
-from mtkit.cli import align, data, score, serve, translate
+from mtkit.cli import align, data, hf, score, serve, translate
 from mtkit.cli.options import HelpOpt, flag, message_of
 from mtkit.errors import MtkitError, Terminated
 from mtkit.process import startup
@@ -103,6 +103,7 @@ _COMMANDS = (data.prep, data.train, data.average, score.score, score.tune_length
              translate.export, align.align, serve.serve)
 for _command in _COMMANDS:
     app.command(add_help_option=False, cls=_Command)(user_errors(_command))
+app.command("import", add_help_option=False, cls=_Command)(user_errors(hf.import_))
 
 
 def main() -> None:

@@ -27,6 +27,8 @@ from mtkit.errors import ConfigError, DataError
 if TYPE_CHECKING:  # numpy only for guided alignment: translating with an export needs none
     import numpy as np
 
+Side = Literal["src", "tgt"]  # a pair's source or target side
+
 
 def _import_sentencepiece() -> ModuleType:
     """Import sentencepiece with its OpenMP threads waiting passively.
@@ -244,7 +246,7 @@ class Tokenizer:
             return self._sides["tgt"].encode_lines(lines, os.cpu_count() or 1)
         return self._tgt.encode(list(lines), out_type=int, num_threads=os.cpu_count() or 1)
 
-    def sample_lines(self, side: Literal["src", "tgt"], lines: Sequence[str], *, alpha: float,
+    def sample_lines(self, side: Side, lines: Sequence[str], *, alpha: float,
                      nbest_size: int, seed: int) -> list[list[int]]:
         """A sampled segmentation of each line (ids without BOS/EOS): the unigram model's
         lattice sampling, or BPE-dropout for a BPE model (`config.regularize`); the same
@@ -276,7 +278,7 @@ class Tokenizer:
             return [self.table.tgt[i] for i in _ints(ids)]
         return [self._tgt.id_to_piece(i) for i in _ints(ids)]
 
-    def starts_word(self, side: Literal["src", "tgt"]) -> np.ndarray:
+    def starts_word(self, side: Side) -> np.ndarray:
         """(V,) bool for the `side` ("src" or "tgt") vocabulary: True for the pieces that begin
         a word, which sentencepiece marks with a leading U+2581 (special pieces never do)."""
         if side not in self._starts:

@@ -95,7 +95,9 @@ def generation_config(d: DecodeConfig, hf: HfModel, *, data_max_len: int
                       ) -> tuple[dict[str, Any], str | None]:
     """generation_config.json for the decode section `d`, and a note when a choice has no
     equivalent. transformers' `length_penalty` p divides a finished hypothesis's
-    log-probability by its length^p: mtkit's `average` is p = 1, `none` p = 0. PAD and BOS are
+    log-probability by its length^p: mtkit's `average` is p = 1, `none` p = 0; with
+    early_stopping it stops once K hypotheses have ended, as mtkit does (bench/RESULTS.md,
+    "Beam search on an imported Marian model vs transformers"). PAD and BOS are
     suppressed as mtkit's search bans them; `max_length` counts the decoder's start token, and
     the output at it ends with `</s>` (forced_eos_token_id), as mtkit's ends at its limit."""
     note = None
@@ -110,8 +112,9 @@ def generation_config(d: DecodeConfig, hf: HfModel, *, data_max_len: int
         "do_sample": d.method == "sample",
         "max_length": min(d.output_limit(data_max_len) + 2, hf.max_positions),
     }
-    if beam:
+    if beam:  # early_stopping: done once K hypotheses have ended, as mtkit's beam is
         out["length_penalty"] = 0.0 if d.length_penalty == "none" else 1.0
+        out["early_stopping"] = True
     if d.min_len:
         out["min_new_tokens"] = d.min_len
     if d.method == "sample":

@@ -238,3 +238,34 @@ def check_positions(hf: Mapping[str, torch.Tensor], table: torch.Tensor) -> None
                                                                     atol=1e-4):
                 raise ModelFolderError(f"{name} is not Marian's sinusoidal table (learned "
                                    "positions are not a MarianMTModel's)")
+
+
+def _unrows(w: torch.Tensor, order: tuple[int | None, ...]) -> torch.Tensor:
+    """The inverse of `_rows`: w (V_mtkit, ...) -> (V_marian, ...), the extra row dropped."""
+    have = [m for m, i in enumerate(order) if i is not None]
+    out = w.new_zeros((len(have), *w.shape[1:]))
+    out[[order[m] for m in have]] = w[have]
+    return out
+
+
+def from_mtkit(state: Mapping[str, torch.Tensor], fields: Mapping[str, Any], ids: MarianIds
+               ) -> dict[str, torch.Tensor]:
+    """Marian's tensors (as transformers saves them: a shared table once, as
+    model.shared.weight; lm_head.weight only when it is not the target embedding) from an
+    mtkit state dict that `to_mtkit` could have made: its inverse, for an export."""
+    out: dict[str, torch.Tensor] = {}
+    for ours, theirs in layer_names(fields["enc_layers"], fields["dec_layers"]):
+        for name, part in zip(theirs, state[ours].chunk(len(theirs), 0), strict=True):
+            out[name] = part.contiguous()
+    src = _unrows(state["src_embed.tokens.weight"], ids.src)
+    tgt = _unrows(state["tgt_embed.tokens.weight"], ids.tgt)
+    head = _unrows(state["generator.weight"], ids.tgt)
+    if fields["share_embeddings"]:
+        out["model.shared.weight"] = src
+    else:
+        out["model.encoder.embed_tokens.weight"] = src
+        out["model.decoder.embed_tokens.weight"] = tgt
+        if not torch.equal(head, tgt):
+            out["lm_head.weight"] = head
+    out["final_logits_bias"] = _unrows(state["generator.bias"], ids.tgt).reshape(1, -1)
+    return out
