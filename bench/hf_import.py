@@ -60,6 +60,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--time-limit", type=float, default=0, help="minutes of decoding after "
                     "which no further chunk is started (0: none)")
     ap.add_argument("--hf-batch", type=int, default=32, help="transformers' batch (32)")
+    ap.add_argument("--min-len", type=int, default=0, help="pieces before the end token is "
+                    "allowed, in every system (mtkit's min_len, transformers' min_new_tokens, "
+                    "CTranslate2's min_decoding_length): outputs of a realistic length from a "
+                    "model that ends them too early (0: none); the limit's constant max_len_b "
+                    "is then raised to min_len + 10 where it is lower")
     return ap.parse_args(argv)
 
 
@@ -184,12 +189,13 @@ class HfSystem:
     pieces; max_new_tokens adds the end token), rather than by generation_config's one
     max_length, which an output that does not end would run to."""
 
-    def __init__(self, folder: Path, beam: int, batch: int, limit) -> None:
+    def __init__(self, folder: Path, beam: int, batch: int, limit, min_len: int) -> None:
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
         self.beam, self.batch, self.limit = beam, batch, limit
+        self.extra = {"min_new_tokens": min_len} if min_len else {}
 
     def translate(self, lines: list[str]) -> list[str]:
         import torch
@@ -202,7 +208,8 @@ class HfSystem:
             longest = int(batch["attention_mask"].sum(1).max()) - 1  # without </s>
             with torch.inference_mode():
                 gen = self.model.generate(**batch, num_beams=self.beam, length_penalty=1.0,
-                                          max_new_tokens=self.limit(longest) + 1)
+                                          max_new_tokens=self.limit(longest) + 1,
+                                          **self.extra)
             out.update(zip(ids, self.tok.batch_decode(gen, skip_special_tokens=True),
                            strict=True))
         return [out[i] for i in range(len(lines))]
@@ -211,11 +218,15 @@ class HfSystem:
 def systems(a: argparse.Namespace) -> dict[str, object]:
     import mtkit
 
-    opts = {"beam_size": a.beam, "length_penalty": "average", "method": "beam"}
+    opts = {"beam_size": a.beam, "length_penalty": "average", "method": "beam",
+            "min_len": a.min_len}
+    if a.min_len:
+        recipe_b = mtkit.load(a.work / "ct2").defaults.max_len_b
+        opts["max_len_b"] = max(recipe_b, a.min_len + 10)
     ours = mtkit.load(a.work / "tuned", device="cpu", threads=a.threads, **opts)
     return {"mtkit": ours,
             "transformers": HfSystem(a.work / "hf", a.beam, a.hf_batch,
-                                     ours.defaults.output_limit),
+                                     ours.defaults.output_limit, a.min_len),
             "ctranslate2": mtkit.load(a.work / "ct2", device="cpu", threads=a.threads, **opts)}
 
 
@@ -229,7 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     ref = _lines(a.mirror / "test_2016_flickr.de.gz")[: a.sentences]
     systems_ = systems(a)
     print(f"{platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{len(src)} sentences in chunks of {a.chunk}, beam {a.beam}, {a.threads} threads",
+          f"{len(src)} sentences in chunks of {a.chunk}, beam {a.beam}, {a.threads} threads, "
+          f"min_len {a.min_len}",
           flush=True)
     totals = {n: [0.0, 0.0] for n in systems_}
     outputs: dict[str, list[str]] = {n: [] for n in systems_}
@@ -264,7 +276,8 @@ def report(totals, outputs, ref, a, sacrebleu) -> None:
               f"| transformers / this: wall {hf_wall / wall:.2f}x CPU {hf_cpu / cpu:.2f}x "
               f"| same as mtkit {same}/{n} | BLEU {bleu:.2f}")
     lengths = [len(o.split()) for o in outputs["mtkit"]]
-    print(f"mtkit's outputs: median {statistics.median(lengths)} words, longest {max(lengths)}")
+    print(f"mtkit's outputs: median {statistics.median(lengths)} words, longest {max(lengths)}"
+          f"; references: median {statistics.median(len(r.split()) for r in ref)} words")
 
 
 if __name__ == "__main__":
