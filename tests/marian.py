@@ -124,6 +124,10 @@ def build_marian(path: Path, *, shared: bool = True, activation: str = "swish",
     with torch.no_grad():  # a bias on the logits, so that its mapping is tested
         model.final_logits_bias.normal_(0, 1.0)
         model.final_logits_bias[0, 0] += eos_bias  # </s> is Marian's id 0
+    # generation defaults as OPUS-MT's (which have 4 or 6 beams and max_length 512)
+    model.generation_config.num_beams = 4
+    model.generation_config.max_length = 60
+    model.generation_config.bad_words_ids = [[pad]]
     model.save_pretrained(path)
     (path / "tokenizer_config.json").write_text(json.dumps(
         {"source_lang": "en", "target_lang": "de", "separate_vocabs": not shared,

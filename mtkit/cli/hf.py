@@ -11,15 +11,16 @@ from mtkit.cli.options import HelpOpt
 
 
 def import_(
-    source: Annotated[str, typer.Argument(metavar="SOURCE", show_default=False)],
+    source: Annotated[str, typer.Argument(metavar="SOURCE", hidden=True, show_default=False)],
     output: Annotated[Path, typer.Option(
         "-o", "--output", metavar="RUN_DIR", show_default=False,
         help="Run directory to write: new or empty.")],
     _help: HelpOpt = False,
 ) -> None:
-    """Import a Marian translation model in the Hugging Face layout (MarianMTModel, such as
-    the OPUS-MT models) as an mtkit run directory: translate, score, align, serve, export and
-    fine-tune it (train --init-from) as any run.
+    """Import a Hugging Face MarianMTModel (the OPUS-MT models) as a run directory.
+
+    The run is then translated, scored, aligned, served, exported and fine-tuned (train
+    --init-from) as any other.
 
     SOURCE is a local folder (config.json, model.safetensors or pytorch_model.bin,
     source.spm, target.spm, vocab.json) or a Hub id such as Helsinki-NLP/opus-mt-en-de

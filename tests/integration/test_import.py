@@ -64,7 +64,12 @@ def test_the_run_directory_is_ordinary_and_says_where_it_came_from(imported, mar
     tf = recipe["model"]["transformer"]
     assert (tf["activation"], tf["norm"], tf["positions"], tf["scale_embeddings"]) == (
         "swish", "post", "sinusoidal_halves", True)
-    assert recipe["decode"]["method"] == "greedy"  # the folder's generation defaults: 1 beam
+    # the folder's generation defaults: 4 beams, max_length 60 (the start token, 58, the end)
+    assert {k: recipe["decode"][k] for k in ("method", "beam_size", "max_len_a", "max_len_b",
+                                             "length_penalty")} == {
+        "method": "beam", "beam_size": 4, "max_len_a": 0.0, "max_len_b": 58,
+        "length_penalty": "average"}
+    assert json.loads((imported / "origin.json").read_text())["generation_not_mapped"] == {}
     origin = json.loads((imported / "origin.json").read_text())
     assert origin["folder"] == str(marian) and origin["license"] == "cc-by-4.0"
     assert set(origin["files"]) >= {"config.json", "model.safetensors", "source.spm",
@@ -129,6 +134,19 @@ def test_ctranslate2_export_float32_and_int8(imported, tmp_path) -> None:
     res = run_cli("export", imported, "-o", tmp_path / "ct2")
     assert res.exit_code == 0, res.output
     assert _translate(tmp_path / "ct2", "--greedy") == want
+    # the export's README Python runs, detokenizing as Marian's tokenizer does. (Its plain
+    # beam call may rank outputs that run to the engine's limit otherwise than `mtkit
+    # translate DIR`, which searches those again to each sentence's limit: not compared.)
+    code = (tmp_path / "ct2" / "README.md").read_text().split("```python\n")[1].split("```")[0]
+    assert '.replace("\\u2581", " ").strip()' in code
+    (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n")
+    import subprocess
+    import sys
+
+    ran = subprocess.run([sys.executable, "-c", code.replace("THIS_DIR", str(tmp_path / "ct2"))],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert len(ran.stdout.splitlines()) == len(LINES)
     res = run_cli("export", imported, "-o", tmp_path / "ct2-int8", "--quantize", "int8")
     assert res.exit_code == 0, res.output
     assert len(_translate(tmp_path / "ct2-int8", "--greedy")) == len(LINES)
@@ -174,6 +192,8 @@ def test_an_imported_run_prepared_with_test_sets_scores_them(imported, tmp_path)
     assert res.exit_code == 0, res.output
     assert "BLEU" in res.stdout and (run / "best.pt").read_bytes() == (
         imported / "best.pt").read_bytes()
+    res = run_cli("tune-length", run, "--threads", "1")  # the imported decode section: beam
+    assert res.exit_code == 0, res.output
 
 
 def test_fine_tuning_an_imported_model_then_scoring_and_tuning_its_length(imported, tmp_path):
