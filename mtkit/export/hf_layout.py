@@ -43,7 +43,6 @@ from torch import nn
 from mtkit.config import Recipe
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import ConfigError
-from mtkit.export.ct2_dir import position_rows
 from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
 
 HfClass = Literal["BlenderbotForConditionalGeneration", "MarianMTModel"]
@@ -87,7 +86,7 @@ def hf_model(model: Transformer, recipe: Recipe) -> HfModel:
     """`model` (trained with `recipe`) as the class `hf_class` chose."""
     arch = hf_class(recipe)
     tf = recipe.model.transformer
-    rows = tf.max_positions if tf.positions == "learned" else position_rows(recipe)
+    rows = tf.max_positions if tf.positions == "learned" else recipe.position_rows()
     weights = _layers(model)
     weights["final_logits_bias"] = _t(model.generator.bias).unsqueeze(0)
     if tf.share_embeddings:  # one table: the name transformers ties the others to
