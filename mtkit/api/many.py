@@ -91,9 +91,13 @@ class ModelSet:
             raise ConfigError("load_many: give at least one model")
         self._groups: dict[str, list[Path]] = {}
         self.infos: dict[str, ModelInfo] = {}
+        self._listeners: list[Callable[[PoolEvent, str, float], None]] = []
+        self._closers: list[Callable[[str], None]] = []
+        if on_event is not None:
+            self._listeners.append(on_event)
         self.pool: ModelPool[TranslationModel] = ModelPool(
-            [], lambda name: opener(self._groups[name]), lambda name, model: model.close(),
-            limit=max_loaded, on_event=on_event)
+            [], lambda name: opener(self._groups[name]), self._close, limit=max_loaded,
+            on_event=self._event)
         for group in groups:  # memory stays within the limit at the start too
             self.pool.make_room()
             start = time.perf_counter()
@@ -109,6 +113,24 @@ class ModelSet:
     @property
     def names(self) -> list[str]:
         return list(self.infos)
+
+    def on_event(self, listener: Callable[[PoolEvent, str, float], None]) -> None:
+        """Tell `listener` of every load and unload from now on (kind, name, seconds)."""
+        self._listeners.append(listener)
+
+    def on_close(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(name)` before a model is unloaded (the server's batcher ends
+        there)."""
+        self._closers.append(listener)
+
+    def _event(self, kind: PoolEvent, name: str, seconds: float) -> None:
+        for listener in self._listeners:
+            listener(kind, name, seconds)
+
+    def _close(self, name: str, model: TranslationModel) -> None:
+        for listener in self._closers:
+            listener(name)
+        model.close()
 
     def detector(self) -> Detector:
         """The detector over every model's source languages (built on first use: it may

@@ -38,8 +38,8 @@ class ModelPool(Generic[T]):
         self._loading: set[str] = set()
         self._users: dict[str, int] = {}
         self._cond = threading.Condition()
-        self.loads = 0
-        self.unloads = 0
+        self.loads: dict[str, int] = {}  # by name, since the start
+        self.unloads: dict[str, int] = {}
 
     @property
     def loaded(self) -> list[str]:
@@ -67,9 +67,19 @@ class ModelPool(Generic[T]):
                 self.names.append(name)
             self._loaded[name] = model
             self._users.setdefault(name, 0)
-            self.loads += 1
+            self.loads[name] = self.loads.get(name, 0) + 1
         if self._on_event is not None:
             self._on_event("load", name, seconds)
+
+    def acquire_loaded(self, name: str) -> T | None:
+        """`acquire` for a model loaded now (None otherwise): it never waits, so an event
+        loop may call it."""
+        with self._cond:
+            if name not in self._loaded:
+                return None
+            self._loaded.move_to_end(name)
+            self._users[name] = self._users.get(name, 0) + 1
+            return self._loaded[name]
 
     def acquire(self, name: str) -> T:
         """The model called `name`, loaded if it is not, held until `release(name)`."""
@@ -139,7 +149,7 @@ class ModelPool(Generic[T]):
             self._loading.discard(name)
             self._loaded[name] = model
             self._users[name] = self._users.get(name, 0) + 1
-            self.loads += 1
+            self.loads[name] = self.loads.get(name, 0) + 1
             self._cond.notify_all()
         if self._on_event is not None:
             self._on_event("load", name, time.perf_counter() - start)
@@ -149,7 +159,7 @@ class ModelPool(Generic[T]):
         start = time.perf_counter()
         self._close(name, model)
         with self._cond:
-            self.unloads += 1
+            self.unloads[name] = self.unloads.get(name, 0) + 1
             self._cond.notify_all()
         if self._on_event is not None:
             self._on_event("unload", name, time.perf_counter() - start)

@@ -61,8 +61,10 @@ def test_one_model_loaded_at_a_time(lang_runs, singles):
     events: list[tuple[str, str]] = []
     many = mtkit.load_many(lang_runs["en-de"], lang_runs["de-fr"], max_loaded=1,
                            device="cpu", threads=1)
-    many.pool._on_event = lambda kind, name, s: events.append((kind, name))
-    assert many.pool.loaded == ["toy-de-fr"] and (many.pool.loads, many.pool.unloads) == (2, 1)
+    many.on_event(lambda kind, name, seconds: events.append((kind, name)))
+    assert many.pool.loaded == ["toy-de-fr"]
+    assert (many.pool.loads, many.pool.unloads) == ({"toy-en-de": 1, "toy-de-fr": 1},
+                                                    {"toy-en-de": 1})
     for _ in range(2):
         assert many.translate(LINES, source="en", target="de") == singles["en-de"].translate(
             LINES)
@@ -70,4 +72,6 @@ def test_one_model_loaded_at_a_time(lang_runs, singles):
             LINES)
     assert events == [("unload", "toy-de-fr"), ("load", "toy-en-de"),
                       ("unload", "toy-en-de"), ("load", "toy-de-fr")] * 2
-    assert many.pool.loaded == ["toy-de-fr"] and (many.pool.loads, many.pool.unloads) == (6, 5)
+    assert many.pool.loaded == ["toy-de-fr"]
+    assert (many.pool.loads, many.pool.unloads) == ({"toy-en-de": 3, "toy-de-fr": 3},
+                                                    {"toy-en-de": 3, "toy-de-fr": 2})

@@ -26,17 +26,19 @@ def test_least_recently_used_goes_first():
     for name in "aba":
         with p.use(name) as m:
             assert m == name.upper()
-    assert p.loaded == ["b", "a"] and (p.loads, p.unloads) == (2, 0)
+    assert p.loaded == ["b", "a"] and (p.loads, p.unloads) == ({"a": 1, "b": 1}, {})
     with p.use("c"):
         pass
-    assert p.loaded == ["a", "c"] and (p.loads, p.unloads) == (3, 1)
+    assert p.loaded == ["a", "c"] and p.unloads == {"b": 1}
+    assert p.acquire_loaded("b") is None and p.acquire_loaded("c") == "C"
+    p.release("c")
     assert events == [("load", "a"), ("load", "b"), ("closed", "b"), ("unload", "b"),
                       ("load", "c")]
     with p.use("b"):  # loaded again
         pass
-    assert p.loaded == ["c", "b"] and (p.loads, p.unloads) == (4, 2)
+    assert p.loaded == ["c", "b"] and p.loads == {"a": 1, "b": 2, "c": 1}
     p.close()
-    assert p.loaded == [] and p.unloads == 4
+    assert p.loaded == [] and p.unloads == {"a": 1, "b": 2, "c": 1}
 
 
 def test_a_model_in_use_is_not_unloaded():
@@ -60,7 +62,7 @@ def test_room_is_made_before_a_model_is_kept():
     p.make_room()  # before b is opened: never two models at once
     assert p.loaded == []
     p.keep("b", "B", 0.5)
-    assert p.loaded == ["b"] and (p.loads, p.unloads) == (2, 1)
+    assert p.loaded == ["b"] and (p.loads, p.unloads) == ({"a": 1, "b": 1}, {"a": 1})
     assert events == [("load", "a"), ("closed", "a"), ("unload", "a"), ("load", "b")]
 
 
