@@ -118,13 +118,20 @@ class Router:
         return sorted((a, b, p) for (a, b), p in out.items())
 
     def known(self) -> str:
-        """The pairs there are, in words (for error messages)."""
+        """The pairs there are, in words (for error messages), and the models reached by
+        name only (tags that name no language)."""
         direct = [f"{a} -> {b}" for a, b, p in self.pairs() if p is None]
         pivoted = [f"{a} -> {b} (through {p})" for a, b, p in self.pairs() if p is not None]
-        if not direct:
-            return "this server translates no language pair by its languages; choose a model"
-        text = f"the pairs translated: {', '.join(direct)}"
-        return f"{text}; through a pivot: {', '.join(pivoted)}" if pivoted else text
+        routed = {d.model for d in self.directions}
+        by_name = [f"{n} (its tags, {', '.join(i.tags)}, are not <2xx>)"
+                   for n, i in self.models.items() if n not in routed]
+        parts = [f"the pairs translated: {', '.join(direct)}" if direct else
+                 "no pair is translated by its languages"]
+        if pivoted:
+            parts.append(f"through a pivot: {', '.join(pivoted)}")
+        if by_name:
+            parts.append(f"by model name only: {', '.join(by_name)}")
+        return "; ".join(parts)
 
     def by_model(self, name: str, target: str | None = None) -> Route:
         """The route through the model called `name` alone: into `target` where one is

@@ -68,3 +68,13 @@ def test_tagged_model_and_first_listed_wins():
         r.by_model("nope")
     assert r.languages() == [{"code": "de", "name": "de", "targets": ["en", "fr"]},
                              {"code": "en", "name": "en", "targets": ["de", "fr"]}]
+
+
+def test_a_model_whose_tags_name_no_language_is_reached_by_name():
+    r = router(info("two-way", "src", "tgt", ("<rev>", "<copy>")))
+    assert r.pairs() == [] and r.languages() == []
+    with pytest.raises(RouteError, match=r"src -> tgt: no model translates it; no pair is "
+                       r"translated by its languages; by model name only: two-way \(its "
+                       r"tags, <rev>, <copy>, are not <2xx>\)$"):
+        r.route("src", "tgt")
+    assert r.by_model("two-way").legs == (Direction("src", "tgt", "two-way"),)
