@@ -16,10 +16,12 @@ same outputs, on Multi30k test2016 with a trained run (make demo's by default).
 
 With `--second RUN` (a model of another source language, e.g. de -> en beside en -> de) only
 the several-model comparison runs, alternating, twice each: 32 clients on one server of
-`run` alone, and 32 clients split 16/16 across `run` and RUN served by one process (`--model
-run --model RUN`, each model its own batcher), in sentences/s; then the cost of `source:
-auto`: the detector's own time per call, and a lone client's median latency on /translate
-with `source: auto` against the source given, interleaved request by request.
+`run` alone, and 32 clients split 16/16 across two models in one process, in sentences/s.
+The two are `run` twice (`--model run --model run`, chosen by name): two models of the same
+cost, each with its own batcher, so that the difference is the split alone. Then the cost of
+`source: auto` on a server of `run` and RUN: the detector's own time per call, and a lone
+client's median latency on /translate with `source: auto` against the source given,
+interleaved request by request.
 
 Targets (issue 31): 32 clients >= 0.8x the batch baseline's sentences/s; a lone request's
 p50 <= 1.3x the API's one-sentence time; RSS growth < 5% from 1,000 to 10,000 requests; no
@@ -181,16 +183,15 @@ def _two_models(a: argparse.Namespace, lines: list[str]) -> None:
     alternating; then what detection costs."""
     first, second = mtkit.load(a.run).info, mtkit.load(a.second).info
     other = _test2016(a.mirror, second.src_lang)
-    translation = dict(zip(lines, other, strict=True))  # test2016 is parallel
+    names = (first.name, f"{first.name}-2")  # the same run served twice
 
     def split(k: int, line: str) -> tuple[str, dict]:
-        info, text = (first, line) if k % 2 == 0 else (second, translation[line])
-        return "/translate", {"q": text, "source": info.src_lang, "target": info.tgt_lang}
+        return "/v1/translate", {"text": line, "model": names[k % 2]}
 
     rows = []
     for _ in range(2):
         for label, models in (("alone", [str(a.run)]),
-                              ("two", ["--model", str(a.run), "--model", str(a.second)])):
+                              ("two", ["--model", str(a.run), "--model", str(a.run)])):
             proc, url = _start(models, a.beam)
             try:
                 r = _clients(url, lines, 32, seconds=a.seconds,
