@@ -42,6 +42,7 @@ class Ask:
     prefix: Any = None
     terms: dict[str, str] | None = None
     terms_method: str | None = None
+    alternatives: int = 0  # LibreTranslate's: hypotheses beside the best (a beam wide enough)
 
 
 def plan(served: ServedModels, ask: Ask) -> tuple[list[Route], list[Any]]:
@@ -102,7 +103,10 @@ def _checked(model: TranslationModel, d: Direction, ask: Ask, alone: bool,
     if ask.tag is not None and d.tag is not None:
         raise OptionError.about("tag", "the target chooses the direction here; give a tag "
                                 "with a model, or no tag")
-    cfg = model.options(ask.changes or {})
+    changes = dict(ask.changes or {})
+    if ask.alternatives:
+        changes.update(nbest_changes(model.defaults, ask.alternatives + 1))
+    cfg = model.options(changes)
     extras = model.extras(**asdict(ask.extras))
     prefix = ask.prefix
     if prefix is not None and not isinstance(prefix, str) and len(at) != len(ask.lines):
@@ -113,6 +117,18 @@ def _checked(model: TranslationModel, d: Direction, ask: Ask, alone: bool,
     glossary = (None if ask.terms is None
                 else model.glossary(ask.terms, ask.terms_method or "prefix"))
     return cfg, extras, prefixes, glossary, model.checked_tag(ask.tag or d.tag)
+
+
+def nbest_changes(defaults: DecodeConfig, nbest: int) -> dict[str, Any]:
+    """The decoding changes that give `nbest` hypotheses over `defaults`: greedy search gives
+    one, so it becomes a beam search, and a beam is widened to `nbest`; sampling draws as many
+    as asked. (The page at / asks the same of /v1/translate: page.js.)"""
+    changes: dict[str, Any] = {"nbest": nbest}
+    if defaults.method == "greedy":
+        changes["method"] = "beam"
+    if defaults.method != "sample":
+        changes["beam_size"] = max(defaults.beam_size, nbest)
+    return changes
 
 
 def v1_json(results: list[Routed]) -> dict[str, Any]:

@@ -118,8 +118,8 @@ def test_a_pivot_equals_translating_twice(server, want):
         ("toy-en-de", "en", "de"), ("toy-de-fr", "de", "fr")]
     assert legs[0]["text"] == want["en-de"][0] and legs[1]["text"] == want["en-fr"][0]
     for leg, source in zip(legs, (LINES[0], want["en-de"][0]), strict=True):  # each attends
-        att = leg["candidates"][0]["attention"]["word"]
-        assert att["source"] == [*source.split(), "</s>"]
+        att = leg["candidates"][0]["attention"]["word"]  # (an export's has no EOS column)
+        assert att["source"][:len(source.split())] == source.split()
     libre = server.post("/translate", {"q": LINES[0], "source": "en", "target": "fr"})
     assert libre.json() == {"translatedText": want["en-fr"][0], "pivot": "de"}
 

@@ -97,7 +97,7 @@ async function translate() {
   }
   const body = { text, nbest: Number($("nbest").value), align: true, attention: true };
   const d = state.model && state.model.decode;
-  // the server's rule for LibreTranslate's alternatives (nbest_changes in app.py): greedy
+  // the server's rule for LibreTranslate's alternatives (nbest_changes in serve/routing.py): greedy
   // search gives one hypothesis, a beam as many as its size
   if (d && body.nbest > 1) {
     if (d.method === "greedy") body.method = "beam";
