@@ -35,13 +35,14 @@ from mtkit.translation.lines import (
     AlignFn,
     Item,
     LineTranslator,
+    OutputFormat,
     TranslateStats,
     name_problems,
 )
 
 if TYPE_CHECKING:
+    from mtkit.data.hypothesis import Hypothesis
     from mtkit.models.base import AttentionChoice
-    from mtkit.translation.hypothesis import Hypothesis
     from mtkit.translation.terms import Glossary
 
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
@@ -132,13 +133,14 @@ class TranslationModel:
 
     def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
                    attention: bool = False, chunk_lines: int | None = None,
-                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+                   terms: Glossary | None = None, tag: str | None = None,
+                   fmt: OutputFormat | None = None) -> LineTranslator:
         """A `LineTranslator` of this model with `cfg` (from `options`), a glossary (from
         `glossary`) and the language tag `checked_tag` gives for `tag`: what `mtkit
         translate` streams files through."""
         return self._base.configured(cfg, align_fn=align_fn, attention=attention,
                                      chunk_lines=chunk_lines, terms=terms,
-                                     tag=self.checked_tag(tag))
+                                     tag=self.checked_tag(tag), fmt=fmt)
 
     def close(self) -> None:
         """End the decoding threads this model started (a later call starts new ones):
@@ -285,6 +287,12 @@ class TranslationModel:
                 raise ConfigError("align_method and readout: they choose the word links, "
                                   "which need align")
             return None
+        return self.aligner(method, readout)
+
+    def aligner(self, method: str | None = None, readout: str | None = None) -> AlignFn:
+        """The Pharaoh word aligner of this model's translations: links by `method`
+        (default argmax-tgt) from the attention rows of `readout` (default: what the run's
+        guided alignment supervised, else current)."""
         if not self.info.has_attention:
             raise ConfigError("align: this model has no attention (model.rnn.attention: "
                               "none), so it gives no alignment")
@@ -453,8 +461,8 @@ def exported_model(paths: list[Path]) -> Any:
 def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str, Any],
                  origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
                  ) -> TranslationModel:
+    from mtkit.data.batching import decode_parallelism
     from mtkit.export.ct2_translate import CT2Translator, device_problems, engine_problems
-    from mtkit.translation.batching import decode_parallelism
 
     recipe = export.recipe
     if problems := device_problems(device):
@@ -473,7 +481,6 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
                                        streaming=streaming, default=usable)
     translator = CT2Translator(export, cfg, device=device, threads=each,
                                chunk_lines=chunk_lines, workers=workers)
-    translator.tags = tuple(recipe.data.tags())
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
@@ -497,8 +504,8 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
         torch.set_num_threads(threads)
     dev = inference_device(device)
     model, recipe, tok = load_translator(paths, dev, mode=mode)
+    from mtkit.data.batching import decode_parallelism
     from mtkit.run import resolve_checkpoint
-    from mtkit.translation.batching import decode_parallelism
 
     cfg = decode_options(recipe.decode, decode, origins=origins)
     workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
@@ -509,8 +516,8 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
                                     and torch.cuda.is_bf16_supported())
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
                                   chunk_lines=chunk_lines, workers=workers,
-                                  dtype=torch.bfloat16 if bf16 else None)
-    translator.tags = tuple(recipe.data.tags())
+                                  dtype=torch.bfloat16 if bf16 else None,
+                                  tags=recipe.data.tags())
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))

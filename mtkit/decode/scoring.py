@@ -1,6 +1,6 @@
 """The arithmetic every search shares: length penalty, length limits, the masking of tokens
 that may not be produced at a step, and the making of what they return (`Hypothesis`,
-defined in `mtkit.translation.hypothesis`).
+defined in `mtkit.data.hypothesis`).
 
 Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 """
@@ -12,8 +12,8 @@ import math
 import torch
 
 from mtkit.config import DecodeConfig
+from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
-from mtkit.translation.hypothesis import Hypothesis
 
 __all__ = ["NEW_WORD", "Hypothesis", "Scratch", "as_lengths", "force_prefix", "length_penalty",
            "max_lengths", "source_lengths", "step_logprobs", "to_hypotheses"]

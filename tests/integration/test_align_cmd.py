@@ -24,11 +24,11 @@ from mtkit.align.viz import DEFAULT_DPI, figure_size
 from mtkit.cli import app
 from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe
 from mtkit.data.batch import collate
+from mtkit.data.batching import token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, load_model, save_checkpoint
-from mtkit.translation.batching import token_batches
 from tests.conftest import REPO
 from tests.helpers import run_cli
 
