@@ -27,7 +27,7 @@ _S = ServeSettings()  # the flags' defaults
 
 def serve(
     models: Annotated[list[Path] | None, typer.Argument(
-        metavar="[RUN_OR_EXPORT]", hidden=True, show_default=False)] = None,
+        metavar="RUN_OR_EXPORT", hidden=True, show_default=False)] = None,
     more: Annotated[list[str] | None, typer.Option(
         "--model", metavar="PATH[,PATH...]", show_default=False,
         help="A model to serve beside the others (a run, a checkpoint or an export; "
@@ -99,9 +99,10 @@ def serve(
         f"(default: {_S.log_format}).")] = _S.log_format,
     _help: HelpOpt = False,
 ) -> None:
-    """Serve a model over HTTP: POST /v1/translate (n-best, scores, alignments, attention),
-    LibreTranslate's POST /translate, a page at / that shows attention, /health, /ready,
-    /metrics (Prometheus) and /v1/models; the API is documented at /docs.
+    """Serve a model, or several routed by language, over HTTP: POST /v1/translate (n-best,
+    scores, alignments, attention), LibreTranslate's POST /translate, POST /detect and GET
+    /languages, a page at / that shows attention, /health, /ready, /metrics (Prometheus) and
+    /v1/models; the API is documented at /docs.
 
     RUN_OR_EXPORT is a run directory (its best.pt, else last.pt), a checkpoint, several
     checkpoints (an ensemble), or a directory written by mtkit export (decoded with

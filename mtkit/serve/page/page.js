@@ -157,7 +157,7 @@ function renderRoute(r) {
   const legs = r.legs || [];
   const pivot = r.pivot ? `through ${r.pivot}: ${legs.map((l) => `${l.source_lang} → ${l.target_lang} (${l.model})`).join(", then ")}` : "";
   $("detected").textContent = detected;
-  $("pivot").textContent = pivot;
+  $("pivot").textContent = detected && pivot ? `· ${pivot}` : pivot;
   $("route").hidden = !detected && !pivot;
   $("leg-box").hidden = legs.length < 2;
   const chosen = state.leg >= 0 ? state.leg : legs.length - 1;
