@@ -176,8 +176,9 @@ class ModelSet:
                        source: str = AUTO, model: str | None = None, **kwargs: Any
                        ) -> list[Routed]:
         """Every sentence's route and each leg's `TranslationModel.translate_full` (with
-        `kwargs`: decoding options, align, attention, ...); the second leg of a pivot
-        translates the first's best hypothesis."""
+        `kwargs`: decoding options, align, attention, prefix, terms, tag ...); the second
+        leg of a pivot translates the first's best hypothesis. A prefix or terms apply to
+        one model's output: with a pivot they are a ConfigError."""
         lines = list(lines)
         routes, found = self.plan(lines, source, target, model)
         out: list[Routed | None] = [None] * len(lines)
@@ -185,8 +186,9 @@ class ModelSet:
             texts = [lines[i] for i in idx]
             legs: list[list[Leg]] = [[] for _ in idx]
             for d in route.legs:
+                options = _leg_options(kwargs, d, len(route.legs), idx, len(lines))
                 with self.pool.use(d.model) as tm:
-                    results = tm.translate_full(texts, tag=d.tag, **kwargs)
+                    results = tm.translate_full(texts, **options)
                 for k, r in enumerate(results):
                     legs[k].append(Leg(d, r))
                 texts = [r.text for r in results]
@@ -196,6 +198,26 @@ class ModelSet:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _leg_options(kwargs: dict[str, Any], d: Direction, legs: int, idx: list[int], n: int
+                 ) -> dict[str, Any]:
+    """`translate_full`'s options for one leg, over the sentences `idx` of `n`: the
+    direction's tag (or the one asked for, by a model's name), the prefixes of those
+    sentences."""
+    options = dict(kwargs)
+    if legs > 1 and (options.get("prefix") is not None or options.get("terms") is not None):
+        raise ConfigError(f"prefix and terms: they apply to one model's output, and this pair "
+                          f"is translated through a pivot ({d} is one leg)")
+    tag = options.pop("tag", None)
+    if tag is not None and d.tag is not None:
+        raise ConfigError("tag: the target chooses the direction here; give a tag with a "
+                          "model, or no tag")
+    options["tag"] = tag or d.tag
+    prefix = options.get("prefix")
+    if isinstance(prefix, list | tuple) and len(prefix) == n and len(idx) < n:
+        options["prefix"] = [prefix[i] for i in idx]
+    return options
 
 
 def _grouped(routes: Sequence[Route]) -> dict[Route, list[int]]:

@@ -10,6 +10,7 @@ import pytest
 
 import mtkit
 from mtkit.api.router import RouteError
+from mtkit.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,6 +40,10 @@ def test_routes_and_pivot(lang_runs, singles):
     with pytest.raises(RouteError, match="fr -> en: no model translates it; the pairs "
                        r"translated: de -> fr, en -> de; through a pivot: en -> fr \(through de\)"):
         many.translate("x", source="fr", target="en")
+    with pytest.raises(ConfigError, match="prefix and terms: .* through a pivot"):
+        many.translate(LINES, source="en", target="fr", prefix=[""] * 3)
+    assert many.translate(LINES[:1], source="en", target="de", prefix=["gu"]) == (
+        singles["en-de"].translate(LINES[:1], prefix=["gu"]))
     off = mtkit.load_many(lang_runs["en-de"], lang_runs["de-fr"], pivot=False, device="cpu",
                           threads=1)
     with pytest.raises(RouteError, match="en -> fr: no model"):

@@ -122,6 +122,10 @@ def test_a_pivot_equals_translating_twice(server, want):
         assert att["source"][:len(source.split())] == source.split()
     libre = server.post("/translate", {"q": LINES[0], "source": "en", "target": "fr"})
     assert libre.json() == {"translatedText": want["en-fr"][0], "pivot": "de"}
+    res = server.post("/v1/translate", {"text": "sa", "source": "en", "target": "fr",
+                                        "prefix": "ba"})
+    assert res.status_code == 422 and "through a pivot (en -> de is one leg)" in (
+        res.json()["error"])
 
 
 def test_detection(server, want):
