@@ -422,22 +422,22 @@ def parse_duration(text: str) -> float:
 
 
 SearchMethod = Literal["beam", "greedy", "sample"]
-LengthPenalty = Literal["gnmt", "average", "none"]
+LengthPenalty = Literal["gnmt", "average", "power", "none"]
 # What a decoding option is about, which says where it is offered: `translate` takes every
 # kind, `align` (one hypothesis per sentence, searched) search and batching, the server every
 # kind but batching (its batcher batches).
 OptionKind = Literal["search", "output", "sampling", "batching"]
 
 
-def _decoding(default: Any, kind: OptionKind, help: str, metavar: str, *,
-              flags: tuple[str, ...] = (), **bounds: float) -> Any:
+def _decoding(default: Any, kind: OptionKind, help: str, metavar: str, **bounds: float) -> Any:
     """A decoding option: its default and numeric bounds (ge, gt, le, lt, checked at load
     time), and what every face says of it, so that the command line's flags
     (`mtkit.cli.options`) and the server's request model (`mtkit.serve.schema`) are derived
-    from this one declaration: its `kind`, a `help` phrase, the `metavar` of its value, and
-    its flags where they are not `--` + the field with dashes (the last is its name)."""
+    from this one declaration: its `kind`, a `help` phrase and the `metavar` of its value
+    (its flag is `--` + the field with dashes, unless `mtkit.cli.options.flag_of` says
+    otherwise)."""
     return field(default=default, metadata={**bounds, "kind": kind, "help": help,
-                                            "metavar": metavar, "flags": flags})
+                                            "metavar": metavar})
 
 
 @dataclass(frozen=True)
@@ -450,14 +450,15 @@ class DecodeConfig:
     method: SearchMethod = field(default="beam", metadata={"kind": "search", "switches": {
         "greedy": ("search", "greedy search"), "sample": ("sampling", "sample instead of "
                                                           "searching")}})
-    beam_size: int = _decoding(5, "search", "beam size", "N", flags=("-b", "--beam"), ge=1)
+    beam_size: int = _decoding(5, "search", "beam size", "N", ge=1)
     nbest: int = _decoding(1, "output", "hypotheses per sentence", "N", ge=1)
     length_penalty: LengthPenalty = _decoding(
-        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length) or none", "PENALTY")
+        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length), power (÷ length^alpha, "
+        "transformers' and CTranslate2's) or none", "PENALTY")
     # GNMT length-penalty exponent (Wu et al. 2016, eq. 14; they tune it in [0, 1]); beyond
     # 10 the penalty of long outputs overflows float32 ((1000 / 6) ** 17 > 3.4e38)
-    alpha: float = _decoding(1.0, "search", "exponent of the gnmt length penalty", "A",
-                             ge=0.0, le=10.0)
+    alpha: float = _decoding(1.0, "search", "exponent of the gnmt or power length penalty",
+                             "A", ge=0.0, le=10.0)
     # max output length = a * source length + b
     max_len_a: float = _decoding(1.5, "search", "output limit A·source length + B: A", "A",
                                  ge=0.0)

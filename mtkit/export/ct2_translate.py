@@ -48,7 +48,7 @@ from mtkit.config import DecodeConfig
 from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
 from mtkit.errors import CheckpointError, OptionError, Problem
-from mtkit.export.ct2_dir import Export, position_rows
+from mtkit.export.ct2_dir import Export, engine_length_penalty, position_rows
 from mtkit.export.engine import ctranslate2
 from mtkit.translation.lines import (
     CHUNK_LINES,
@@ -73,7 +73,7 @@ def engine_problems(cfg: DecodeConfig) -> list[tuple[str, str]]:
     out = []
     if cfg.length_penalty == "gnmt":  # sampled n-best lists are ranked by it too
         out.append(("length_penalty", "CTranslate2 has no GNMT penalty; use average (its "
-                    "length_penalty 1) or none"))
+                    "length_penalty 1), power or none"))
     if cfg.method == "sample" and not 0 <= cfg.seed < 2**32:  # two seeds would draw alike
         out.append(("seed", f"CTranslate2 takes a seed from 0 to {2**32 - 1}, got {cfg.seed}"))
     return out
@@ -128,8 +128,7 @@ def runs_on_cpu(device: str) -> bool:
     return device == "cpu" or (device == "auto" and ctranslate2().get_cuda_device_count() == 0)
 
 
-def _penalty(cfg: DecodeConfig) -> float:
-    return 1.0 if cfg.length_penalty == "average" else 0.0
+_penalty = engine_length_penalty
 
 
 class CT2Translator(LineTranslator):

@@ -115,8 +115,8 @@ def decode_fields(generation: dict[str, Any], config: dict[str, Any]
     transformers' lengths count the decoder's start token: max_length L allows L - 2 tokens
     before the end token (which is forced at the limit, as mtkit forces it), min_length m
     bans the end token before m - 1 tokens. Its length penalty p divides a finished
-    hypothesis's log-probability by |Y|^p, |Y| counting the end token: mtkit's `average` is
-    p = 1, `none` p = 0."""
+    hypothesis's log-probability by |Y|^p, |Y| counting the end token: mtkit's `power` with
+    alpha p (`average` for p = 1, `none` for p = 0)."""
     def get(key: str, default: Any = None) -> Any:
         if key in generation:
             return generation[key]
@@ -141,11 +141,13 @@ def decode_fields(generation: dict[str, Any], config: dict[str, Any]
         out["max_len_a"], out["max_len_b"] = 0.0, max(1, int(get("max_length")) - 2)
     if get("min_length"):
         out["min_len"] = max(0, int(get("min_length")) - 1)
-    penalty = get("length_penalty", 1.0)
+    penalty = float(get("length_penalty", 1.0))
     if penalty == 1.0:
         out["length_penalty"] = "average"
     elif penalty == 0.0:
         out["length_penalty"] = "none"
+    elif 0.0 < penalty <= 10.0:  # decode.alpha's range
+        out["length_penalty"], out["alpha"] = "power", penalty
     else:
         out["length_penalty"] = "average"
         unmapped["length_penalty"] = penalty

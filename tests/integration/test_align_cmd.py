@@ -437,7 +437,7 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "--print", "--greedy", "--length-penalty", "none"],
      "--length-penalty: with greedy search the length penalty changes only the score"),
     (["-s", "{src}", "--print", "--length-penalty", "average", "--alpha", "0.5"],
-     "--alpha is the GNMT penalty's exponent; the length penalty is average"),
+     "--alpha is the GNMT penalty's exponent, or power's; the length penalty is average"),
     (["-s", "{src}", "--print", "--greedy", "--alpha", "0"], "--alpha: with greedy search"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--min-len", "0"],
      "--min-len: search options apply only without -t"),  # 0 is given too

@@ -134,6 +134,19 @@ def test_ctranslate2_export_float32_and_int8(imported, tmp_path) -> None:
     res = run_cli("export", imported, "-o", tmp_path / "ct2")
     assert res.exit_code == 0, res.output
     assert _translate(tmp_path / "ct2", "--greedy") == want
+    # the export's README Python runs, detokenizing as Marian's tokenizer does. (Its plain
+    # beam call may rank outputs that run to the engine's limit otherwise than `mtkit
+    # translate DIR`, which searches those again to each sentence's limit: not compared.)
+    code = (tmp_path / "ct2" / "README.md").read_text().split("```python\n")[1].split("```")[0]
+    assert '.replace("\\u2581", " ").strip()' in code
+    (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n")
+    import subprocess
+    import sys
+
+    ran = subprocess.run([sys.executable, "-c", code.replace("THIS_DIR", str(tmp_path / "ct2"))],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert len(ran.stdout.splitlines()) == len(LINES)
     res = run_cli("export", imported, "-o", tmp_path / "ct2-int8", "--quantize", "int8")
     assert res.exit_code == 0, res.output
     assert len(_translate(tmp_path / "ct2-int8", "--greedy")) == len(LINES)

@@ -39,9 +39,9 @@ def test_generation_defaults_map_or_are_listed_as_not_mapped() -> None:
                   "transformers_version": "4.40"}
     decode, unmapped = decode_fields(generation, {"pad_token_id": 9})
     assert decode == {"method": "beam", "beam_size": 6, "max_len_a": 0.0, "max_len_b": 198,
-                      "min_len": 2, "length_penalty": "average"}
-    assert unmapped == {"length_penalty": 0.6, "no_repeat_ngram_size": 3,
-                        "bad_words_ids": [[7]]}
+                      "min_len": 2, "length_penalty": "power", "alpha": 0.6}
+    assert unmapped == {"no_repeat_ngram_size": 3, "bad_words_ids": [[7]]}
+    assert decode_fields({"length_penalty": -1.0}, {})[1] == {"length_penalty": -1.0}
     sample, _ = decode_fields({"do_sample": True, "top_k": 20, "temperature": 0.7}, {})
     assert sample == {"method": "sample", "top_k": 20, "temperature": 0.7,
                       "length_penalty": "average"}

@@ -110,17 +110,21 @@ def test_greedy_output_is_transformers_on_50_sentences(pair: Pair) -> None:
     assert len(set(ours)) > 10  # not one degenerate output
 
 
-def test_beam_4_is_transformers_but_where_an_output_meets_the_length_limit(pair: Pair) -> None:
+@pytest.mark.parametrize("penalty", [1.0, 0.6])
+def test_beam_4_is_transformers_but_where_an_output_meets_the_length_limit(pair: Pair,
+                                                                          penalty) -> None:
     """transformers' early_stopping=True is mtkit's stopping rule (a sentence is done with 4
     finished hypotheses; mtkit's earlier bound stops only when no active one can win) and
-    length_penalty 1.0 its `average`. One difference stays: an output cut at the length
-    limit ends with a forced end token that transformers scores 0 and mtkit at the model's
-    own log-probability, so among such outputs the two may choose differently."""
+    length_penalty p its `power` with alpha p (`average` for 1). One difference stays: an
+    output cut at the length limit ends with a forced end token that transformers scores 0
+    and mtkit at the model's own log-probability, so among such outputs the two may choose
+    differently."""
     lines = toy_lines(WORDS_SRC, 50, 7)
     model = mtkit.load(pair.run, device="cpu", threads=1)
-    ours = model.translate_full(lines, method="beam", beam_size=4, length_penalty="average",
-                                max_len_a=0.0, max_len_b=LIMIT - 2)
-    theirs, out = _generate(pair, lines, num_beams=4, length_penalty=1.0, early_stopping=True)
+    ours = model.translate_full(lines, method="beam", beam_size=4, length_penalty="power",
+                                alpha=penalty, max_len_a=0.0, max_len_b=LIMIT - 2)
+    theirs, out = _generate(pair, lines, num_beams=4, length_penalty=penalty,
+                            early_stopping=True)
     cut = (out.sequences != pair.pad).sum(1) >= LIMIT - 1  # 58 tokens and the end token
     ended = [i for i in range(len(lines)) if not cut[i]]
     assert len(ended) >= 15
