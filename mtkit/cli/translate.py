@@ -185,27 +185,34 @@ def export(
         help="Directory to write: new, empty, or a previous export.")],
     engine: Annotated[str, typer.Option(
         "--engine", metavar="ENGINE", show_default=False,
-        help="The inference engine the export is for: ctranslate2, the one there is "
-        "(default: ctranslate2).")] = "ctranslate2",
+        help="The inference engine the export is for: ctranslate2, or hf (a Hugging Face "
+        "transformers folder) (default: ctranslate2).")] = "ctranslate2",
     quantize: Annotated[str, typer.Option(
         "--quantize", metavar="TYPE", show_default=False, help="Weights: float32 (exact), "
         "int8, int8_float32, int16, float16 or bfloat16 (default: float32).")] = "float32",
     _help: HelpOpt = False,
 ) -> None:
     """Export a trained Transformer for CTranslate2, with its sentencepiece model(s) and a
-    README; mtkit translate DIR then decodes with it (pip install mtkit[ctranslate2]).
+    README; mtkit translate DIR then decodes with it (pip install mtkit[ctranslate2]). With
+    --engine hf: a Hugging Face folder (safetensors, config, tokenizer, model card) that
+    transformers' from_pretrained loads.
 
     RUN_OR_CHECKPOINT is a run directory (its best.pt, else last.pt) or a checkpoint file.
 
     Example: mtkit export runs/en-de-multi30k -o exports/en-de --quantize int8
     """
     from mtkit.export.ct2_export import check_request, export_ctranslate2
+    from mtkit.export.hf_export import export_hf
 
     check_request(engine, quantize)
-    report = export_ctranslate2(source, output, quantization=quantize)
+    if engine == "hf":
+        report = export_hf(source, output)
+    else:
+        report = export_ctranslate2(source, output, quantization=quantize)
     if report.note:
         typer.echo(f"mtkit: note: {report.note}", err=True)
-    typer.echo(f"mtkit: exported {report.checkpoint} to {report.out} (CTranslate2, "
+    what = "Hugging Face" if engine == "hf" else "CTranslate2"
+    typer.echo(f"mtkit: exported {report.checkpoint} to {report.out} ({what}, "
                f"{report.quantization})", err=True)
 
 
