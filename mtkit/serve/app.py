@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs
@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mtkit.api import Extras
+from mtkit.api import Extras, TranslationModel
 from mtkit.api.detect import DetectError
 from mtkit.api.many import AUTO, ModelSet, Routed
 from mtkit.api.pool import PoolEvent
@@ -109,6 +109,9 @@ def create_app(models: ModelSet, settings: ServeSettings) -> FastAPI:
     _errors(app)
     _middleware(app, settings, state.metrics)
     app.include_router(router)
+    from mtkit.serve import documents  # its routes import this module's helpers
+
+    documents.install(app)
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
 
@@ -204,14 +207,21 @@ async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any
                      "schema": LibreRequest.model_json_schema()}}}})
 async def libre_translate(request: Request) -> dict[str, Any]:
     """LibreTranslate's translate: `q` (a string or a list), `source` (or auto), `target`,
-    `format` (text), `alternatives`, `api_key` (or a bearer token)."""
+    `format` (text, or html: each `q` a document or fragment, its markup kept and placed by
+    the word alignment), `alternatives`, `api_key` (or a bearer token)."""
     state = served(request)
     req = await _libre_request(request, LibreRequest)
     check_token(request, state.settings.token, req.api_key)
     lines = [req.q] if isinstance(req.q, str) else list(req.q)
     request.state.sentences = len(lines)
-    if req.format != "text":
-        raise ApiError(400, "format: this server translates plain text only (text)")
+    if req.format == "html":
+        from mtkit.serve.documents import libre_html
+
+        if req.alternatives:
+            raise ApiError(400, "alternatives: not for format html")
+        _check_limits(lines, {}, replace(state.settings, max_chars=state.settings.max_body))
+        texts = await libre_html(state, lines, req.source, req.target)
+        return {"translatedText": texts[0] if isinstance(req.q, str) else texts}
     results = await _translate(state, routing.Ask(lines, req.source, req.target,
                                                   alternatives=req.alternatives))
     return routing.libre_json(results, one=isinstance(req.q, str),
@@ -323,6 +333,30 @@ def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSett
         if changes.get(key, 0) > settings.max_beam:
             raise ApiError(422, f"{key}: {changes[key]}; this server allows at most "
                            f"{settings.max_beam}")
+
+
+async def document_model(state: Served, source: str, target: str
+                         ) -> tuple[str, TranslationModel, Batcher, str | None]:
+    """The one model a document goes through, held (release it with
+    `state.models.release(name)`), its batcher and tag: a direct route (no pivot: the markup
+    is placed by one model's alignment); `auto` only where the models translate from one
+    language. A 400 otherwise."""
+    many = state.models.models
+    if source == AUTO:
+        if len(many.router.sources) != 1:
+            raise ApiError(400, "source: auto: a document's language is not detected; give "
+                           f"one of {', '.join(many.router.sources)}")
+        source = many.router.sources[0]
+    try:
+        route = many.router.route(source, target)
+    except RouteError as e:
+        raise ApiError(400, str(e)) from None
+    if route.pivot is not None:
+        raise ApiError(400, f"{source} -> {target}: a document is translated by one model, "
+                       f"and this pair goes through {route.pivot}")
+    leg = route.legs[0]
+    model, batcher = await state.models.acquire(leg.model)
+    return leg.model, model, batcher, leg.tag
 
 
 async def _libre_request(request: Request, kind: type[Libre]) -> Libre:
