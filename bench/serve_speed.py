@@ -14,6 +14,15 @@ same outputs, on Multi30k test2016 with a trained run (make demo's by default).
    p50/p95/p99 latency, failed requests. The 32-client phase is the load test.
 4. Memory: the server's RSS after the first 1,000 requests and after 10,000 (32 clients).
 
+With `--second RUN` (a model of another source language, e.g. de -> en beside en -> de) only
+the several-model comparison runs, alternating, twice each: 32 clients on one server of
+`run` alone, and 32 clients split 16/16 across two models in one process, in sentences/s.
+The two are `run` twice (`--model run --model run`, chosen by name): two models of the same
+cost, each with its own batcher, so that the difference is the split alone. Then the cost of
+`source: auto` on a server of `run` and RUN: the detector's own time per call, and a lone
+client's median latency on /translate with `source: auto` against the source given,
+interleaved request by request.
+
 Targets (issue 31): 32 clients >= 0.8x the batch baseline's sentences/s; a lone request's
 p50 <= 1.3x the API's one-sentence time; RSS growth < 5% from 1,000 to 10,000 requests; no
 failed request. The server and the clients share the machine's cores; the load average is
@@ -54,16 +63,19 @@ def _args() -> argparse.Namespace:
                     help="the 32-client load test (default 60)")
     ap.add_argument("--requests", type=int, default=10_000, help="for the memory check")
     ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--second", type=Path, default=None,
+                    help="a second run (another source language): the several-model run only")
     return ap.parse_args()
 
 
-def _test2016(mirror: Path) -> list[str]:
-    with gzip.open(mirror / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+def _test2016(mirror: Path, lang: str = "en") -> list[str]:
+    with gzip.open(mirror / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
 
 
-def _start(run: Path, beam: int) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", str(run), "--port", "0",
+def _start(run: Path | list[str], beam: int) -> tuple[subprocess.Popen, str]:
+    models = [str(run)] if isinstance(run, Path) else run
+    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", *models, "--port", "0",
                              "--set", f"decode.beam_size={beam}", "--log-format", "json",
                              "--queue-size", "100000", "--max-sentences", "1000"],
                             stderr=subprocess.PIPE, text=True)
@@ -103,9 +115,10 @@ def _baseline(tr: mtkit.TranslationModel, lines: list[str]) -> tuple[float, floa
 
 
 def _clients(url: str, lines: list[str], clients: int, *, seconds: float | None = None,
-             requests: int | None = None, on_count=None) -> dict:
+             requests: int | None = None, on_count=None, ask=None) -> dict:
     """`clients` threads, each sending one sentence per request until `seconds` pass or
-    `requests` are sent in all."""
+    `requests` are sent in all; `ask(client, line)`: the path and body of a request (default
+    POST /v1/translate of the line)."""
     lock, latencies, failed, sent = threading.Lock(), [], [0], [0]
     stop_at = None if seconds is None else time.monotonic() + seconds
 
@@ -122,8 +135,9 @@ def _clients(url: str, lines: list[str], clients: int, *, seconds: float | None 
                     return
                 t = time.perf_counter()
                 try:
-                    ok = c.post("/v1/translate", json={"text": lines[i % len(lines)]}
-                                ).status_code == 200
+                    path, body = (("/v1/translate", {"text": lines[i % len(lines)]})
+                                  if ask is None else ask(k, lines[i % len(lines)]))
+                    ok = c.post(path, json=body).status_code == 200
                 except httpx.HTTPError:
                     ok = False
                 took = time.perf_counter() - t
@@ -164,11 +178,78 @@ def _check_outputs(tr: mtkit.TranslationModel, url: str, run: Path, lines: list[
           f" and /translate the same text: {same_text}; scores within 1e-4: {same_score}")
 
 
+def _two_models(a: argparse.Namespace, lines: list[str]) -> None:
+    """32 clients on `a.run` alone against 32 split across it and `a.second` in one server,
+    alternating; then what detection costs."""
+    first, second = mtkit.load(a.run).info, mtkit.load(a.second).info
+    other = _test2016(a.mirror, second.src_lang)
+    names = (first.name, f"{first.name}-2")  # the same run served twice
+
+    def split(k: int, line: str) -> tuple[str, dict]:
+        return "/v1/translate", {"text": line, "model": names[k % 2]}
+
+    rows = []
+    for _ in range(2):
+        for label, models in (("alone", [str(a.run)]),
+                              ("two", ["--model", str(a.run), "--model", str(a.run)])):
+            proc, url = _start(models, a.beam)
+            try:
+                r = _clients(url, lines, 32, seconds=a.seconds,
+                             ask=None if label == "alone" else split)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(120)
+            rows.append((label, r))
+            print(f"{label}: {r['sent/s']:.1f} sentences/s, p50 {r['p50'] * 1000:.0f} ms, "
+                  f"{r['failed']} failed (load {os.getloadavg()[0]:.2f})", flush=True)
+    alone = statistics.mean(r["sent/s"] for label, r in rows if label == "alone")
+    two = statistics.mean(r["sent/s"] for label, r in rows if label == "two")
+    print(f"32 clients: two models {two:.1f} sentences/s, one alone {alone:.1f}: "
+          f"{two / alone:.2f}x")
+    _detection_cost(a, lines, other, first, second)
+
+
+def _detection_cost(a: argparse.Namespace, lines: list[str], other: list[str],
+                    first: mtkit.api.ModelInfo, second: mtkit.api.ModelInfo) -> None:
+    from mtkit.api.detect import Detector
+
+    detector = Detector([first.src_lang, second.src_lang])
+    texts = lines + other
+    start = time.perf_counter()
+    right = sum(detector.best(t).language == (first.src_lang if n < len(lines)
+                                             else second.src_lang)
+                for n, t in enumerate(texts))
+    each = (time.perf_counter() - start) / len(texts)
+    print(f"detector: {each * 1e6:.0f} us per sentence, {right}/{len(texts)} test2016 "
+          f"sentences of both languages right")
+    proc, url = _start(["--model", str(a.run), "--model", str(a.second)], a.beam)
+    times: dict[str, list[float]] = {"auto": [], "given": []}
+    try:
+        with httpx.Client(base_url=url, timeout=120) as c:
+            for line in lines[:100]:
+                for source in ("auto", first.src_lang):
+                    t = time.perf_counter()
+                    c.post("/translate", json={"q": line, "source": source,
+                                               "target": first.tgt_lang}).raise_for_status()
+                    times["auto" if source == "auto" else "given"].append(
+                        time.perf_counter() - t)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    auto, given = (statistics.median(times[k]) for k in ("auto", "given"))
+    print(f"lone client, 100 requests each, interleaved: source auto {auto * 1000:.1f} ms, "
+          f"given {given * 1000:.1f} ms (median): {(auto - given) * 1000:+.1f} ms")
+
+
 def main() -> None:
     a = _args()
     lines = _test2016(a.mirror)
     print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; run {a.run}, beam {a.beam}")
+    if a.second is not None:
+        _two_models(a, lines)
+        print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     tr = mtkit.load(a.run, beam_size=a.beam)
     proc, url = _start(a.run, a.beam)
     try:

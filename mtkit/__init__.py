@@ -11,7 +11,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("load", "TranslationModel", "Translation", "Candidate")
+_API = ("load", "load_many", "TranslationModel", "Translation", "Candidate")
 
 
 def __getattr__(name: str) -> Any:

@@ -156,3 +156,15 @@ def two_way(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prepare(recipe, run)
     train(recipe, run, console=Console(file=io.StringIO()))
     return run
+
+
+@pytest.fixture(scope="session")
+def lang_runs(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two toy runs labelled as different languages, en -> de and de -> fr (both the toy's
+    reversal, 100 updates each from other seeds, so that their outputs differ; about 5 s
+    each): what routing, pivoting and detection are tested on. Read-only."""
+    base = tmp_path_factory.mktemp("lang-runs")
+    return {f"{a}-{b}": train_toy(toy_run, base / f"{a}-{b}", [
+        "train.max_updates=100", "train.valid_every=100", f"name=toy-{a}-{b}",
+        f"data.src_lang={a}", f"data.tgt_lang={b}", f"train.seed={seed}"])
+        for a, b, seed in (("en", "de", 1), ("de", "fr", 2))}

@@ -148,6 +148,11 @@ class TranslationModel:
                                      tag=self.checked_tag(tag), fmt=fmt,
                                      max_out_len=max_output)
 
+    def close(self) -> None:
+        """End the decoding threads this model started (a later call starts new ones):
+        what unloading a model of several (`mtkit.load_many`) does before letting it go."""
+        self._base.close()
+
     @property
     def tags(self) -> list[str]:
         """The language tags this model was trained with (data.*.tag), each a direction."""

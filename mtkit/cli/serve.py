@@ -1,4 +1,5 @@
-"""`mtkit serve`: a model over HTTP (mtkit.serve), until Ctrl-C or SIGTERM."""
+"""`mtkit serve`: a model, or several routed by language, over HTTP (mtkit.serve), until
+Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,13 +18,29 @@ from mtkit.errors import ConfigError, DataError, choice
 from mtkit.process.startup import collector_paused
 from mtkit.serve.settings import LOG_FORMATS, LogFormat, ServeSettings
 
+if TYPE_CHECKING:
+    from mtkit.api import TranslationModel
+
 SERVE_HINT = "pip install 'mtkit[serve]'"
 _S = ServeSettings()  # the flags' defaults
 
 
 def serve(
-    models: Annotated[list[Path], typer.Argument(
-        metavar="RUN_OR_EXPORT", hidden=True, show_default=False)],
+    models: Annotated[list[Path] | None, typer.Argument(
+        metavar="RUN_OR_EXPORT", hidden=True, show_default=False)] = None,
+    more: Annotated[list[str] | None, typer.Option(
+        "--model", metavar="PATH[,PATH...]", show_default=False,
+        help="A model to serve beside the others (a run, a checkpoint or an export; "
+        "comma-separated checkpoints: an ensemble); repeatable. Requests choose one by source "
+        "and target (or by its name).")] = None,
+    max_loaded: Annotated[int | None, typer.Option(
+        "--max-loaded", metavar="N", parser=at_least(1), show_default=False,
+        help="The most models kept loaded at once; the least recently used is unloaded, and "
+        "loaded again when asked for (default: all).")] = None,
+    pivot: Annotated[bool, typer.Option(
+        "--pivot/--no-pivot", show_default=False,
+        help="Translate a pair no model translates through a language two models share, "
+        "English where it would do (default: --pivot).")] = True,
     host: Annotated[str, typer.Option(
         "--host", metavar="ADDRESS", show_default=False,
         help="Address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1, this "
@@ -87,42 +104,52 @@ def serve(
         f"(default: {_S.log_format}).")] = _S.log_format,
     _help: HelpOpt = False,
 ) -> None:
-    """Serve a model over HTTP: POST /v1/translate (n-best, scores, alignments, attention),
-    LibreTranslate's POST /translate, a page at / that shows attention, /health, /ready,
-    /metrics (Prometheus) and /v1/models; the API is documented at /docs.
+    """Serve a model, or several routed by language, over HTTP: POST /v1/translate (n-best,
+    scores, alignments, attention), LibreTranslate's POST /translate, POST /detect and GET
+    /languages, a page at / that shows attention, /health, /ready, /metrics (Prometheus) and
+    /v1/models; the API is documented at /docs.
 
     RUN_OR_EXPORT is a run directory (its best.pt, else last.pt), a checkpoint, several
     checkpoints (an ensemble), or a directory written by mtkit export (decoded with
-    CTranslate2). Ctrl-C or SIGTERM stops taking requests, finishes those in flight, exits 0.
+    CTranslate2); --model adds more, each with its own languages, queue and batching.
+    Ctrl-C or SIGTERM stops taking requests, finishes those in flight, exits 0.
 
-    Example: mtkit serve runs/en-de-multi30k --port 8000
+    Examples: mtkit serve runs/en-de-multi30k --port 8000;
+    mtkit serve --model runs/en-de --model runs/de-en --max-loaded 1
     """
     token = _read_token(token_file)
     decode, origins = _decode_defaults(sets or [])
     uvicorn = _serve_extra()
+    from mtkit.api.many import ModelSet
     from mtkit.api.model import open_model
-    from mtkit.serve.app import create_app
+    from mtkit.serve.app import create_app, log_pool_event
 
     settings = ServeSettings(  # checked before a model is loaded
         max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
         max_beam=max_beam, max_output=max_output, queue_size=queue_size,
         max_wait_ms=max_wait_ms, timeout=timeout,
         token=token, log_format=choice("log_format", log_format, LogFormat))
+    groups = model_groups(models or [], more or [])
     sock = _listen(host, port)
+
+    def opener(paths: list[Path]) -> TranslationModel:
+        return open_model(paths, device=device, threads=threads, decode=decode,
+                          origins=origins, precision=precision)
+
+    _log_requests_to_stderr()  # the models' loads are said there too
     with collector_paused():
-        model = open_model(list(models), device=device, threads=threads, decode=decode,
-                           origins=origins, precision=precision)
-    app = create_app(model, settings)
-    _log_requests_to_stderr()
+        served = ModelSet(groups, opener, max_loaded=max_loaded, pivot=pivot,
+                          on_event=log_pool_event(settings.log_format))
+    app = create_app(served, settings)
     bound_host, bound_port = sock.getsockname()[:2]
     if token is None and not _loopback(host):
         typer.echo(f"mtkit: warning: listening on {host} without --token-file: anyone who can "
                    "reach this port can use the model", err=True)
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    typer.echo(f"mtkit: serving {model.info.name} ({model.info.src_lang} -> "
-               f"{model.info.tgt_lang}, {model.info.engine} on {model.info.device}, "
-               f"{model.info.precision}) at "
-               f"http://{shown}:{bound_port}/ (Ctrl-C to stop)", err=True)
+    what = ", ".join(f"{name} ({i.src_lang} -> {i.tgt_lang}, {i.engine} on {i.device}, "
+                     f"{i.precision})" for name, i in served.infos.items())
+    typer.echo(f"mtkit: serving {what} at http://{shown}:{bound_port}/ (Ctrl-C to stop)",
+               err=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=timeout, lifespan="on")
     server = uvicorn.Server(config)
@@ -136,6 +163,20 @@ def serve(
             signal.signal(s, handler)
         sock.close()
     typer.echo("mtkit: server stopped", err=True)
+
+
+def model_groups(positional: list[Path], options: list[str]) -> list[list[Path]]:
+    """The models to serve: the positional paths as one (a model or an ensemble, as
+    `translate` takes them), then each --model's comma-separated paths."""
+    groups = [list(positional)] if positional else []
+    for option in options:
+        parts = option.split(",")
+        if any(not p.strip() for p in parts):
+            raise ConfigError(f"--model {option}: an empty path; give PATH or PATH,PATH,...")
+        groups.append([Path(p) for p in parts])
+    if not groups:
+        raise ConfigError("mtkit serve: give a model (RUN_OR_EXPORT, or --model PATH)")
+    return groups
 
 
 def _log_requests_to_stderr() -> None:

@@ -1,10 +1,12 @@
-"""`mtkit serve`'s web application: FastAPI over one loaded model (`TranslationModel`), with
-cross-request batching (`batcher`), limits, bearer-token authentication, metrics, a request
-log, and the page at `/` (`page/`).
+"""`mtkit serve`'s web application: FastAPI over the loaded models (`ModelSet`: one, or
+several routed by language, `routing`), each with its own cross-request batching (`batcher`,
+`models`), limits, bearer-token authentication, metrics, a request log, and the page at `/`
+(`page/`).
 
 Endpoints: `POST /v1/translate` (mtkit's own: n-best, scores, alignments, attention),
-`POST /translate` and `GET /languages` (LibreTranslate's), `GET /v1/models`, `GET /health`,
-`GET /ready`, `GET /metrics`. Every error is JSON, ``{"error": "..."}``, with its status.
+`POST /translate`, `POST /detect` and `GET /languages` (LibreTranslate's), `GET /v1/models`,
+`GET /health`, `GET /ready`, `GET /metrics`. Every error is JSON, ``{"error": "..."}``, with
+its status.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -30,11 +32,19 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mtkit.api import Extras, TranslationModel
+from mtkit.api.detect import DetectError
+from mtkit.api.many import AUTO, ModelSet, Routed
+from mtkit.api.pool import PoolEvent
+from mtkit.api.router import RouteError
 from mtkit.config import DecodeConfig
-from mtkit.errors import MtkitError, OptionError
+from mtkit.errors import MtkitError
+from mtkit.serve import routing
 from mtkit.serve.batcher import Batcher, Closed, QueueFull
 from mtkit.serve.metrics import ServerMetrics
+from mtkit.serve.models import ModelMetrics, ServedModels
+from mtkit.serve.routing import nbest_changes
 from mtkit.serve.schema import (
+    DetectRequest,
     ErrorOut,
     LibreRequest,
     TranslateRequest,
@@ -46,12 +56,14 @@ if TYPE_CHECKING:
     from mtkit.api.results import Translation
     from mtkit.translation.terms import Glossary
 
-__all__ = ["LOG_FORMATS", "ApiError", "LogFormat", "ServeSettings", "create_app"]
+__all__ = ["LOG_FORMATS", "ApiError", "LogFormat", "ServeSettings", "create_app",
+           "log_pool_event", "nbest_changes"]
 
 PAGE = Path(__file__).parent / "page"
 WARM_UP = "Hello."
 # A line per request; `mtkit serve` sends it to stderr.
 log = logging.getLogger("mtkit.serve")
+Libre = TypeVar("Libre", LibreRequest, DetectRequest)
 
 
 class ApiError(Exception):
@@ -64,29 +76,36 @@ class ApiError(Exception):
 
 @dataclass
 class Served:
-    """What the routes read from the application (`app.state.served`): the model, the
-    operator's settings, the metrics, and the batcher once the application has started."""
+    """What the routes read from the application (`app.state.served`): the models (each
+    loaded one with its batcher), the operator's settings, the metrics, and whether the
+    models loaded at the start have warmed up."""
 
-    model: TranslationModel
+    models: ServedModels
     settings: ServeSettings
     metrics: ServerMetrics
-    batcher: Batcher | None = None
     ready: bool = False
 
 
 def served(request: Request) -> Served:
-    """The served model and its settings, of the application answering `request`."""
+    """The served models and the settings, of the application answering `request`."""
     return request.app.state.served
 
 
-def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
-    """The application over `model`: its batcher starts with it and decodes one sentence
-    before `/ready` says so; on shutdown, requests in flight are finished first."""
+def create_app(models: ModelSet, settings: ServeSettings) -> FastAPI:
+    """The application over `models`: a batcher per loaded model; each model loaded at the
+    start decodes one sentence before `/ready` says so; on shutdown, requests in flight are
+    finished first."""
+    description = ", ".join(f"{name} ({i.src_lang} -> {i.tgt_lang})"
+                            for name, i in models.infos.items())
     app = FastAPI(title="mtkit", version=_version(), lifespan=_lifespan,
-                  description=f"Translation with {model.info.name} "
-                  f"({model.info.src_lang} -> {model.info.tgt_lang}).",
+                  description=f"Translation with {description}.",
                   responses={422: {"model": ErrorOut}})
-    state = Served(model, settings, ServerMetrics(lambda: _queued(state)))
+    metrics = ServerMetrics(lambda: state.models.queued)
+    state = Served(ServedModels(models, lambda model, on_batch: Batcher(
+        model, max_wait=settings.max_wait_ms / 1000, max_queue=settings.queue_size,
+        max_output=settings.max_output, on_batch=on_batch), on_batch=metrics.batch),
+        settings, metrics)
+    metrics.registry.register(ModelMetrics(state.models))
     app.state.served = state
     _errors(app)
     _middleware(app, settings, state.metrics)
@@ -98,28 +117,29 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
     return app
 
 
-def _queued(state: Served) -> int:
-    return state.batcher.queued if state.batcher is not None else 0
-
-
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: Served = app.state.served
-    model, settings = state.model, state.settings
-    batcher = Batcher(model, max_wait=settings.max_wait_ms / 1000,
-                      max_queue=settings.queue_size, max_output=settings.max_output,
-                      on_batch=state.metrics.batch)
-    state.batcher = batcher
-    # a model of several directions without a default one warms up with its first
-    warm_tag = model.recipe.data.tag or (model.tags[0] if model.tags else None)
-    job = batcher.submit([WARM_UP], model.defaults, Extras(), tag=warm_tag)
-    await asyncio.wrap_future(job.future)
+    for name in state.models.models.pool.loaded:
+        await _warm_up(state.models, name)
     state.ready = True
     try:
         yield
     finally:
         state.ready = False
-        await asyncio.to_thread(batcher.close)
+        await asyncio.to_thread(state.models.close)
+
+
+async def _warm_up(models: ServedModels, name: str) -> None:
+    """One sentence through a model's batcher (a model of several directions without a
+    default one warms up with its first)."""
+    model, batcher = await models.acquire(name)
+    try:
+        warm_tag = model.recipe.data.tag or (model.tags[0] if model.tags else None)
+        job = batcher.submit([WARM_UP], model.defaults, Extras(), tag=warm_tag)
+        await asyncio.wrap_future(job.future)
+    finally:
+        models.release(name)
 
 
 async def authorized(request: Request) -> None:
@@ -140,28 +160,27 @@ def check_token(request: Request, token: str | None, api_key: str | None = None)
                        {"WWW-Authenticate": "Bearer"})
 
 
-async def _translate(request: Request, lines: list[str], changes: dict[str, Any],
-                     extras: Extras, prefix: str | list[str] | None = None,
-                     terms: dict[str, str] | None = None, terms_method: str | None = None,
-                     tag: str | None = None) -> list[Translation]:
-    """The translations of `lines` with `changes` over the model's decoding defaults, within
-    the server's limits; a problem of the request is a 422."""
+async def _translate(request: Request, ask: routing.Ask) -> list[Routed]:
+    """`ask`'s sentences along their routes within the server's limits; a pair no model
+    translates (or a language that cannot be detected) is a 400, another problem of the
+    request a 422."""
     state = served(request)
-    model, settings = state.model, state.settings
-    _check_limits(lines, changes, settings)
+    settings = state.settings
+    _check_limits(ask.lines, {"nbest": ask.alternatives + 1, **(ask.changes or {})},
+                  settings)
+
+    async def decode(batcher: Batcher, lines: list[str], cfg: DecodeConfig, extras: Extras,
+                     prefixes: list[str] | None, terms: Glossary | None, tag: str | None
+                     ) -> list[Translation]:
+        return await _decoded(request, batcher, lines, cfg, extras, settings.timeout, prefixes,
+                              terms, tag)
+
     try:
-        cfg = model.options(changes)
-        extras = model.extras(**asdict(extras))
-        prefixes = model.checked_prefixes(prefix, len(lines))
-        if terms_method is not None and terms is None:
-            raise OptionError.about("terms_method", "it places terms, which need terms")
-        glossary = None if terms is None else model.glossary(terms, terms_method or "prefix")
-        tag = model.checked_tag(tag)
+        return await routing.translate(state.models, ask, decode)
+    except (RouteError, DetectError) as e:
+        raise ApiError(400, str(e)) from None
     except MtkitError as e:
         raise ApiError(422, str(e)) from None
-    assert state.batcher is not None, "requests are answered once the lifespan started"
-    return await _decoded(request, state.batcher, lines, cfg, extras, settings.timeout,
-                          prefixes, glossary, tag)
 
 
 router = APIRouter()
@@ -171,16 +190,16 @@ router = APIRouter()
              dependencies=[Depends(authorized)])
 async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any]:
     """Translate one sentence or a list: n-best hypotheses with scores and tokens, and on
-    request Pharaoh word links and attention matrices."""
-    state = served(request)
+    request Pharaoh word links and attention matrices; by source and target (source auto:
+    detected), or by a model's name, through a pivot language where no model translates the
+    pair (each leg given)."""
     lines = req.lines()
     request.state.sentences = len(lines)
     extras = Extras(req.align, req.align_method, req.readout, req.attention, req.layer,
                     req.head)
-    results = await _translate(request, lines, req.decode_changes(), extras, req.prefixes(),
-                               req.terms, req.terms_method, req.tag)
-    return {"model": state.model.info.name,
-            "translations": [{**r.to_dict(), "text": r.text} for r in results]}
+    return routing.v1_json(await _translate(request, routing.Ask(
+        lines, req.source, req.target, req.model, req.tag, req.decode_changes(), extras,
+        req.prefixes(), req.terms, req.terms_method)))
 
 
 @router.post("/translate", tags=["LibreTranslate"],
@@ -189,75 +208,67 @@ async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any
                  "application/x-www-form-urlencoded": {
                      "schema": LibreRequest.model_json_schema()}}}})
 async def libre_translate(request: Request) -> dict[str, Any]:
-    """LibreTranslate's translate: `q` (a string or a list), `source`, `target`,
+    """LibreTranslate's translate: `q` (a string or a list), `source` (or auto), `target`,
     `format` (text, or html: each `q` a document or fragment, its markup kept and placed by
     the word alignment), `alternatives`, `api_key` (or a bearer token)."""
     state = served(request)
-    model = state.model
-    req = await _libre_request(request)
+    req = await _libre_request(request, LibreRequest)
     check_token(request, state.settings.token, req.api_key)
     lines = [req.q] if isinstance(req.q, str) else list(req.q)
     request.state.sentences = len(lines)
-    tag = libre_tag(model, req)
     if req.format == "html":
         from mtkit.serve.documents import libre_html
 
         if req.alternatives:
             raise ApiError(400, "alternatives: not for format html")
         _check_limits(lines, {}, replace(state.settings, max_chars=state.settings.max_body))
-        texts = await libre_html(state, lines, tag)
-    else:
-        changes = nbest_changes(model.defaults, req.alternatives + 1) if req.alternatives else {}
-        results = await _translate(request, lines, changes, Extras(), tag=tag)
-        texts = [r.text for r in results]
-    out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
-    if req.alternatives:
-        alts = [[c.text for c in r.candidates[1:]] for r in results]
-        out["alternatives"] = alts[0] if isinstance(req.q, str) else alts
-    if req.source == "auto":
-        detected = {"language": model.info.src_lang, "confidence": 100}
-        out["detectedLanguage"] = detected if isinstance(req.q, str) else (
-            [detected] * len(lines))
-    return out
+        texts = await libre_html(state, lines, req.source, req.target)
+        return {"translatedText": texts[0] if isinstance(req.q, str) else texts}
+    results = await _translate(request, routing.Ask(lines, req.source, req.target,
+                                                  alternatives=req.alternatives))
+    return routing.libre_json(results, one=isinstance(req.q, str),
+                              alternatives=req.alternatives, auto=req.source == AUTO)
 
 
-def nbest_changes(defaults: DecodeConfig, nbest: int) -> dict[str, Any]:
-    """The decoding changes that give `nbest` hypotheses over `defaults`: greedy search gives
-    one, so it becomes a beam search, and a beam is widened to `nbest`; sampling draws as many
-    as asked. (The page at / asks the same of /v1/translate: page.js.)"""
-    changes: dict[str, Any] = {"nbest": nbest}
-    if defaults.method == "greedy":
-        changes["method"] = "beam"
-    if defaults.method != "sample":
-        changes["beam_size"] = max(defaults.beam_size, nbest)
-    return changes
+@router.post("/detect", tags=["LibreTranslate"],
+             openapi_extra={"requestBody": {"content": {
+                 "application/json": {"schema": DetectRequest.model_json_schema()},
+                 "application/x-www-form-urlencoded": {
+                     "schema": DetectRequest.model_json_schema()}}}})
+async def detect(request: Request) -> list[dict[str, Any]]:
+    """LibreTranslate's detect: `q`'s language among those the models translate from,
+    `[{"language", "confidence"}]`, most likely first (confidence 0-100)."""
+    state = served(request)
+    req = await _libre_request(request, DetectRequest)
+    check_token(request, state.settings.token, req.api_key)
+    try:
+        return [asdict(d) for d in state.models.models.detect(req.q)]
+    except DetectError as e:
+        raise ApiError(400, str(e)) from None
 
 
 @router.get("/languages", tags=["LibreTranslate"])
 async def languages(request: Request) -> list[dict[str, Any]]:
-    """LibreTranslate's language list: the model's source language and its target; for
-    a model with `<2xx>` tags, each source language (`data.src_lang` 'en+de') with the
-    tags' targets."""
-    model = served(request).model
-    targets = _tag_targets(model)
-    if model.tags and not targets:  # tags that name no language: none to list
-        return []
-    if not targets:
-        info = model.info
-        return [{"code": info.src_lang, "name": info.src_lang, "targets": [info.tgt_lang]}]
-    sources = model.info.src_lang.split("+")
-    return [{"code": s, "name": s, "targets": [t for t in targets if t != s]}
-            for s in sources]
+    """LibreTranslate's language list: each source language with every target a model (or
+    a pivot) reaches from it; a model with `<2xx>` tags serves each of its source languages
+    (`data.src_lang` 'en+de') into the tags' targets."""
+    return served(request).models.models.router.languages()
 
 
 @router.get("/v1/models", tags=["service"], dependencies=[Depends(authorized)])
 async def models(request: Request) -> dict[str, Any]:
-    """What is loaded: name, languages, architecture, checkpoint(s), engine, decoding
-    defaults, the attention layers and heads, and the server's limits."""
+    """Every model (name, languages, architecture, checkpoint(s), engine, decoding
+    defaults, the attention layers and heads, whether it is loaded now), every direction (a
+    pivot's with its two models), and the server's limits."""
     state = served(request)
+    many = state.models.models
     limits = {k: v for k, v in asdict(state.settings).items()
               if k not in ("token", "log_format")}
-    return {"models": [asdict(state.model.info)], "limits": limits}
+    loaded = set(many.pool.loaded)
+    return {"models": [{**asdict(info), "name": name, "loaded": name in loaded}
+                       for name, info in many.infos.items()],
+            "directions": routing.directions_json(state.models),
+            "limits": {**limits, "max_loaded": many.pool.limit, "pivot": many.router.pivot}}
 
 
 @router.get("/health", tags=["service"])
@@ -268,11 +279,13 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready", tags=["service"], responses={503: {"model": ErrorOut}},
             response_model=None)
-async def ready(request: Request) -> dict[str, str] | JSONResponse:
-    """The model is loaded and has decoded a warm-up sentence."""
-    if not served(request).ready:
+async def ready(request: Request) -> dict[str, Any] | JSONResponse:
+    """The models loaded at the start have decoded a warm-up sentence; `loaded`: the models
+    loaded now, least recently used first."""
+    state = served(request)
+    if not state.ready:
         return JSONResponse({"error": "not ready: warming up"}, status_code=503)
-    return {"status": "ready"}
+    return {"status": "ready", "loaded": state.models.models.pool.loaded}
 
 
 @router.get("/metrics", tags=["service"], dependencies=[Depends(authorized)])
@@ -343,35 +356,31 @@ def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSett
                            f"{settings.max_output} tokens (--max-output)")
 
 
-def _tag_targets(model: TranslationModel) -> dict[str, str]:
-    """A tagged model's target languages by LibreTranslate code: the tags written `<2xx>`
-    (Johnson et al. 2017's form, the recipes'), xx being the code."""
-    return {tag[2:-1]: tag for tag in model.tags
-            if tag.startswith("<2") and tag.endswith(">") and len(tag) > 3}
+async def document_model(state: Served, source: str, target: str
+                         ) -> tuple[str, TranslationModel, Batcher, str | None]:
+    """The one model a document goes through, held (release it with
+    `state.models.release(name)`), its batcher and tag: a direct route (no pivot: the markup
+    is placed by one model's alignment); `auto` only where the models translate from one
+    language. A 400 otherwise."""
+    many = state.models.models
+    if source == AUTO:
+        if len(many.router.sources) != 1:
+            raise ApiError(400, "source: auto: a document's language is not detected; give "
+                           f"one of {', '.join(many.router.sources)}")
+        source = many.router.sources[0]
+    try:
+        route = many.router.route(source, target)
+    except RouteError as e:
+        raise ApiError(400, str(e)) from None
+    if route.pivot is not None:
+        raise ApiError(400, f"{source} -> {target}: a document is translated by one model, "
+                       f"and this pair goes through {route.pivot}")
+    leg = route.legs[0]
+    model, batcher = await state.models.acquire(leg.model)
+    return leg.model, model, batcher, leg.tag
 
 
-def libre_tag(model: TranslationModel, req: LibreRequest) -> str | None:
-    """The tag a LibreTranslate request's `target` picks (None for a model without tags);
-    a 400 for a pair the model does not translate."""
-    info = model.info
-    if not model.tags:
-        if req.source not in ("auto", info.src_lang) or req.target != info.tgt_lang:
-            raise ApiError(400, f"{req.source} -> {req.target}: this server translates "
-                           f"{info.src_lang} -> {info.tgt_lang}")
-        return None
-    targets = _tag_targets(model)
-    sources = info.src_lang.split("+")
-    if req.source == "auto" and len(sources) > 1:  # it would have to say which it detected
-        raise ApiError(400, f"source: auto: this server detects no language; give one of "
-                       f"{', '.join(sources)}")
-    if req.target not in targets or req.source not in ("auto", *sources):
-        offered = ", ".join(targets) or f"none (its tags, {', '.join(model.tags)}, are not <2xx>)"
-        raise ApiError(400, f"{req.source} -> {req.target}: this server translates from "
-                       f"{' or '.join(sources)} into {offered}, chosen by target")
-    return targets[req.target]
-
-
-async def _libre_request(request: Request) -> LibreRequest:
+async def _libre_request(request: Request, kind: type[Libre]) -> Libre:
     """A LibreTranslate request from a JSON body or a form (its own clients send either)."""
     body = await request.body()
     try:
@@ -387,7 +396,7 @@ async def _libre_request(request: Request) -> LibreRequest:
     if not isinstance(data, dict):
         raise ApiError(422, "expected a JSON object")
     try:
-        return LibreRequest.model_validate(data)
+        return kind.model_validate(data)
     except ValidationError as e:
         raise ApiError(422, _validation_message(e.errors())) from None
 
@@ -515,6 +524,20 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+def log_pool_event(fmt: LogFormat) -> Callable[[PoolEvent, str, float], None]:
+    """What the server says of a model loaded or unloaded: a line of the request log, in
+    its format."""
+    def said(kind: PoolEvent, name: str, seconds: float) -> None:
+        if fmt == "json":
+            log.info(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": kind,
+                                 "model": name, "seconds": round(seconds, 3)}))
+            return
+        why = " (the least recently used, for --max-loaded)" if kind == "unload" else ""
+        log.info(f"mtkit: {kind}ed {name}{why} in {seconds:.1f} s")
+
+    return said
 
 
 def _log_request(fmt: LogFormat, method: str, path: str, status: int, sentences: int,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mtkit.config import DecodeConfig
     from mtkit.documents.formats import DocumentFormat, DocumentResult
     from mtkit.serve.app import Served
+    from mtkit.serve.batcher import Batcher
 
 KEEP_FILES = 32
 KEEP_BYTES = 64_000_000
@@ -69,18 +70,17 @@ def install(app: FastAPI) -> None:
     app.include_router(router)
 
 
-def _batched(state: Served):
-    """`TranslationModel.decode` through the server's batcher, for a worker thread."""
+def _batched(state: Served, batcher: Batcher):
+    """`TranslationModel.decode` through the model's batcher, for a worker thread."""
     from mtkit.serve.app import ApiError
     from mtkit.serve.batcher import Closed, QueueFull
 
     def decode(lines: list[str], cfg: DecodeConfig, extras: Extras, *,
                tag: str | None = None) -> list[Any]:
-        assert state.batcher is not None, "requests are answered once the lifespan started"
         out: list[Any] = []
         for at in range(0, len(lines), CHUNK):
             try:
-                job = state.batcher.submit(lines[at:at + CHUNK], cfg, extras, None, None, tag)
+                job = batcher.submit(lines[at:at + CHUNK], cfg, extras, None, None, tag)
             except QueueFull:
                 raise ApiError(503, "the translation queue is full; try again shortly",
                                {"Retry-After": "1"}) from None
@@ -90,7 +90,7 @@ def _batched(state: Served):
             try:
                 out.extend(job.future.result(timeout=state.settings.timeout))
             except TimeoutError:
-                state.batcher.cancel(job)
+                batcher.cancel(job)
                 raise ApiError(504, f"not translated within {state.settings.timeout:g} s "
                                "(the server's --timeout)") from None
         return out
@@ -98,22 +98,27 @@ def _batched(state: Served):
     return decode
 
 
-async def translated(state: Served, data: bytes, fmt: DocumentFormat, tag: str | None
-                     ) -> DocumentResult:
-    """`data` translated as a `fmt` document; a problem of the document is a 400."""
+async def translated(state: Served, data: bytes, fmt: DocumentFormat, source: str,
+                     target: str) -> DocumentResult:
+    """`data` translated as a `fmt` document by the model of `source` -> `target`; a problem
+    of the document is a 400."""
     from mtkit.documents.formats import translate_document
-    from mtkit.serve.app import ApiError
+    from mtkit.serve.app import ApiError, document_model
 
+    name, model, batcher, tag = await document_model(state, source, target)
     try:
-        return await asyncio.to_thread(translate_document, state.model, data, fmt, tag=tag,
-                                       decode=_batched(state))
+        return await asyncio.to_thread(translate_document, model, data, fmt, tag=tag,
+                                       decode=_batched(state, batcher))
     except MtkitError as e:
         raise ApiError(400, str(e)) from None
+    finally:
+        state.models.release(name)
 
 
-async def libre_html(state: Served, texts: list[str], tag: str | None) -> list[str]:
+async def libre_html(state: Served, texts: list[str], source: str, target: str
+                     ) -> list[str]:
     """LibreTranslate's `format: "html"`: each text an HTML document or fragment."""
-    return [(await translated(state, text.encode("utf-8"), "html", tag)).text
+    return [(await translated(state, text.encode("utf-8"), "html", source, target)).text
             for text in texts]
 
 
@@ -123,7 +128,7 @@ async def translate_file(request: Request) -> dict[str, Any]:
     SRT, WebVTT, PO, XLIFF or docx, told by its extension), `source`, `target` and
     `api_key` -> `{"translatedFileUrl": ...}`."""
     from mtkit.documents.formats import MEDIA_TYPES, format_for
-    from mtkit.serve.app import ApiError, check_token, libre_tag, served
+    from mtkit.serve.app import ApiError, check_token, served
     from mtkit.serve.schema import LibreRequest
 
     state = served(request)
@@ -144,11 +149,10 @@ async def translate_file(request: Request) -> dict[str, Any]:
         raise ApiError(415, f"file {name}: {str(e).partition(': ')[2]}") from None
     req = LibreRequest.model_validate({"q": "-", "source": _field(form, "source") or "auto",
                                        "target": _field(form, "target") or ""})
-    tag = libre_tag(state.model, req)
     data = await upload.read()
     if not data.strip():
         raise ApiError(400, f"file {name}: it is empty")
-    result = await translated(state, data, fmt, tag)
+    result = await translated(state, data, fmt, req.source, req.target)
     request.state.sentences = result.sentences
     token = request.app.state.translated_files.add(name, MEDIA_TYPES[fmt], result.data)
     url = str(request.url_for("download_file", token=token, name=name))

@@ -105,6 +105,12 @@ class TranslateRequest(DecodeOptions):
     tag: str | None = Field(None, description="for a model trained with language tags: the "
                             "direction (one of the model's tags; default: its data.tag)")
 
+    source: str | None = Field(None, description="the source language, or auto (detected); "
+                               "with target, it chooses the model (GET /languages)")
+    target: str | None = Field(None, description="the target language")
+    model: str | None = Field(None, description="a model by name (GET /v1/models), in place "
+                              "of source and target")
+
     _text = field_validator("text")(_sentences)
     _prefix = field_validator("prefix")(_texts)
     _terms = field_validator("terms")(_glossary)
@@ -155,9 +161,31 @@ class TranslationOut(BaseModel):
     candidates: list[CandidateOut] = Field(description="best first")
 
 
-class TranslateResponse(BaseModel):
+class DetectedOut(BaseModel):
+    language: str
+    confidence: float = Field(description="0-100")
+
+
+class LegOut(TranslationOut):
     model: str
-    translations: list[TranslationOut] = Field(description="one per sentence, in order")
+    source_lang: str
+    target_lang: str
+
+
+class RoutedOut(TranslationOut):
+    source_lang: str
+    target_lang: str
+    detected: DetectedOut | None = Field(None, description="the source language detected "
+                                         "(source: auto)")
+    pivot: str | None = Field(None, description="the language translated through, if any")
+    legs: list[LegOut] | None = Field(None, description="a pivot's legs, each model's "
+                                      "translation (the last is this one)")
+
+
+class TranslateResponse(BaseModel):
+    model: str = Field(description="the model (or models, comma-separated) that gave the "
+                       "translations")
+    translations: list[RoutedOut] = Field(description="one per sentence, in order")
 
 
 class LibreRequest(BaseModel):
@@ -173,6 +201,17 @@ class LibreRequest(BaseModel):
     api_key: str | None = None
 
     _q = field_validator("q")(_sentences)
+
+
+class DetectRequest(BaseModel):
+    """`POST /detect` as LibreTranslate takes it (JSON or a form)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    q: str
+    api_key: str | None = None
+
+    _q = field_validator("q")(_utf8)
 
 
 class ErrorOut(BaseModel):

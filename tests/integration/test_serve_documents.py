@@ -81,7 +81,7 @@ def test_translate_file_docx(server, model):
     ({"file": ("a.html", b"   ")}, {"target": "tgt"}, 400, "file a.html: it is empty"),
     ({"other": ("a.html", b"<p>x</p>")}, {"target": "tgt"}, 422, "file: a file is needed"),
     ({"file": ("a.html", b"<p>x</p>")}, {"target": "de"}, 400,
-     "auto -> de: this server translates src -> tgt"),
+     "src -> de: no model translates it; the pairs translated: src -> tgt"),
     ({"file": ("a.html", b"<p>" + b"x " * 50000 + b"</p>")}, {"target": "tgt"}, 413,
      "the request body is over 100000 bytes"),
 ])

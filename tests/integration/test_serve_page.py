@@ -118,3 +118,54 @@ def test_a_tagged_model_offers_its_directions(browser, two_way: Path):
             box.send_keys(Keys.ENTER)
             _wait(browser, lambda d, tag=tag: [e.text for e in d.find_elements(
                 By.CSS_SELECTOR, "#nbest-list .text")][:1] == [want[tag]])
+
+
+def test_several_models_source_target_auto_and_pivot(browser, lang_runs: dict[str, Path]):
+    """Two models (en -> de, de -> fr): the page offers auto and the sources, the targets of
+    the source chosen, shows the detected language, the pivot, and each leg's attention."""
+    pytest.importorskip("py3langid", reason="detection needs the detect extra (make install)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    german, english = "Der Hund läuft durch den Schnee.", "The dog runs."
+    with serving("--model", lang_runs["en-de"], "--model", lang_runs["de-fr"]) as server:
+        def best(text: str) -> dict:
+            return server.post("/v1/translate", {"text": text, "source": "auto",
+                                                 "target": "fr"}).json()["translations"][0]
+
+        want_de, want_en = best(german), best(english)
+        assert want_en["pivot"] == "de" and want_de["pivot"] is None
+        browser.get(server.url)
+        _wait(browser, lambda d: d.find_element(By.ID, "from-box").is_displayed())
+        source = Select(browser.find_element(By.ID, "from"))
+        assert [o.text for o in source.options] == ["auto (detect)", "de", "en"]
+        assert source.first_selected_option.get_attribute("value") == "auto"
+        source.select_by_value("de")
+        target = Select(browser.find_element(By.ID, "to"))
+        assert [o.text for o in target.options] == ["fr"]  # what de reaches
+        source.select_by_value("auto")
+        assert [o.text for o in target.options] == ["de", "fr"]
+        target.select_by_value("fr")
+        box = browser.find_element(By.ID, "source")
+        box.send_keys(german, Keys.ENTER)
+        _wait(browser, lambda d: d.find_element(By.ID, "detected").text.startswith(
+            "detected: de"))
+        assert browser.find_elements(By.CSS_SELECTOR, "#nbest-list .text")[0].text == (
+            want_de["text"])
+        assert not browser.find_element(By.ID, "leg-box").is_displayed()
+        box.clear()
+        box.send_keys(english, Keys.ENTER)
+        _wait(browser, lambda d: d.find_element(By.ID, "detected").text.startswith(
+            "detected: en"))
+        assert "through de: en → de (toy-en-de), then de → fr (toy-de-fr)" in (
+            browser.find_element(By.ID, "pivot").text)
+        assert browser.find_elements(By.CSS_SELECTOR, "#nbest-list .text")[0].text == (
+            want_en["text"])
+        legs = browser.find_elements(By.CSS_SELECTOR, "#legs button")
+        assert [b.text for b in legs] == ["en → de", "de → fr"]
+        cols = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.col")]
+        assert cols == [*want_en["legs"][0]["text"].split(), "</s>"]  # the second leg's source
+        legs[0].click()
+        cols = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.col")]
+        assert cols == [*english.split(), "</s>"]

@@ -1,9 +1,12 @@
 // The page at /: translate a sentence through POST /v1/translate, list the n-best
 // hypotheses, and draw the chosen one's attention as a heatmap with its alignment links.
+// A server of several models: a source (or auto) and a target chosen from /languages, the
+// detected language and the pivot said, and each leg of a pivot's attention.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { model: null, result: null, chosen: 0, token: sessionStorage.getItem("mtkit-token") };
+const state = { model: null, models: [], languages: [], result: null, chosen: 0, leg: -1,
+                token: sessionStorage.getItem("mtkit-token") };
 // A source token counts as attended to from a target token (and the other way round) when it
 // holds at least this share of the row's largest weight.
 const SALIENT = 0.5;
@@ -38,14 +41,23 @@ async function call(method, path, body) {
 async function loadModel() {
   try {
     const data = await call("GET", "/v1/models");
-    const m = data.models[0];
-    state.model = m;
-    $("model").textContent = `${m.name}: ${m.src_lang} → ${m.tgt_lang} · ${m.arch} · ${m.engine} on ${m.device}`;
-    if (m.tags && m.tags.length) {  // one model, several directions: the tag chooses
+    state.models = data.models;
+    state.model = data.models[0];
+    $("model").textContent = data.models.map((m) =>
+      `${m.name}: ${m.src_lang} → ${m.tgt_lang} · ${m.arch} · ${m.engine} on ${m.device}`).join("; ");
+    state.languages = await call("GET", "/languages");
+    const m = state.model;
+    if (state.languages.length) {  // directions by language: a source (or auto) and a target
+      const sources = state.languages.map((l) => [l.code, l.code]);
+      fill($("from"), [["auto", "auto (detect)"], ...sources]);
+      $("from").value = sources.length > 1 ? "auto" : sources[0][0];
+      fillTargets();
+      $("from-box").hidden = $("to-box").hidden = false;
+    } else if (m.tags && m.tags.length) {  // one model, tags that name no language
       fill($("tag"), m.tags.map((t) => [t, t]));
       $("tag-box").hidden = false;
     }
-    if (m.layers !== null) {
+    if (data.models.length === 1 && m.layers !== null) {
       fill($("layer"), [["", "alignment layer"], ...range(m.layers).map((l) => [String(l), String(l)])]);
       fill($("head"), [["", "mean"], ...range(m.heads).map((h) => [String(h), String(h)])]);
       $("layer-box").hidden = $("head-box").hidden = false;
@@ -54,6 +66,15 @@ async function loadModel() {
     $("model").textContent = "";
     showError(e.message);
   }
+}
+
+// The targets reachable from the chosen source (from auto: every target there is).
+function fillTargets() {
+  const from = $("from").value, before = $("to").value;
+  const targets = new Set();
+  state.languages.forEach((l) => { if (from === "auto" || l.code === from) l.targets.forEach((t) => targets.add(t)); });
+  fill($("to"), [...targets].sort().map((t) => [t, t]));
+  if (targets.has(before)) $("to").value = before;
 }
 
 function range(n) { return Array.from({ length: n }, (_, i) => i); }
@@ -76,13 +97,14 @@ async function translate() {
   }
   const body = { text, nbest: Number($("nbest").value), align: true, attention: true };
   const d = state.model && state.model.decode;
-  // the server's rule for LibreTranslate's alternatives (nbest_changes in app.py): greedy
+  // the server's rule for LibreTranslate's alternatives (nbest_changes in serve/routing.py): greedy
   // search gives one hypothesis, a beam as many as its size
   if (d && body.nbest > 1) {
     if (d.method === "greedy") body.method = "beam";
     if (d.method !== "sample" && body.nbest > d.beam_size) body.beam_size = body.nbest;
   }
   if (!$("tag-box").hidden) body.tag = $("tag").value;
+  if (!$("from-box").hidden) { body.source = $("from").value; body.target = $("to").value; }
   if ($("layer").value !== "") body.layer = Number($("layer").value);
   if ($("head").value !== "") body.head = Number($("head").value);
   $("go").disabled = true;
@@ -91,6 +113,7 @@ async function translate() {
     const data = await call("POST", "/v1/translate", body);
     state.result = data.translations[0];
     state.chosen = 0;
+    state.leg = -1;
     $("token-box").hidden = true;
     render();
   } catch (e) {
@@ -104,6 +127,7 @@ function render() {
   const r = state.result;
   if (!r) return;
   $("result").hidden = false;
+  renderRoute(r);
   const list = $("nbest-list");
   list.replaceChildren(...r.candidates.map((c, k) => {
     const li = document.createElement("li");
@@ -116,12 +140,35 @@ function render() {
     s.className = "score";
     s.textContent = `score ${c.score.toFixed(3)}`;
     li.append(t, s);
-    const choose = () => { state.chosen = k; render(); };
+    const choose = () => { state.chosen = k; state.leg = -1; render(); };
     li.addEventListener("click", choose);
     li.addEventListener("keydown", (e) => { if (e.key === "Enter") choose(); });
     return li;
   }));
-  drawHeatmap(r.candidates[state.chosen]);
+  // a pivot's first leg: its best hypothesis (what the second leg translated)
+  const legs = r.legs || [];
+  const leg = state.leg >= 0 && state.leg < legs.length - 1 ? legs[state.leg] : null;
+  drawHeatmap(leg ? leg.candidates[0] : r.candidates[state.chosen]);
+}
+
+// The detected language and the pivot, and a button per leg choosing whose attention is drawn.
+function renderRoute(r) {
+  const detected = r.detected ? `detected: ${r.detected.language} (${r.detected.confidence.toFixed(1)}%)` : "";
+  const legs = r.legs || [];
+  const pivot = r.pivot ? `through ${r.pivot}: ${legs.map((l) => `${l.source_lang} → ${l.target_lang} (${l.model})`).join(", then ")}` : "";
+  $("detected").textContent = detected;
+  $("pivot").textContent = detected && pivot ? `· ${pivot}` : pivot;
+  $("route").hidden = !detected && !pivot;
+  $("leg-box").hidden = legs.length < 2;
+  const chosen = state.leg >= 0 ? state.leg : legs.length - 1;
+  $("legs").replaceChildren(...legs.map((l, k) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = k === chosen ? "chosen" : "";
+    b.textContent = `${l.source_lang} → ${l.target_lang}`;
+    b.addEventListener("click", () => { state.leg = k; render(); });
+    return b;
+  }));
 }
 
 function drawHeatmap(candidate) {
@@ -232,7 +279,8 @@ $("source").addEventListener("keydown", (e) => {
 });
 $("level").addEventListener("change", render);
 $("links").addEventListener("change", render);
-for (const id of ["tag", "layer", "head", "nbest"]) {
+$("from").addEventListener("change", fillTargets);
+for (const id of ["tag", "layer", "head", "nbest", "from", "to"]) {
   $(id).addEventListener("change", () => { if (state.result) translate(); });
 }
 loadModel();
