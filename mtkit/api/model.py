@@ -14,6 +14,7 @@ without Python's lock); each call builds its own translator over the shared mode
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from mtkit.translation.hypothesis import Hypothesis
     from mtkit.translation.terms import Glossary
 
+log = logging.getLogger(__name__)
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
 Engine = Literal["mtkit", "ctranslate2"]
 
@@ -374,8 +376,8 @@ def _matrix(weights: Any, src: Sequence[str], tgt: Sequence[str],
 # --------------------------------------------------------------------------- loading
 
 
-Precision = Literal["auto", "fp32", "bf16"]
-PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
+Precision = Literal["auto", "fp32", "bf16", "int8"]
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "int8")
 
 
 def load(*paths: str | Path, device: str = "auto", threads: int = 0,
@@ -387,7 +389,9 @@ def load(*paths: str | Path, device: str = "auto", threads: int = 0,
 
     device: auto, cpu, cuda, cuda:N or mps; threads: CPU threads (0: the engine's default);
     precision: mtkit's own decoder computes in fp32 (None, the default, as `mtkit translate`
-    does), bf16 (under autocast), or auto: bf16 on a GPU that has it, else fp32; an export
+    does), bf16 (under autocast), int8 (on a CPU: the linear layers and the output projection
+    with 8-bit weights, `mtkit.models.quantize`; fp32, with one warning, on a CPU without
+    torch's quantized engines), or auto: bf16 on a GPU that has it, else fp32; an export
     computes in the type it was exported with (None or auto); decode: DecodeConfig fields
     over the recipe's `decode` section, the defaults of every call (beam_size=4, ...).
     Raises `mtkit.errors.MtkitError` (a one-line message) for a missing, damaged or foreign
@@ -501,6 +505,11 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
         torch.set_num_threads(each)
     bf16 = precision == "bf16" or (precision == "auto" and dev.type == "cuda"
                                     and torch.cuda.is_bf16_supported())
+    int8 = precision == "int8" and _int8_ready(dev)
+    if int8:
+        from mtkit.models.quantize import quantize_linear
+
+        model = quantize_linear(model)
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
                                   chunk_lines=chunk_lines, workers=workers,
                                   dtype=torch.bfloat16 if bf16 else None)
@@ -513,7 +522,22 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
                      recipe.model.arch, [str(resolve_checkpoint(p)) for p in paths], "mtkit",
                      str(dev), cfg, has_attention=bool(model.has_attention),
-                     precision="bf16" if bf16 else "fp32",
+                     precision="bf16" if bf16 else "int8" if int8 else "fp32",
                      layers=tf.dec_layers if transformer else None,
                      heads=tf.heads if transformer else None, tags=tuple(recipe.data.tags()))
     return TranslationModel(translator, recipe, info, model=model if len(paths) == 1 else None)
+
+
+def _int8_ready(dev: Any) -> bool:
+    """Whether int8 decoding can run on `dev`: a CPU with one of torch's quantized engines
+    (else one warning, and the caller decodes in fp32). On another device, a ConfigError."""
+    from mtkit.models.quantize import ENGINES, int8_engine
+
+    if dev.type != "cpu":
+        raise ConfigError(f"precision int8: mtkit's int8 decoding runs on a CPU, not {dev.type} "
+                          "(there: precision bf16, or an export with --quantize int8)")
+    if int8_engine() is None:
+        log.warning("precision int8: this CPU has none of torch's quantized engines (%s); "
+                    "decoding in fp32", ", ".join(ENGINES))
+        return False
+    return True

@@ -40,7 +40,8 @@ def serve(
     threads: TranslateThreadsOpt = 0,
     precision: Annotated[str, typer.Option(
         "--precision", metavar="PRECISION", show_default=False,
-        help="mtkit's own decoder: fp32, bf16 (autocast), or auto: bf16 on a GPU that has it, "
+        help="mtkit's own decoder: fp32, bf16 (autocast), int8 (on a CPU: 8-bit weights in the "
+        "linear layers and the output projection), or auto: bf16 on a GPU that has it, "
         "else fp32; `mtkit translate` decodes in fp32 (an export: its own type, auto only) "
         "(default: auto).")] = "auto",
     max_sentences: Annotated[int, typer.Option(
