@@ -382,7 +382,8 @@ PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "int8")
 
 def load(*paths: str | Path, device: str = "auto", threads: int = 0,
          ensemble_mode: Literal["logprob", "prob"] = "logprob",
-         precision: Precision | None = None, **decode: Any) -> TranslationModel:
+         precision: Precision | None = None, shortlist: bool = False,
+         **decode: Any) -> TranslationModel:
     """Load a run directory (its best.pt, else last.pt), a checkpoint, several checkpoints
     (an ensemble sharing one vocabulary) or a directory written by `mtkit export` (decoded by
     CTranslate2; torch is then never imported).
@@ -392,21 +393,25 @@ def load(*paths: str | Path, device: str = "auto", threads: int = 0,
     does), bf16 (under autocast), int8 (on a CPU: the linear layers and the output projection
     with 8-bit weights, `mtkit.models.quantize`; fp32, with one warning, on a CPU without
     torch's quantized engines), or auto: bf16 on a GPU that has it, else fp32; an export
-    computes in the type it was exported with (None or auto); decode: DecodeConfig fields
+    computes in the type it was exported with (None or auto); shortlist: searches score only
+    the target pieces the run's vocabulary shortlist names for each batch's sources (counted
+    from the run's training data on first use and saved in the run, `mtkit.data.shortlist`;
+    faster for large vocabularies, and the output may change); decode: DecodeConfig fields
     over the recipe's `decode` section, the defaults of every call (beam_size=4, ...).
     Raises `mtkit.errors.MtkitError` (a one-line message) for a missing, damaged or foreign
     file and for invalid options."""
     if not paths:
         raise ConfigError("load: give a run directory, a checkpoint or an export")
     return open_model([Path(p) for p in paths], device=device, threads=threads,
-                      ensemble_mode=ensemble_mode, precision=precision, decode=decode)
+                      ensemble_mode=ensemble_mode, precision=precision, decode=decode,
+                      shortlist=shortlist)
 
 
 def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
                ensemble_mode: str = "logprob", precision: str | None = None,
                decode: Mapping[str, Any] | None = None,
                origins: Mapping[str, str] | None = None, streaming: bool = False,
-               chunk_lines: int = CHUNK_LINES) -> TranslationModel:
+               chunk_lines: int = CHUNK_LINES, shortlist: bool = False) -> TranslationModel:
     """`load`, for callers that name the options' origins (the command's flags) and stream
     line by line (`streaming`: one batch at a time, on every thread)."""
     if ensemble_mode != "logprob":  # its owner imports torch, which an export never needs
@@ -422,11 +427,14 @@ def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
         if precision not in (None, "auto"):
             raise ConfigError(f"precision {precision}: an exported model computes in the type "
                               "it was exported with (mtkit export --quantize)")
+        if shortlist:
+            raise ConfigError("shortlist: mtkit's own decoder's; an exported model decodes "
+                              "with its engine's whole vocabulary")
         return _open_export(exported, device=device, threads=threads, decode=decode or {},
                             origins=origins, streaming=streaming, chunk_lines=chunk_lines)
     return _open_checkpoints(paths, device=device, threads=threads, mode=ensemble_mode,
                              precision=precision, decode=decode or {}, origins=origins,
-                             streaming=streaming, chunk_lines=chunk_lines)
+                             streaming=streaming, chunk_lines=chunk_lines, shortlist=shortlist)
 
 
 def exported_model(paths: list[Path]) -> Any:
@@ -484,8 +492,8 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
 
 def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str,
                       precision: str | None, decode: Mapping[str, Any],
-                      origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
-                      ) -> TranslationModel:
+                      origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int,
+                      shortlist: bool = False) -> TranslationModel:
     import torch
 
     from mtkit.device import inference_device
@@ -512,7 +520,8 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
         model = quantize_linear(model)
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
                                   chunk_lines=chunk_lines, workers=workers,
-                                  dtype=torch.bfloat16 if bf16 else None)
+                                  dtype=torch.bfloat16 if bf16 else None,
+                                  shortlist=_shortlist(paths[0], tok, dev) if shortlist else None)
     translator.tags = tuple(recipe.data.tags())
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
@@ -541,3 +550,14 @@ def _int8_ready(dev: Any) -> bool:
                     "decoding in fp32", ", ".join(ENGINES))
         return False
     return True
+
+
+def _shortlist(path: Path, tok: Any, dev: Any) -> Any:
+    """The run's vocabulary shortlist (`mtkit.run.run_shortlist`), on `dev`."""
+    from mtkit.decode.shortlist import OutputShortlist
+    from mtkit.run import run_shortlist
+
+    found, note = run_shortlist(path)
+    if note is not None:
+        log.info("%s", note)
+    return OutputShortlist.of(found.table, found.frequent, tok.tgt_vocab_size, dev)

@@ -44,6 +44,10 @@ def serve(
         "linear layers and the output projection), or auto: bf16 on a GPU that has it, "
         "else fp32; `mtkit translate` decodes in fp32 (an export: its own type, auto only) "
         "(default: auto).")] = "auto",
+    shortlist: Annotated[bool, typer.Option(
+        "--shortlist", help="mtkit's own decoder: score only the target pieces the run's "
+        "vocabulary shortlist names for each batch's sources (see `mtkit translate --help`).")
+    ] = False,
     max_sentences: Annotated[int, typer.Option(
         "--max-sentences", metavar="N", parser=at_least(1), show_default=False,
         help="Sentences per request; more is a 413 (default: 64).")] = 64,
@@ -97,7 +101,7 @@ def serve(
     sock = _listen(host, port)
     with collector_paused():
         model = open_model(list(models), device=device, threads=threads, decode=decode,
-                           origins=origins, precision=precision)
+                           origins=origins, precision=precision, shortlist=shortlist)
     app = create_app(model, settings)
     bound_host, bound_port = sock.getsockname()[:2]
     if token is None and not _loopback(host):

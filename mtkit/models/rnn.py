@@ -41,7 +41,9 @@ from mtkit.models.base import (
     parameter_names,
     reorder,
     source_mask,
+    with_child,
 )
+from mtkit.models.quantize import restricted_linear
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
 
@@ -336,6 +338,11 @@ class RNNTranslator(Translator):
         self.bridge = bridge
         self.decoder = decoder
         self.has_attention = decoder.attention is not None
+
+    def restricted(self, rows: torch.Tensor) -> RNNTranslator:
+        decoder = with_child(self.decoder, "generator",
+                             restricted_linear(self.decoder.generator, rows))
+        return with_child(self, "decoder", decoder)
 
     def vocabulary_parts(self) -> dict[str, list[str]]:
         return {"src_embeddings": parameter_names("encoder.embed", self.encoder.embed),

@@ -37,9 +37,10 @@ from mtkit.models.base import (
     kind_problems,
     parameter_names,
     source_mask,
+    with_child,
 )
 from mtkit.models.embedding import ScaledEmbedding
-from mtkit.models.quantize import is_float_linear
+from mtkit.models.quantize import is_float_linear, restricted_linear
 
 Weights = torch.Tensor | None  # (B, h, T, S) attention weights, when asked for
 # One layer's self-attention cache: keys, values (B, h, t, dh), and their spares (B, n).
@@ -311,6 +312,9 @@ class Transformer(Translator):
         self.align_head = align_head
         # the cross-attention a caller gets by default, as the recipe names it (-1: the top)
         self.default_cross = (align_layer, "mean" if align_head is None else align_head)
+
+    def restricted(self, rows: torch.Tensor) -> Transformer:
+        return with_child(self, "generator", restricted_linear(self.generator, rows))
 
     def vocabulary_parts(self) -> dict[str, list[str]]:
         return {"src_embeddings": parameter_names("src_embed.tokens", self.src_embed.tokens),
