@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar, get_args
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,17 @@ class OptionError(ConfigError):
     def __init__(self, *problems: Problem) -> None:
         super().__init__("; ".join(p.text(str) for p in problems))
         self.problems = problems
+
+
+def choice(option: str, value: object, choices: Any) -> Any:
+    """`value` as one of the `Literal` `choices` (a value typed `str` narrowed to the
+    `Literal` its owner declares), else an `OptionError` about `option`: ``invalid choice
+    'x'; expected a or b``."""
+    allowed = get_args(choices)
+    if value in allowed:
+        return value
+    listed = " or ".join(allowed) if len(allowed) == 2 else "one of " + ", ".join(allowed)
+    raise OptionError.about(option, f"invalid choice {value!r}; expected {listed}")
 
 
 class DataError(MtkitError):

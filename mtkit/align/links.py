@@ -9,10 +9,12 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from mtkit.align.matrix import Link, as_array
-from mtkit.errors import MtkitError, OptionError, Problem
+from mtkit.errors import MtkitError, OptionError, Problem, choice
 
-LinkMethod = Literal["argmax-tgt", "argmax-src", "intersection", "union", "grow-diag-final",
-                     "threshold"]
+# The methods that need no least weight: those a translation's aligner takes
+# (`mtkit.translation.lines.pharaoh_aligner`, the server's align_method).
+AlignerMethod = Literal["argmax-tgt", "argmax-src", "intersection", "union", "grow-diag-final"]
+LinkMethod = Literal[AlignerMethod, "threshold"]
 METHODS: tuple[LinkMethod, ...] = get_args(LinkMethod)
 DEFAULT_METHOD: LinkMethod = "argmax-tgt"
 DEFAULT_THRESHOLD = 0.5
@@ -124,7 +126,7 @@ def extract_links(weights: Any, method: str = DEFAULT_METHOD, *,
         return argmax_tgt(w)
     if method == "argmax-src":
         return argmax_src(w)
-    return symmetrize(argmax_tgt(w), argmax_src(w), method)  # type: ignore[arg-type]
+    return symmetrize(argmax_tgt(w), argmax_src(w), choice("method", method, Symmetrization))
 
 
 def format_pharaoh(links: Iterable[Link]) -> str:

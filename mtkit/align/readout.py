@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TypeVar
 # One choice with one set of names for training and reading: guided alignment supervises the
 # rows of `train.guided_alignment.readout` (`mtkit.train.loss.alignment_ce`), align reads them.
 from mtkit.config.guided import READOUTS, Readout
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, choice
 
 if TYPE_CHECKING:
     from mtkit.config import Recipe
@@ -63,7 +63,7 @@ def check_readout(readout: str) -> Readout:
     if readout not in READOUTS:
         raise MtkitError(f"unknown attention read-out {readout!r}; expected one of "
                          f"{', '.join(READOUTS)}")
-    return readout  # type: ignore[return-value]
+    return choice("readout", readout, Readout)
 
 
 def select_rows(attn: M, n_tgt: int, readout: Readout) -> M:

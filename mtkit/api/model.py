@@ -29,7 +29,8 @@ from mtkit.api.results import (
     Translation,
 )
 from mtkit.config import DecodeConfig, Recipe
-from mtkit.errors import ConfigError, OptionError
+from mtkit.config.guided import Readout
+from mtkit.errors import ConfigError, OptionError, choice
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
@@ -291,7 +292,7 @@ class TranslationModel:
         if problems := aligner_problems(method, readout):
             raise OptionError(*problems)
         read = default_readout(self.recipe) if readout is None else readout
-        return pharaoh_aligner(method or DEFAULT_METHOD, read)  # type: ignore[arg-type]
+        return pharaoh_aligner(method or DEFAULT_METHOD, choice("readout", read, Readout))
 
     def _forced(self, items: list[Item], choice: AttentionChoice, batch_tokens: int
                 ) -> list[list[Any]]:

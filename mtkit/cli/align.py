@@ -10,20 +10,20 @@ from typing import Annotated, Any
 import typer
 
 from mtkit.cli.options import (
+    NO_DECODING_FLAGS,
     DecodeFlags,
     HelpOpt,
     InferenceDeviceOpt,
     InferenceThreadsOpt,
-    decoding_option,
+    decoding_flags,
     flag,
     flag_of,
     message_of,
     model_files,
     output_problems,
     refuse,
-    search_method,
 )
-from mtkit.errors import ConfigError, MtkitError
+from mtkit.errors import ConfigError, MtkitError, choice
 from mtkit.process.startup import collector_paused
 
 
@@ -118,8 +118,10 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     """The --reverse model as an `mtkit.align.reverse.Reverse`: loaded, its direction checked
     against the forward recipe's data section, the same --layer/--head/--readout chosen on it
     (those not given: its own defaults, e.g. what its guided alignment supervised)."""
+    from mtkit.align.links import Symmetrization
     from mtkit.align.readout import default_readout
     from mtkit.align.reverse import Reverse, check_direction
+    from mtkit.config.guided import Readout
     from mtkit.run import load_model, resolve_checkpoint
 
     net, recipe, tok = load_model(path, device)
@@ -127,13 +129,15 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     if warning is not None:
         typer.echo(f"mtkit: warning: {warning}", err=True)
     try:
-        choice = net.choose_attention("cross", layer, head)
+        attention = net.choose_attention("cross", layer, head)
     except MtkitError as e:
         raise ConfigError(f"--reverse {path}: {message_of(e)}") from None
-    return Reverse(net, tok, choice, readout or default_readout(recipe),  # type: ignore[arg-type]
-                   symmetrize, resolve_checkpoint(path))  # type: ignore[arg-type]
+    return Reverse(net, tok, attention, choice("readout", readout or default_readout(recipe),
+                                               Readout),
+                   choice("symmetrize", symmetrize, Symmetrization), resolve_checkpoint(path))
 
 
+@decoding_flags(("search", "batching"), scope="Without -t: ")
 def align(
     model: Annotated[Path, typer.Argument(
         metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
@@ -202,14 +206,7 @@ def align(
         "--gold", metavar="FILE", help="Gold links of the -t pairs (sure i-j, possible i?j "
         "or ipj), one line per pair: print AER, precision and recall.")] = None,
     one_based: Annotated[bool, flag("--one-based", help="Gold links count from 1.")] = False,
-    beam: Annotated[int | None, decoding_option("beam", "Without -t: ")] = None,
-    greedy: Annotated[bool, decoding_option("greedy", "Without -t: ")] = False,
-    length_penalty: Annotated[str | None, decoding_option("length_penalty", "Without -t: ")] = None,
-    alpha: Annotated[float | None, decoding_option("alpha", "Without -t: ")] = None,
-    max_len_a: Annotated[float | None, decoding_option("max_len_a", "Without -t: ")] = None,
-    max_len_b: Annotated[int | None, decoding_option("max_len_b", "Without -t: ")] = None,
-    min_len: Annotated[int | None, decoding_option("min_len", "Without -t: ")] = None,
-    batch_tokens: Annotated[int | None, decoding_option("batch_tokens")] = None,
+    decoding: DecodeFlags = NO_DECODING_FLAGS,
     device: InferenceDeviceOpt = "auto",
     threads: InferenceThreadsOpt = 0,
     _help: HelpOpt = False,
@@ -250,14 +247,10 @@ def align(
         from mtkit.run import load_model, resolve_checkpoint
 
     console = Console(highlight=False)
-    search = {"--beam": beam, "--greedy": greedy, "--length-penalty": length_penalty,
-              "--alpha": alpha, "--max-len-a": max_len_a, "--max-len-b": max_len_b,
-              "--min-len": min_len}
     refuse(AlignFlags(
-        forced=tgt is not None,
-        search=tuple(name for name, value in search.items()
-                     if value is not None and value is not False),  # 0 is a value given
-        greedy=greedy, beam=beam, self_attention=self_attention, heatmap_format=fmt,
+        forced=tgt is not None, search=decoding.named(("search",)),
+        greedy="greedy" in decoding.switches, beam=decoding.get("beam_size"),
+        self_attention=self_attention, heatmap_format=fmt,
         heatmap=heatmap, one_based=one_based, gold=gold, method=method, threshold=threshold,
         show=show, width=console.width,
         links=pharaoh is not None or json_out is not None or gold is not None,
@@ -287,11 +280,7 @@ def align(
     if reverse is not None:
         backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),
                                   readout=readout, symmetrize=symmetrize or "grow-diag-final")
-    decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam,
-                           nbest=1, length_penalty=length_penalty, alpha=alpha,
-                           max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
-                           batch_tokens=batch_tokens)
-    cfg = decoding.over(recipe.decode)
+    cfg = decoding.with_values(nbest=1).over(recipe.decode)
     refuse(decoding.ignored(cfg, unseen_score="align does not show"))
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
                             device=dev, readout=readout or (

@@ -5,19 +5,19 @@ at once with `refuse`. No ML logic lives here."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_origin, get_type_hints
 
 import typer
 
+from mtkit.config.sections import DecodeConfig, OptionKind, SearchMethod
 from mtkit.errors import ConfigError, MtkitError
 from mtkit.fileio import writable
-
-if TYPE_CHECKING:
-    from mtkit.config import DecodeConfig
 
 
 def flag(*decls: str, help: str, **kwargs: Any) -> Any:
@@ -157,36 +157,6 @@ def folder_problems(outputs: Mapping[str, Path | None]) -> list[str]:
 
 
 # Every command declares `-h/--help` itself, because typer's own shows `<bool>` beside it.
-# The decoding options translate, align (without -t) and score (with --run) share, declared
-# once: (flag names, metavar, help). A command puts its scope before the help ("Without -t: ").
-_DECODING = {
-    "beam": (("-b", "--beam"), "N", "beam size (default: the recipe's decode.beam_size)."),
-    "greedy": (("--greedy",), "", "greedy search."),
-    "length_penalty": (("--length-penalty",), "PENALTY", "gnmt (Wu et al. 2016), average "
-                       "(÷ length) or none (default: the recipe's decode.length_penalty)."),
-    "alpha": (("--alpha",), "A", "exponent of the gnmt length penalty (default: the recipe's "
-              "decode.alpha)."),
-    "max_len_a": (("--max-len-a",), "A", "output limit A·source length + B: A (default: the "
-                  "recipe's decode.max_len_a)."),
-    "max_len_b": (("--max-len-b",), "B", "output limit A·source length + B: B (default: the "
-                  "recipe's decode.max_len_b)."),
-    "min_len": (("--min-len",), "N", "tokens before the end of sentence (default: the "
-                "recipe's decode.min_len)."),
-    "batch_tokens": (("--batch-tokens",), "N", "padded source tokens per batch (default: the "
-                     "recipe's decode.batch_tokens)."),
-}
-
-
-def decoding_option(field: str, scope: str = "") -> Any:
-    """The shared declaration of decoding option `field` (a DecodeConfig field, or greedy),
-    its help behind `scope`, a phrase such as "Without -t: "."""
-    decls, metavar, text = _DECODING[field]
-    help = scope + text if scope else text[0].upper() + text[1:]
-    if not metavar:
-        return flag(*decls, help=help)
-    return typer.Option(*decls, metavar=metavar, help=help)
-
-
 HelpOpt = Annotated[bool, flag("-h", "--help", help="Show this message and exit.",
                                callback=_show_help, is_eager=True, expose_value=False)]
 
@@ -218,41 +188,76 @@ TranslateThreadsOpt = Annotated[int, typer.Option(
 
 
 def search_method(*, greedy: bool = False, sample: bool = False,
-                  beam: int | None = None) -> Literal["beam", "greedy", "sample"] | None:
+                  beam: int | None = None) -> SearchMethod | None:
     """The decoding method that flags ask for, or None for the recipe's."""
     return "greedy" if greedy else "sample" if sample else ("beam" if beam else None)
 
 
-@dataclass(frozen=True)
+# The decoding options, flags and switches alike, are derived from DecodeConfig's fields
+# (`_decoding` in mtkit/config/sections.py: kind, help, metavar, flag); `decoding_flags` puts
+# those of a command's kinds into its signature. The method is chosen by switches (--greedy,
+# --sample; beam search by --beam N), shown after the beam's own flags.
+_FIELDS = {f.name: f for f in fields(DecodeConfig) if f.name != "method"}
+_HINTS = get_type_hints(DecodeConfig)
+_SWITCHES: dict[str, tuple[OptionKind, str]] = dict(fields(DecodeConfig)[0].metadata["switches"])
+_BEAM_FIRST = ("beam_size", "nbest")
+
+
+def _flag_decls(name: str) -> tuple[str, ...]:
+    return _FIELDS[name].metadata["flags"] or ("--" + name.replace("_", "-"),)
+
+
+def _decoding_order(kinds: tuple[OptionKind, ...]) -> list[str]:
+    """The decoding options of `kinds`, fields and switches, as a command lists them."""
+    names = [n for n, f in _FIELDS.items() if f.metadata["kind"] in kinds]
+    switches = [m for m, (kind, _) in _SWITCHES.items() if kind in kinds]
+    lead = [n for n in names if n in _BEAM_FIRST]
+    return lead + switches + [n for n in names if n not in lead]
+
+
 class DecodeFlags:
-    """The decoding flags of translate, align and score --run, each None where not given: a
-    request laid over the recipe's `decode` section (`over`), never a dict of options."""
+    """The decoding flags of translate, align and score --run, those given (not None): a
+    request laid over the recipe's `decode` section (`over`), never a dict of options.
+    Keywords are DecodeConfig fields (`method` among them); `switches` the method switches
+    given (greedy, sample)."""
 
-    method: Literal["beam", "greedy", "sample"] | None = None
-    beam_size: int | None = None
-    nbest: int | None = None
-    length_penalty: str | None = None
-    alpha: float | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
-    min_len: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    batch_tokens: int | None = None
+    FLAGS: ClassVar[dict[str, str]] = {name: _flag_decls(name)[-1] for name in _FIELDS}
+    SAMPLING: ClassVar[tuple[str, ...]] = tuple(
+        n for n, f in _FIELDS.items() if f.metadata["kind"] == "sampling")
 
-    FLAGS: ClassVar[dict[str, str]] = {
-        "beam_size": "--beam", "nbest": "--nbest", "length_penalty": "--length-penalty",
-        "alpha": "--alpha", "max_len_a": "--max-len-a", "max_len_b": "--max-len-b",
-        "min_len": "--min-len", "temperature": "--temperature", "top_k": "--top-k",
-        "top_p": "--top-p", "seed": "--seed", "batch_tokens": "--batch-tokens"}
-    SAMPLING: ClassVar[tuple[str, ...]] = ("temperature", "top_k", "top_p", "seed")
+    def __init__(self, *, switches: tuple[str, ...] = (), **given: Any) -> None:
+        unknown = set(given) - set(_FIELDS) - {"method"}
+        if unknown:
+            raise TypeError(f"not decoding options: {', '.join(sorted(unknown))}")
+        self._given = {k: v for k, v in given.items() if v is not None}
+        self.switches = switches
+
+    @classmethod
+    def parsed(cls, values: Mapping[str, Any]) -> DecodeFlags:
+        """The flags of a command line: `values` by parameter name (fields and switches)."""
+        switches = tuple(m for m in _SWITCHES if values.get(m))
+        method = search_method(greedy="greedy" in switches, sample="sample" in switches,
+                               beam=values.get("beam_size"))
+        return cls(switches=switches, method=method,
+                   **{k: v for k, v in values.items() if k in _FIELDS})
+
+    def with_values(self, **values: Any) -> DecodeFlags:
+        """These flags with `values` (fields) set as if given."""
+        return DecodeFlags(switches=self.switches, **{**self._given, **values})
+
+    def get(self, name: str) -> Any:
+        """The value given for field `name`, or None."""
+        return self._given.get(name)
+
+    def named(self, kinds: tuple[OptionKind, ...]) -> tuple[str, ...]:
+        """The flags of `kinds` given, switches among them, in the order help lists them."""
+        return tuple(self.FLAGS[n] if n in _FIELDS else "--" + n
+                     for n in _decoding_order(kinds)
+                     if (n in self.switches if n in _SWITCHES else n in self._given))
 
     def given(self) -> dict[str, Any]:
         """The flags given, as DecodeConfig fields."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
+        return dict(self._given)
 
     def over(self, base: DecodeConfig) -> DecodeConfig:
         """The recipe's decode section with the given flags on top, validated like a recipe
@@ -266,10 +271,11 @@ class DecodeFlags:
         refused by DecodeConfig's own validation.) `unseen_score`: why the output shows no
         score, and what to do (None where it shows one); with it, a length penalty outside
         beam search, which only rescores the output, is reported as ignored too."""
-        given = [self.FLAGS[name] for name in self.SAMPLING if getattr(self, name) is not None]
-        off_gnmt = self.alpha is not None and cfg.length_penalty != "gnmt"
-        penalty = [flag for flag, v in (("--length-penalty", self.length_penalty),
-                                        ("--alpha", None if off_gnmt else self.alpha))
+        given = [self.FLAGS[name] for name in self.SAMPLING if name in self._given]
+        alpha = self.get("alpha")
+        off_gnmt = alpha is not None and cfg.length_penalty != "gnmt"
+        penalty = [flag for flag, v in (("--length-penalty", self.get("length_penalty")),
+                                        ("--alpha", None if off_gnmt else alpha))
                    if v is not None]  # --alpha 0 is given too
         checks = [
             (bool(given) and cfg.method != "sample", f"{', '.join(given)}: sampling options "
@@ -281,3 +287,61 @@ class DecodeFlags:
              f"the score, which {unseen_score}"),
         ]
         return [message for bad, message in checks if bad]
+
+
+# A command's `decoding` parameter's default, for its signature; `decoding_flags` replaces it.
+NO_DECODING_FLAGS = DecodeFlags()
+
+
+def _decoding_param(name: str, scope: str, more: str) -> inspect.Parameter:
+    """The typer parameter of decoding option `name` (a field or a switch), its help behind
+    `scope` ("Without -t: ") and followed by `more`."""
+    if name in _SWITCHES:
+        text, decls, metavar, tp, default = _SWITCHES[name][1], ("--" + name,), "", bool, False
+    else:
+        meta, decls = _FIELDS[name].metadata, _flag_decls(name)
+        hint = _HINTS[name]
+        tp = str if get_origin(hint) is Literal else hint  # DecodeConfig says a bad choice
+        text = f"{meta['help']}{more} (default: the recipe's decode.{name})"
+        metavar, default = meta["metavar"], None
+    text += "."
+    help = scope + text if scope else text[0].upper() + text[1:]
+    info = flag(*decls, help=help) if not metavar else typer.Option(*decls, metavar=metavar,
+                                                                     help=help)
+    annotation = Annotated[bool, info] if tp is bool else Annotated[tp | None, info]
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
+def decoding_flags(kinds: tuple[OptionKind, ...], *, only: tuple[str, ...] | None = None,
+                   scope: str = "", more: Mapping[str, str] | None = None
+                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command's decoding flags, derived from DecodeConfig: those of `kinds` (or `only`
+    these among them), put into the command's signature where its `decoding: DecodeFlags`
+    parameter is, which receives them parsed. `scope` goes before each help but batching's
+    ("Without -t: "); `more` adds a command's words to an option's help."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        names = [n for n in _decoding_order(kinds) if only is None or n in only]
+        generated = [_decoding_param(n, "" if n in _FIELDS and _FIELDS[n].metadata["kind"]
+                                     == "batching" else scope, (more or {}).get(n, ""))
+                     for n in names]
+        own = inspect.signature(fn, eval_str=True).parameters
+        params: list[inspect.Parameter] = []
+        for p in own.values():
+            if p.name == "decoding":
+                params += generated
+            else:
+                params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                              if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else p)
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            values = {n: kwargs.pop(n) for n in names}
+            return fn(**kwargs, decoding=DecodeFlags.parsed(values))
+
+        command.__dict__["__signature__"] = inspect.Signature(params)  # what typer reads
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return wrap

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from mtkit.cli.options import (
+    NO_DECODING_FLAGS,
     DecodeFlags,
     HelpOpt,
     at_least,
-    decoding_option,
+    decoding_flags,
     flag,
     output_problems,
     refuse,
-    search_method,
 )
 from mtkit.cli.translate import report_translation
 
@@ -113,6 +113,7 @@ class ScoreFlags:
         return [message for bad, message in checks if bad]
 
 
+@decoding_flags(("search",), only=("beam_size", "greedy"), scope="With --run: ")
 def score(
     hyps: Annotated[list[Path] | None, typer.Argument(
         metavar="HYP", hidden=True, show_default=False)] = None,
@@ -175,8 +176,7 @@ def score(
     split: Annotated[str | None, typer.Option(
         "--split", metavar="NAME", help="With --run: a validation or test split of the run, "
         "e.g. test2016.")] = None,
-    beam: Annotated[int | None, decoding_option("beam", "With --run: ")] = None,
-    greedy: Annotated[bool, decoding_option("greedy", "With --run: ")] = False,
+    decoding: DecodeFlags = NO_DECODING_FLAGS,
     device: Annotated[str | None, typer.Option(
         "--device", metavar="DEVICE", help="With --run: auto, cpu, cuda, cuda:N or mps "
         "(default: auto).")] = None,
@@ -205,7 +205,8 @@ def score(
     names = list(sc.parse_metrics(metrics))
     by_length = by_length or plot is not None
     refuse(ScoreRunFlags(run=run, split=split, refs=tuple(refs or ()), hyps=tuple(hyps or ()),
-                         src=src, beam=beam, greedy=greedy, device=device,
+                         src=src, beam=decoding.get("beam_size"),
+                         greedy="greedy" in decoding.switches, device=device,
                          threads=threads).problems())
     hyps, refs = list(hyps or []), list(refs or [])
     if run is not None and split is not None:  # the split's texts; translated further down
@@ -242,7 +243,7 @@ def score(
         given = [sc.read_text(p) for p in hyps if p != sc.STDIN]
         source = sc.read_text(src) if src is not None and src != sc.STDIN else None
         sc.check_line_counts([sc.read_text(refs[0])], given, source)
-        hyps = [_translate_run_split(run, split, beam=beam, greedy=greedy, device=device,
+        hyps = [_translate_run_split(run, split, decoding, device=device,
                                      threads=threads).path, *hyps]
     report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
                             src=src, buckets=edges)
@@ -257,13 +258,12 @@ def score(
         report.render(Console())
 
 
-def _translate_run_split(run: Path, split: str, *, beam: int | None, greedy: bool,
+def _translate_run_split(run: Path, split: str, decoding: DecodeFlags, *,
                          device: str | None, threads: int | None) -> SplitTranslation:
     """Translate (or reuse the translation of) a run's split for `score --run`."""
     from mtkit.device import inference_device
     from mtkit.score.split_translation import translate_split
 
-    decoding = DecodeFlags(method=search_method(greedy=greedy, beam=beam), beam_size=beam)
     done = translate_split(run, split, device=inference_device(device or "auto"),
                            decode=decoding.given(), origins=DecodeFlags.FLAGS,
                            threads=threads or 0)

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from mtkit.cli.options import HelpOpt, InferenceDeviceOpt, TranslateThreadsOpt, at_least
-from mtkit.errors import ConfigError, DataError
+from mtkit.errors import ConfigError, DataError, choice
 from mtkit.process.startup import collector_paused
+from mtkit.serve.settings import LOG_FORMATS, LogFormat, ServeSettings
 
 SERVE_HINT = "pip install 'mtkit[serve]'"
+_S = ServeSettings()  # the flags' defaults
 
 
 def serve(
@@ -50,32 +54,37 @@ def serve(
     ] = False,
     max_sentences: Annotated[int, typer.Option(
         "--max-sentences", metavar="N", parser=at_least(1), show_default=False,
-        help="Sentences per request; more is a 413 (default: 64).")] = 64,
+        help=f"Sentences per request; more is a 413 (default: {_S.max_sentences}).")]
+    = _S.max_sentences,
     max_chars: Annotated[int, typer.Option(
         "--max-chars", metavar="N", parser=at_least(1), show_default=False,
-        help="Characters per sentence; more is a 413 (default: 2000).")] = 2000,
+        help=f"Characters per sentence; more is a 413 (default: {_S.max_chars}).")]
+    = _S.max_chars,
     max_body: Annotated[int, typer.Option(
         "--max-body", metavar="BYTES", parser=at_least(1), show_default=False,
-        help="Bytes of a request body; more is a 413 (default: 1000000).")] = 1_000_000,
+        help=f"Bytes of a request body; more is a 413 (default: {_S.max_body}).")]
+    = _S.max_body,
     max_beam: Annotated[int, typer.Option(
         "--max-beam", metavar="N", parser=at_least(1), show_default=False,
-        help="The largest beam_size and nbest a request may ask for (default: 16).")] = 16,
+        help="The largest beam_size and nbest a request may ask for (default: "
+        f"{_S.max_beam}).")] = _S.max_beam,
     queue_size: Annotated[int, typer.Option(
         "--queue-size", metavar="N", parser=at_least(1), show_default=False,
         help="Sentences waiting to be decoded; a request that would overflow the queue gets "
-        "503 with Retry-After (default: 2048).")] = 2048,
+        f"503 with Retry-After (default: {_S.queue_size}).")] = _S.queue_size,
     max_wait_ms: Annotated[int, typer.Option(
         "--max-wait-ms", metavar="MS", parser=at_least(0), show_default=False,
         help="The longest a request waits for others to be batched with it; decoding starts "
-        "sooner once no request has come for a fifth of it (default: 50).")] = 50,
+        f"sooner once no request has come for a fifth of it (default: {_S.max_wait_ms:g}).")]
+    = int(_S.max_wait_ms),
     timeout: Annotated[int, typer.Option(
         "--timeout", metavar="SECONDS", parser=at_least(1), show_default=False,
         help="A request not answered by then gets 504; also the longest wait for requests in "
-        "flight at shutdown (default: 60).")] = 60,
+        f"flight at shutdown (default: {_S.timeout:g}).")] = int(_S.timeout),
     log_format: Annotated[str, typer.Option(
         "--log-format", metavar="FORMAT", show_default=False,
-        help="The request log on stderr, a line per request: text or json (default: text).")]
-    = "text",
+        help=f"The request log on stderr, a line per request: {' or '.join(LOG_FORMATS)} "
+        f"(default: {_S.log_format}).")] = _S.log_format,
     _help: HelpOpt = False,
 ) -> None:
     """Serve a model over HTTP: POST /v1/translate (n-best, scores, alignments, attention),
@@ -92,17 +101,18 @@ def serve(
     decode, origins = _decode_defaults(sets or [])
     uvicorn = _serve_extra()
     from mtkit.api.model import open_model
-    from mtkit.serve.app import ServeSettings, create_app
+    from mtkit.serve.app import create_app
 
     settings = ServeSettings(  # checked before a model is loaded
         max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
         max_beam=max_beam, queue_size=queue_size, max_wait_ms=max_wait_ms, timeout=timeout,
-        token=token, log_format=log_format)  # type: ignore[arg-type]  # it checks it
+        token=token, log_format=choice("log_format", log_format, LogFormat))
     sock = _listen(host, port)
     with collector_paused():
         model = open_model(list(models), device=device, threads=threads, decode=decode,
                            origins=origins, precision=precision, shortlist=shortlist)
     app = create_app(model, settings)
+    _log_requests_to_stderr()
     bound_host, bound_port = sock.getsockname()[:2]
     if token is None and not _loopback(host):
         typer.echo(f"mtkit: warning: listening on {host} without --token-file: anyone who can "
@@ -125,6 +135,16 @@ def serve(
             signal.signal(s, handler)
         sock.close()
     typer.echo("mtkit: server stopped", err=True)
+
+
+def _log_requests_to_stderr() -> None:
+    """The server's request log (`mtkit.serve.app.log`), a line per request, on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("mtkit.serve")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
 
 
 def _serve_extra():  # noqa: ANN202 - the uvicorn module

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from mtkit.cli.options import (
+    NO_DECODING_FLAGS,
     DecodeFlags,
     HelpOpt,
     InferenceDeviceOpt,
     TranslateThreadsOpt,
-    decoding_option,
+    decoding_flags,
     flag,
     flag_of,
     model_files,
     output_problems,
     refuse,
-    search_method,
 )
 from mtkit.errors import DataError
 from mtkit.process.startup import collector_paused
@@ -74,6 +74,10 @@ class TranslateFlags:
         return [message for bad, message in checks if bad] + [p.text(flag_of) for p in choices]
 
 
+@decoding_flags(("search", "output", "sampling", "batching"), more={
+    "nbest": "; text gives Moses n-best lines, 'ID ||| HYPOTHESIS ||| F0= SCORE ||| SCORE' "
+    "(and ' ||| LINKS' with --align)",
+    "seed": ": the same samples for the same input and --batch-tokens"})
 def translate(
     models: Annotated[list[Path], typer.Argument(
         metavar="RUN_OR_CHECKPOINT", hidden=True, show_default=False)],
@@ -83,32 +87,7 @@ def translate(
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", metavar="FILE", help="Output file, written whole or not at all; - "
         "for standard output (default: standard output).")] = None,
-    beam: Annotated[int | None, decoding_option("beam")] = None,
-    nbest: Annotated[int | None, typer.Option(
-        "--nbest", metavar="N", help="Hypotheses per sentence; text gives Moses n-best lines, "
-        "'ID ||| HYPOTHESIS ||| F0= SCORE ||| SCORE' (and ' ||| LINKS' with --align) "
-        "(default: the recipe's decode.nbest).")] = None,
-    greedy: Annotated[bool, decoding_option("greedy")] = False,
-    sample: Annotated[bool, flag("--sample", help="Sample instead of searching.")] = False,
-    length_penalty: Annotated[str | None, decoding_option("length_penalty")] = None,
-    alpha: Annotated[float | None, decoding_option("alpha")] = None,
-    max_len_a: Annotated[float | None, decoding_option("max_len_a")] = None,
-    max_len_b: Annotated[int | None, decoding_option("max_len_b")] = None,
-    min_len: Annotated[int | None, decoding_option("min_len")] = None,
-    temperature: Annotated[float | None, typer.Option(
-        "--temperature", metavar="T", help="Sampling temperature (default: the recipe's "
-        "decode.temperature).")] = None,
-    top_k: Annotated[int | None, typer.Option(
-        "--top-k", metavar="K", help="Sample from the K best tokens (default: the recipe's "
-        "decode.top_k).")] = None,
-    top_p: Annotated[float | None, typer.Option(
-        "--top-p", metavar="P", help="Nucleus sampling mass (default: the recipe's "
-        "decode.top_p).")] = None,
-    seed: Annotated[int | None, typer.Option(
-        "--seed", metavar="N", help="Sampling seed: the same samples for the same input and "
-        "--batch-tokens (default: the recipe's decode.seed).")]
-    = None,
-    batch_tokens: Annotated[int | None, decoding_option("batch_tokens")] = None,
+    decoding: DecodeFlags = NO_DECODING_FLAGS,
     device: InferenceDeviceOpt = "auto",
     threads: TranslateThreadsOpt = 0,
     precision: Annotated[str | None, typer.Option(
@@ -176,7 +155,8 @@ def translate(
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
-        models=len(models), greedy=greedy, sample=sample, beam=beam, fmt=fmt, align=align,
+        models=len(models), greedy="greedy" in decoding.switches,
+        sample="sample" in decoding.switches, beam=decoding.get("beam_size"), fmt=fmt, align=align,
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode,
         terms=terms is not None, terms_method=terms_method).problems())
     if input is not None and (problem := missing_input(input, "input")):
@@ -195,11 +175,6 @@ def translate(
     if prefix is not None:
         source["the prefix file"] = prefix
     refuse(output_problems({"-o": output}, {**source, **model_files(models, exported)}))
-    decoding = DecodeFlags(
-        method=search_method(greedy=greedy, sample=sample, beam=beam), beam_size=beam,
-        nbest=nbest, length_penalty=length_penalty, alpha=alpha, max_len_a=max_len_a,
-        max_len_b=max_len_b, min_len=min_len, temperature=temperature, top_k=top_k,
-        top_p=top_p, seed=seed, batch_tokens=batch_tokens)
     # translate each line as it is typed
     interactive = sys.stdin.isatty() if input is None else is_terminal(input)
     with collector_paused():

@@ -415,23 +415,56 @@ def parse_duration(text: str) -> float:
 # --------------------------------------------------------------------------- decode
 
 
+SearchMethod = Literal["beam", "greedy", "sample"]
+LengthPenalty = Literal["gnmt", "average", "none"]
+# What a decoding option is about, which says where it is offered: `translate` takes every
+# kind, `align` (one hypothesis per sentence, searched) search and batching, the server every
+# kind but batching (its batcher batches).
+OptionKind = Literal["search", "output", "sampling", "batching"]
+
+
+def _decoding(default: Any, kind: OptionKind, help: str, metavar: str, *,
+              flags: tuple[str, ...] = (), **bounds: float) -> Any:
+    """A decoding option: its default and numeric bounds (ge, gt, le, lt, checked at load
+    time), and what every face says of it, so that the command line's flags
+    (`mtkit.cli.options`) and the server's request model (`mtkit.serve.schema`) are derived
+    from this one declaration: its `kind`, a `help` phrase, the `metavar` of its value, and
+    its flags where they are not `--` + the field with dashes (the last is its name)."""
+    return field(default=default, metadata={**bounds, "kind": kind, "help": help,
+                                            "metavar": metavar, "flags": flags})
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
-    method: Literal["beam", "greedy", "sample"] = "beam"
-    beam_size: int = _rng(5, ge=1)
-    nbest: int = _rng(1, ge=1)
-    length_penalty: Literal["gnmt", "average", "none"] = "gnmt"
+    """The search and its limits: the recipe's `decode` section, every face's decoding
+    options (command flags, server requests, the API's keywords)."""
+
+    # chosen on the command line by a switch of each method but beam (--beam N): its kind
+    # and help
+    method: SearchMethod = field(default="beam", metadata={"kind": "search", "switches": {
+        "greedy": ("search", "greedy search"), "sample": ("sampling", "sample instead of "
+                                                          "searching")}})
+    beam_size: int = _decoding(5, "search", "beam size", "N", flags=("-b", "--beam"), ge=1)
+    nbest: int = _decoding(1, "output", "hypotheses per sentence", "N", ge=1)
+    length_penalty: LengthPenalty = _decoding(
+        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length) or none", "PENALTY")
     # GNMT length-penalty exponent (Wu et al. 2016, eq. 14; they tune it in [0, 1]); beyond
     # 10 the penalty of long outputs overflows float32 ((1000 / 6) ** 17 > 3.4e38)
-    alpha: float = _rng(1.0, ge=0.0, le=10.0)
-    max_len_a: float = _rng(1.5, ge=0.0)  # max output length = a * source length + b
-    max_len_b: int = _rng(10, ge=1)
-    min_len: int = _rng(0, ge=0)  # tokens before EOS is allowed
-    temperature: float = _rng(1.0, gt=0.0)
-    top_k: int = _rng(0, ge=0)  # 0 = off
-    top_p: float = _rng(1.0, gt=0.0, le=1.0)  # 1.0 = off
-    seed: int = 1  # any integer (`mtkit.decode.sampling.batch_seed`)
-    batch_tokens: int = _rng(8000, ge=16)  # source tokens per translation batch
+    alpha: float = _decoding(1.0, "search", "exponent of the gnmt length penalty", "A",
+                             ge=0.0, le=10.0)
+    # max output length = a * source length + b
+    max_len_a: float = _decoding(1.5, "search", "output limit A·source length + B: A", "A",
+                                 ge=0.0)
+    max_len_b: int = _decoding(10, "search", "output limit A·source length + B: B", "B", ge=1)
+    min_len: int = _decoding(0, "search", "tokens before the end of sentence", "N", ge=0)
+    temperature: float = _decoding(1.0, "sampling", "sampling temperature", "T", gt=0.0)
+    top_k: int = _decoding(0, "sampling", "sample from the K best tokens", "K", ge=0)  # 0 = off
+    top_p: float = _decoding(1.0, "sampling", "nucleus sampling mass", "P",  # 1.0 = off
+                             gt=0.0, le=1.0)
+    # any integer (`mtkit.decode.sampling.batch_seed`)
+    seed: int = _decoding(1, "sampling", "sampling seed", "N")
+    batch_tokens: int = _decoding(8000, "batching", "padded source tokens per batch", "N",
+                                  ge=16)
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []

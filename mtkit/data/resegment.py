@@ -24,7 +24,7 @@ import numpy as np
 
 from mtkit.config.regularize import SubwordSamplingConfig
 from mtkit.data.batch import Batch, collate
-from mtkit.data.spm import Tokenizer
+from mtkit.data.spm import Side, Tokenizer
 from mtkit.data.store import ParallelData
 from mtkit.data.vocab import UNK_ID
 
@@ -46,13 +46,13 @@ class Resegmenter:
         state = np.random.SeedSequence([self.seed, self.rank, epoch, position]).generate_state(1)
         return int(state[0]) % _NO_SEED
 
-    def sample(self, side: str, ids: Sequence[np.ndarray], seed: int) -> list[np.ndarray]:
+    def sample(self, side: Side, ids: Sequence[np.ndarray], seed: int) -> list[np.ndarray]:
         """A sampled segmentation of each sentence (prepared ids in, ids out). A sentence with
         an unknown piece keeps its own: its text does not encode back to it."""
         decode = self.tok.decode_src if side == "src" else self.tok.decode_tgt
         keep = [bool((s == UNK_ID).any()) for s in ids]
         lines = [decode(s) for s, k in zip(ids, keep, strict=True) if not k]
-        drawn = iter(self.tok.sample_lines(side, lines, alpha=self.cfg.alpha,  # type: ignore[arg-type]
+        drawn = iter(self.tok.sample_lines(side, lines, alpha=self.cfg.alpha,
                                            nbest_size=self.cfg.nbest_size, seed=seed))
         return [s if k else np.asarray(next(drawn), dtype=np.int64)
                 for s, k in zip(ids, keep, strict=True)]

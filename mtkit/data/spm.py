@@ -24,6 +24,8 @@ from mtkit.errors import ConfigError, DataError
 if TYPE_CHECKING:  # numpy only for guided alignment: translating with an export needs none
     import numpy as np
 
+Side = Literal["src", "tgt"]  # a pair's source or target side
+
 
 def _import_sentencepiece() -> ModuleType:
     """Import sentencepiece with its OpenMP threads waiting passively.
@@ -218,7 +220,7 @@ class Tokenizer:
     def encode_tgt_lines(self, lines: Sequence[str]) -> list[list[int]]:
         return self._tgt.encode(list(lines), out_type=int, num_threads=os.cpu_count() or 1)
 
-    def sample_lines(self, side: Literal["src", "tgt"], lines: Sequence[str], *, alpha: float,
+    def sample_lines(self, side: Side, lines: Sequence[str], *, alpha: float,
                      nbest_size: int, seed: int) -> list[list[int]]:
         """A sampled segmentation of each line (ids without BOS/EOS): the unigram model's
         lattice sampling, or BPE-dropout for a BPE model (`config.regularize`); the same
@@ -238,7 +240,7 @@ class Tokenizer:
     def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
         return [self._tgt.id_to_piece(i) for i in _ints(ids)]
 
-    def starts_word(self, side: Literal["src", "tgt"]) -> np.ndarray:
+    def starts_word(self, side: Side) -> np.ndarray:
         """(V,) bool for the `side` ("src" or "tgt") vocabulary: True for the pieces that begin
         a word, which sentencepiece marks with a leading U+2581 (special pieces never do)."""
         if side not in self._starts:

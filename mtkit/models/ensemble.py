@@ -14,8 +14,16 @@ from typing import Literal, get_args
 import torch
 from torch import nn
 
-from mtkit.errors import MtkitError, OptionError, Problem
-from mtkit.models.base import AttentionChoice, Encoded, Output, State, Step, Translator
+from mtkit.errors import MtkitError, OptionError, Problem, choice
+from mtkit.models.base import (
+    AttentionChoice,
+    AttentionKind,
+    Encoded,
+    Output,
+    State,
+    Step,
+    Translator,
+)
 
 
 def _prefixed(state: State, i: int) -> State:
@@ -141,7 +149,7 @@ class Ensemble(Translator):
         member fills in its own defaults (an RNN has no layers, a Transformer does)."""
         for m in self._with_attention():
             m.choose_attention(kind, layer, head)
-        return AttentionChoice(kind, layer, head)  # type: ignore[arg-type]
+        return AttentionChoice(choice("kind", kind, AttentionKind), layer, head)
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                        choice: AttentionChoice) -> torch.Tensor:

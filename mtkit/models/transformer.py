@@ -25,10 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mtkit.errors import OptionError
+from mtkit.errors import OptionError, choice
 from mtkit.models import kv_cache
 from mtkit.models.base import (
     AttentionChoice,
+    AttentionKind,
     Encoded,
     Output,
     State,
@@ -354,8 +355,9 @@ class Transformer(Translator):
         attn = None
         for i, layer in enumerate(self.decoder.layers):
             names = (f"self_k{i}", f"self_v{i}", f"spare_k{i}", f"spare_v{i}")
+            cached = (state[names[0]], state[names[1]], state[names[2]], state[names[3]])
             x, cache, cw = layer.step(
-                x, tuple(state[n] for n in names), order,  # type: ignore[arg-type]
+                x, cached, order,
                 enc.extras[f"cross_k{i}"], enc.extras[f"cross_v{i}"], mask, group=enc.group,
                 cross_weights=need_attn and i == self.align_layer)
             new.update(zip(names, cache, strict=True))
@@ -397,7 +399,7 @@ class Transformer(Translator):
         if head != "mean" and not (isinstance(head, int) and 0 <= head < self.heads):
             raise OptionError.about("head", f"the model has {self.heads} heads; expected "
                                     f"0..{self.heads - 1} or mean", value=head)
-        return AttentionChoice(kind, layer, head)  # type: ignore[arg-type]
+        return AttentionChoice(choice("kind", kind, AttentionKind), layer, head)
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                        choice: AttentionChoice) -> torch.Tensor:

@@ -21,23 +21,23 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from mtkit.config import DecodeConfig
+from mtkit.config.sections import LengthPenalty
 from mtkit.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
 
 DEFAULT_ALPHAS = (0.6, 1.0, 1.5, 2.0)
-Penalty = Literal["gnmt", "average", "none"]
 
 
 @dataclass(frozen=True)
 class LengthSetting:
     """One point of the grid: a `decode.length_penalty` and, for gnmt, its alpha."""
 
-    length_penalty: Penalty
+    length_penalty: LengthPenalty
     alpha: float
 
     def changes(self) -> dict[str, object]:

@@ -1,15 +1,22 @@
 """The JSON the server takes and gives, as pydantic models: FastAPI validates requests with
 them and documents them in its OpenAPI schema (`/docs`, `/openapi.json`).
 
-Decoding options are the recipe's `decode` fields; a value that pydantic accepts is then
-validated by `DecodeConfig` itself (`TranslationModel.options`), as a recipe's is.
+Decoding options are the recipe's `decode` fields, their types, ranges and descriptions
+taken from `DecodeConfig`; a value that pydantic accepts is then validated by `DecodeConfig`
+itself (`TranslationModel.options`), as a recipe's is.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import dataclasses
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from mtkit.align.links import AlignerMethod
+from mtkit.config import DecodeConfig
+from mtkit.config.guided import Readout
+from mtkit.translation.terms import TermsMethod
 
 
 def _utf8(text: str) -> str:
@@ -39,24 +46,26 @@ def _texts(value: str | list[str] | None) -> str | list[str] | None:
     return [_utf8(t) for t in value] if isinstance(value, list) else _utf8(value)
 
 
-class DecodeOptions(BaseModel):
-    """Decoding options of one request; a field left out takes the model's default
-    (`GET /v1/models`)."""
+def _decode_options() -> type[BaseModel]:
+    """The request model of the decoding options, derived from `DecodeConfig`'s fields (but
+    batching's: the server's batcher batches): each its type and range, and its help as its
+    description; every field optional."""
+    hints = get_type_hints(DecodeConfig)
+    declared: dict[str, Any] = {}
+    for f in dataclasses.fields(DecodeConfig):
+        if f.metadata["kind"] == "batching":
+            continue
+        # a whole bound as an int: pydantic's message says "greater than 0", as DecodeConfig
+        bounds = {k: int(v) if float(v).is_integer() else v for k, v in f.metadata.items()
+                  if k in ("ge", "gt", "le", "lt")}
+        described = {"description": f.metadata["help"]} if "help" in f.metadata else {}
+        declared[f.name] = (hints[f.name] | None, Field(None, **bounds, **described))
+    return create_model("DecodeOptions", __config__=ConfigDict(extra="forbid"),
+                        __doc__="Decoding options of one request; a field left out takes the "
+                        "model's default (`GET /v1/models`).", **declared)
 
-    model_config = ConfigDict(extra="forbid")
 
-    method: Literal["beam", "greedy", "sample"] | None = None
-    beam_size: int | None = Field(None, ge=1)
-    nbest: int | None = Field(None, ge=1, description="hypotheses per sentence")
-    length_penalty: Literal["gnmt", "average", "none"] | None = None
-    alpha: float | None = Field(None, ge=0, le=10)
-    max_len_a: float | None = Field(None, ge=0)
-    max_len_b: int | None = Field(None, ge=1)
-    min_len: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, gt=0)
-    top_k: int | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = None
+DecodeOptions = _decode_options()
 
 
 class TranslateRequest(DecodeOptions):
@@ -65,9 +74,8 @@ class TranslateRequest(DecodeOptions):
 
     text: str | list[str] = Field(description="a sentence, or a list of sentences")
     align: bool = Field(False, description="Pharaoh word links of each hypothesis")
-    align_method: Literal["argmax-tgt", "argmax-src", "intersection", "union",
-                          "grow-diag-final"] | None = None
-    readout: Literal["current", "shift"] | None = None
+    align_method: AlignerMethod | None = None
+    readout: Readout | None = None
     attention: bool = Field(False, description="attention matrices of each hypothesis, at "
                             "subword and word level")
     layer: int | None = Field(None, description="with attention: a decoder layer's "
@@ -83,7 +91,7 @@ class TranslateRequest(DecodeOptions):
     terms: dict[str, str] | None = Field(
         None, description="glossary, source term -> target term: every translation of a "
         "sentence holding a source term uses its target term")
-    terms_method: Literal["prefix", "align"] | None = Field(
+    terms_method: TermsMethod | None = Field(
         None, description="how a missing term is placed (default: prefix)")
     tag: str | None = Field(None, description="for a model trained with language tags: the "
                             "direction (one of the model's tags; default: its data.tag)")
@@ -94,12 +102,12 @@ class TranslateRequest(DecodeOptions):
     def lines(self) -> list[str]:
         return [self.text] if isinstance(self.text, str) else list(self.text)
 
-    def prefixes(self) -> list[str] | None:
+    def prefixes(self) -> str | list[str] | None:
         """The prefix per sentence (None: none given); a string for a list of sentences, or
         a list for one sentence, is given as it came for `checked_prefixes` to refuse."""
         if isinstance(self.prefix, str) and isinstance(self.text, str):
             return [self.prefix]
-        return self.prefix  # type: ignore[return-value]
+        return self.prefix
 
     def decode_changes(self) -> dict[str, object]:
         """The decoding options given."""

@@ -27,9 +27,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
-from mtkit.errors import ConfigError, DataError
+from mtkit.config.guided import Readout
+from mtkit.errors import ConfigError, DataError, choice
 
 if TYPE_CHECKING:
     import threading
@@ -78,7 +79,7 @@ class Glossary:
 
     terms: tuple[Term, ...]
     method: TermsMethod = "prefix"
-    readout: Literal["current", "shift"] = "current"
+    readout: Readout = "current"
     _by_first: dict[str, list[Term]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -129,9 +130,8 @@ def glossary(pairs: Iterable[tuple[str, str]], *, method: str = "prefix",
     if problems:
         raise ConfigError(f"{name}: " + "; ".join(problems[:5])
                           + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
-    if readout not in ("current", "shift"):
-        raise ConfigError(f"readout: invalid choice {readout!r}; expected current or shift")
-    return Glossary(tuple(terms), method, readout)  # type: ignore[arg-type]
+    # the method is checked by Glossary itself, named as the API's terms_method
+    return Glossary(tuple(terms), cast("TermsMethod", method), choice("readout", readout, Readout))
 
 
 def parse_tsv(lines: Iterable[str], name: str) -> list[tuple[str, str]]:
@@ -306,7 +306,7 @@ def _word_attention(tr: LineTranslator, it: Item, hyp: Hypothesis, readout: str,
     if hyp.attn is None or not tgt_pieces:
         return np.zeros((n_words, n_src))
     src_pieces, src_words, attn = tr.source_view(it, hyp.attn)
-    rows = select_rows(attn, len(tgt_pieces), readout)  # type: ignore[arg-type]
+    rows = select_rows(attn, len(tgt_pieces), choice("readout", readout, Readout))
     m = from_attention(rows, src_pieces, tgt_pieces, level="word", src_words=src_words)
     weights = np.asarray(m.weights)
     if weights.shape[0] != n_words:  # pieces that decode to other words than the text's

@@ -76,7 +76,9 @@ async function translate() {
   }
   const body = { text, nbest: Number($("nbest").value), align: true, attention: true };
   const d = state.model && state.model.decode;
-  if (d && body.nbest > 1) {  // greedy search gives one hypothesis; a beam as many as its size
+  // the server's rule for LibreTranslate's alternatives (nbest_changes in app.py): greedy
+  // search gives one hypothesis, a beam as many as its size
+  if (d && body.nbest > 1) {
     if (d.method === "greedy") body.method = "beam";
     if (d.method !== "sample" && body.nbest > d.beam_size) body.beam_size = body.nbest;
   }

@@ -147,3 +147,40 @@ def test_errors_keep_their_class_and_name_options_as_fields_through_a_note():
         "--resume: nothing to resume; fix it")
     plain = DataError("bad line").with_note("fix it")
     assert type(plain) is DataError and plain.text(flag_of) == str(plain) == "bad line; fix it"
+
+
+def test_every_decoding_option_is_a_flag_of_translate_with_the_fields_type_and_help():
+    """The flags come from DecodeConfig's fields: a field added there is a flag of translate
+    (and of align unless it samples), read back as that field."""
+    import dataclasses
+
+    import typer.main
+
+    from mtkit.cli import app
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    translate, align = commands["translate"], commands["align"]
+    flags = {opt: p for p in translate.params for opt in p.opts}
+    align_flags = {opt for p in align.params for opt in p.opts}
+    for f in dataclasses.fields(DecodeConfig):
+        if f.name == "method":
+            continue
+        name = DecodeFlags.FLAGS[f.name]
+        assert name in flags, name
+        assert f.metadata["help"][1:] in flags[name].help and f"decode.{f.name}" in flags[name].help
+        assert (name in align_flags) == (f.metadata["kind"] in ("search", "batching")), name
+    assert {"--greedy", "--sample"} <= set(flags) and "--sample" not in align_flags
+    parsed = DecodeFlags.parsed({"beam_size": 3, "greedy": False, "sample": False, "top_k": None})
+    assert parsed.given() == {"method": "beam", "beam_size": 3} and parsed.switches == ()
+
+
+def test_choice_narrows_to_a_literal_or_names_the_option():
+    from typing import Literal
+
+    from mtkit.errors import OptionError, choice
+
+    assert choice("fmt", "a", Literal["a", "b"]) == "a"
+    with pytest.raises(OptionError, match=r"^fmt: invalid choice 'c'; expected a or b$"):
+        choice("fmt", "c", Literal["a", "b"])
+    with pytest.raises(OptionError, match=r"expected one of a, b, c$"):
+        choice("fmt", "d", Literal["a", "b", "c"])
