@@ -5,6 +5,7 @@ command and the API agreeing, and one line where int8 cannot run."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from mtkit.errors import ConfigError
 from mtkit.models import quantize
 from mtkit.models.quantize import quantize_linear, restricted_linear
 from mtkit.run import data_dir
-from tests.helpers import run_cli
+from tests.helpers import run_cli, serving
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -80,3 +81,20 @@ def test_restricted_linear_computes_the_chosen_rows_alike():
         torch.testing.assert_close(restricted_linear(full, rows)(x), full(x)[:, rows])
         int8 = quantize_linear(torch.nn.Sequential(full))[0]
         assert torch.equal(restricted_linear(int8, rows)(x), int8(x)[:, rows])
+
+
+def test_serve_precision_int8_with_a_shortlist(toy_model, test_lines, tmp_path):
+    """`mtkit serve --precision int8 --shortlist`: says so when it starts, and answers what
+    the API gives with the same options."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_model, run)
+    want = mtkit.load(run, device="cpu", threads=1, precision="int8",
+                      shortlist=True).translate_full(test_lines[:12])
+    with serving(run, "--precision", "int8", "--shortlist") as s:
+        assert "int8) at http://" in "".join(s.log)
+        res = s.post("/v1/translate", {"text": test_lines[:12]})
+    assert res.status_code == 200, res.text
+    got = res.json()["translations"]
+    assert [g["text"] for g in got] == [w.text for w in want]
+    for g, w in zip(got, want, strict=True):
+        assert g["candidates"][0]["score"] == pytest.approx(w.candidates[0].score, abs=1e-5)
