@@ -19,12 +19,12 @@ from mtkit.align.matrix import AlignMatrix, Level, Words, from_attention, line_w
 from mtkit.align.readout import Readout, select_rows
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
+from mtkit.data.batching import token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.errors import DataError, OptionError
 from mtkit.fileio import InvalidUtf8
 from mtkit.models.base import AttentionChoice, AttentionKind, Translator
-from mtkit.translation.batching import token_batches
 
 
 @dataclass

@@ -36,13 +36,14 @@ from mtkit.translation.lines import (
     AlignFn,
     Item,
     LineTranslator,
+    OutputFormat,
     TranslateStats,
     name_problems,
 )
 
 if TYPE_CHECKING:
+    from mtkit.data.hypothesis import Hypothesis
     from mtkit.models.base import AttentionChoice
-    from mtkit.translation.hypothesis import Hypothesis
     from mtkit.translation.terms import Glossary
 
 log = logging.getLogger(__name__)
@@ -134,13 +135,14 @@ class TranslationModel:
 
     def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
                    attention: bool = False, chunk_lines: int | None = None,
-                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+                   terms: Glossary | None = None, tag: str | None = None,
+                   fmt: OutputFormat | None = None) -> LineTranslator:
         """A `LineTranslator` of this model with `cfg` (from `options`), a glossary (from
         `glossary`) and the language tag `checked_tag` gives for `tag`: what `mtkit
         translate` streams files through."""
         return self._base.configured(cfg, align_fn=align_fn, attention=attention,
                                      chunk_lines=chunk_lines, terms=terms,
-                                     tag=self.checked_tag(tag))
+                                     tag=self.checked_tag(tag), fmt=fmt)
 
     @property
     def tags(self) -> list[str]:
@@ -282,6 +284,12 @@ class TranslationModel:
                 raise ConfigError("align_method and readout: they choose the word links, "
                                   "which need align")
             return None
+        return self.aligner(method, readout)
+
+    def aligner(self, method: str | None = None, readout: str | None = None) -> AlignFn:
+        """The Pharaoh word aligner of this model's translations: links by `method`
+        (default argmax-tgt) from the attention rows of `readout` (default: what the run's
+        guided alignment supervised, else current)."""
         if not self.info.has_attention:
             raise ConfigError("align: this model has no attention (model.rnn.attention: "
                               "none), so it gives no alignment")
@@ -460,8 +468,8 @@ def exported_model(paths: list[Path]) -> Any:
 def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str, Any],
                  origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
                  ) -> TranslationModel:
+    from mtkit.data.batching import decode_parallelism
     from mtkit.export.ct2_translate import CT2Translator, device_problems, engine_problems
-    from mtkit.translation.batching import decode_parallelism
 
     recipe = export.recipe
     if problems := device_problems(device):
@@ -480,7 +488,6 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
                                        streaming=streaming, default=usable)
     translator = CT2Translator(export, cfg, device=device, threads=each,
                                chunk_lines=chunk_lines, workers=workers)
-    translator.tags = tuple(recipe.data.tags())
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
@@ -504,8 +511,8 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
         torch.set_num_threads(threads)
     dev = inference_device(device)
     model, recipe, tok = load_translator(paths, dev, mode=mode)
+    from mtkit.data.batching import decode_parallelism
     from mtkit.run import resolve_checkpoint
-    from mtkit.translation.batching import decode_parallelism
 
     cfg = decode_options(recipe.decode, decode, origins=origins)
     workers, each = decode_parallelism(threads, cfg, cpu=dev.type == "cpu",
@@ -522,8 +529,8 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
                                   chunk_lines=chunk_lines, workers=workers,
                                   dtype=torch.bfloat16 if bf16 else None,
+                                  tags=recipe.data.tags(),
                                   shortlist=_shortlist(paths[0], tok, dev) if shortlist else None)
-    translator.tags = tuple(recipe.data.tags())
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))

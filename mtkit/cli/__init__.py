@@ -2,8 +2,8 @@
 and turn user errors into one line on stderr with exit code 2. No ML logic lives here.
 
 One module per command group: `data` (prep, train, average), `translate` (translate,
-export), `score` (score, tune-length), `align`, `serve`; `options` holds what they share. The
-commands are registered below, in the order `mtkit --help` lists them."""
+export), `score` (score, tune-length), `align`, `serve`, `hf` (import); `options` holds what
+they share. The commands are registered below, in the order `mtkit --help` lists them."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import typer
 from typer.core import TyperCommand
 
 from mtkit import __version__
-from mtkit.cli import align, data, score, serve, translate
+from mtkit.cli import align, data, hf, score, serve, translate
 from mtkit.cli.options import HelpOpt, flag, message_of
 from mtkit.errors import MtkitError, Terminated
-from mtkit.process import startup
+from mtkit.process import pipes, startup
 
 # How the help reads. Markdown: a source line break inside a paragraph is a space, in the
 # command list too (typer's "rich" mode keeps it there, and breaks sentences).
@@ -103,6 +103,7 @@ _COMMANDS = (data.prep, data.train, data.average, score.score, score.tune_length
              translate.export, align.align, serve.serve)
 for _command in _COMMANDS:
     app.command(add_help_option=False, cls=_Command)(user_errors(_command))
+app.command("import", add_help_option=False, cls=_Command)(user_errors(hf.import_))
 
 
 def main() -> None:
@@ -125,14 +126,6 @@ def _interrupted(code: object) -> bool:
 
 
 def _main() -> None:
-    # typer >= 0.20 raises its vendored click's exceptions (a private module: the usage-error
-    # and bare-`mtkit` tests of tests/integration/test_cli.py fail if it moves); older typer,
-    # click's own
-    try:
-        from typer._click.exceptions import ClickException, UsageError
-    except ImportError:
-        from click.exceptions import ClickException, UsageError
-
     startup.own_process()
     startup.handle_termination()
     startup.hold_closed_stdout()
@@ -141,14 +134,32 @@ def _main() -> None:
         typer.echo(f"mtkit: error: {empty}", err=True)
         sys.exit(2)
     sys.argv[1:] = _optional_resume(sys.argv[1:])
-    stdout_was = _stdout_file()
+    rc = _run_app()
+    if rc == 130 and startup.TERMINATED:  # typer's own exit for a KeyboardInterrupt it caught
+        sys.exit(_terminated(startup.TERMINATED[0]))
+    pipes.flush_stdout()  # what is still buffered (a table, --help) goes now
+    startup.before_exit()
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _run_app() -> object:
+    """The command's return code, its errors said in one line and turned into exits."""
+    # typer >= 0.20 raises its vendored click's exceptions (a private module: the usage-error
+    # and bare-`mtkit` tests of tests/integration/test_cli.py fail if it moves); older typer,
+    # click's own
     try:
-        rc = app(standalone_mode=False)
+        from typer._click.exceptions import ClickException, UsageError
+    except ImportError:
+        from click.exceptions import ClickException, UsageError
+
+    stdout_was = pipes.stdout_file()
+    try:
+        return app(standalone_mode=False)
     except SystemExit as e:
         # click and rich turn a write to a closed pipe (`mtkit --help | head -1`, a table)
         # into exit 1 (click catches BrokenPipeError itself); the reader having gone is no
         # failure of ours
-        if e.code == 1 and _reader_gone(stdout_was):
+        if e.code == 1 and pipes.reader_gone(stdout_was):
             startup.drop_stdout()
             sys.exit(0)
         raise
@@ -165,15 +176,6 @@ def _main() -> None:
         sys.exit(_terminated(e.signum))
     except typer.Abort:  # click's for a KeyboardInterrupt it caught: ours if a signal was
         sys.exit(_terminated(startup.TERMINATED[0]) if startup.TERMINATED else 130)
-    if rc == 130 and startup.TERMINATED:  # typer's own exit for a KeyboardInterrupt it caught
-        sys.exit(_terminated(startup.TERMINATED[0]))
-    try:  # what is still buffered (a table, --help) goes now, while a closed pipe can be told
-        if sys.stdout is not None:  # None: closed before we started (`>&-`)
-            sys.stdout.flush()
-    except BrokenPipeError:
-        startup.drop_stdout()
-    startup.before_exit()
-    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 def _terminated(signum: int) -> int:
@@ -224,32 +226,3 @@ def _command_path() -> str:
     names = {fn.__name__ for fn in _COMMANDS}
     command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     return f"mtkit {command}" if command in names else "mtkit"
-
-
-def _stdout_file() -> tuple[int, int] | None:
-    """The file (device, inode) that stdout is, or None."""
-    try:
-        st = os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _reader_gone(stdout_was: tuple[int, int] | None) -> bool:
-    """Whether stdout was a pipe whose reader has closed it: poll reports an error on it
-    (click's case), or it is no longer the file it was but /dev/null (rich's
-    `Console.on_broken_pipe` points it there before exiting 1)."""
-    import select
-
-    now = _stdout_file()
-    if now is not None and now != stdout_was:
-        st = os.stat(os.devnull)
-        return now == (st.st_dev, st.st_ino)
-    try:
-        poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poller.poll(0))
-    except (OSError, ValueError, AttributeError):  # no poll, or stdout is no file
-        return False
-
-

@@ -237,14 +237,11 @@ def align(
     Without -t: mtkit align runs/en-de-multi30k -s test.en --beam 5 --print --heatmap maps/
     """
     with collector_paused():  # see mtkit/process/startup.py
-        import torch
         from rich.console import Console
 
         from mtkit.align import DEFAULT_METHOD, DEFAULT_READOUT, default_readout
         from mtkit.align import files as ar
-        from mtkit.align.heatmap_folder import holds
-        from mtkit.device import inference_device
-        from mtkit.run import load_model, resolve_checkpoint
+        from mtkit.run import resolve_checkpoint
 
     console = Console(highlight=False)
     refuse(AlignFlags(
@@ -262,24 +259,12 @@ def align(
         json=json_out, gold=gold, one_based=one_based, level=level,  # type: ignore[arg-type]
         method=method or DEFAULT_METHOD, threshold=threshold)
     outputs.check()
-    ar.check_inputs(src, tgt, gold)
-    refuse([f"{flag} {path}: inside the --heatmap folder, whose images a run replaces; move "
-            "it out of there" for flag, path in (("-s", src), ("-t", tgt), ("--gold", gold))
-            if heatmap is not None and path is not None and holds(heatmap, path)])
-    refuse(output_problems({"--pharaoh": pharaoh, "--json": json_out}, {
-        "the -s file": src, "the -t file": tgt, "the --gold file": gold,
-        **model_files([model]), **{f"the --reverse {k[4:]}": p for k, p in model_files(
-            [] if reverse is None else [reverse]).items()}}))
-    if threads > 0:
-        torch.set_num_threads(threads)
-    dev = inference_device(device)
-    with collector_paused():
-        net, recipe, tok = load_model(model, dev)
+    _check_files(model, reverse, src, tgt, gold, heatmap, pharaoh, json_out)
+    dev, net, recipe, tok = _load(model, device, threads)
     choice = net.choose_attention(self_attention or "cross", layer, _head(head))
-    backward = None
-    if reverse is not None:
-        backward = _reverse_model(reverse, recipe.data, dev, layer=layer, head=_head(head),
-                                  readout=readout, symmetrize=symmetrize or "grow-diag-final")
+    backward = None if reverse is None else _reverse_model(
+        reverse, recipe.data, dev, layer=layer, head=_head(head), readout=readout,
+        symmetrize=symmetrize or "grow-diag-final")
     cfg = decoding.with_values(nbest=1).over(recipe.decode)
     refuse(decoding.ignored(cfg, unseen_score="align does not show"))
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
@@ -289,6 +274,46 @@ def align(
                             reverse=backward, max_len=recipe.data.max_len,
                             console=console, stdout=sys.stdout,
                             checkpoint=resolve_checkpoint(model))
+    _say(report, links_to_stdout="-" in (str(pharaoh), str(json_out)))
+
+
+def _load(model: Path, device: str, threads: int) -> tuple[Any, Any, Any, Any]:
+    """The device, and the model, recipe and tokenizer of `model` loaded on it."""
+    with collector_paused():
+        import torch
+
+        from mtkit.device import inference_device
+        from mtkit.run import load_model
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    dev = inference_device(device)
+    with collector_paused():
+        net, recipe, tok = load_model(model, dev)
+    return dev, net, recipe, tok
+
+
+def _check_files(model: Path, reverse: Path | None, src: Path, tgt: Path | None,
+                 gold: Path | None, heatmap: Path | None, pharaoh: Path | None,
+                 json_out: Path | None) -> None:
+    """The inputs are there and readable, and no output replaces an input or the model."""
+    from mtkit.align import files as ar
+    from mtkit.align.heatmap_folder import holds
+
+    ar.check_inputs(src, tgt, gold)
+    refuse([f"{flag} {path}: inside the --heatmap folder, whose images a run replaces; move "
+            "it out of there" for flag, path in (("-s", src), ("-t", tgt), ("--gold", gold))
+            if heatmap is not None and path is not None and holds(heatmap, path)])
+    refuse(output_problems({"--pharaoh": pharaoh, "--json": json_out}, {
+        "the -s file": src, "the -t file": tgt, "the --gold file": gold,
+        **model_files([model]), **{f"the --reverse {k[4:]}": p for k, p in model_files(
+            [] if reverse is None else [reverse]).items()}}))
+
+
+def _say(report: Any, *, links_to_stdout: bool) -> None:
+    """The report's warnings, scores (on stderr when stdout carries the links) and summary."""
+    from mtkit.align import files as ar
+
     for invalid in report.invalid_utf8:
         typer.echo(f"mtkit: warning: {invalid.warning()}", err=True)
     if report.unmapped:
@@ -303,5 +328,5 @@ def align(
                    f"{' and more' if len(report.missing_glyphs) > 10 else ''}, drawn as boxes; "
                    "name a font that has them in a matplotlibrc (font.family)", err=True)
     if report.scores is not None:  # on stderr when stdout carries the links
-        typer.echo(ar.format_scores(report.scores), err="-" in (str(pharaoh), str(json_out)))
+        typer.echo(ar.format_scores(report.scores), err=links_to_stdout)
     typer.echo(f"mtkit: {report.summary()}", err=True)

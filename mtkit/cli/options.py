@@ -52,7 +52,8 @@ def _show_help(ctx: typer.Context, value: bool) -> None:
 # dashes; every other field is its flag so written (`heatmap_format` is --heatmap-format).
 _FLAGS = {"show": "--print", "heatmap_dir": "--heatmap", "method": "--align-method",
           "kind": "--self-attention", "quantization": "--quantize",
-          "src": "-s", "tgt": "-t"}
+          "src": "-s", "tgt": "-t", "beam_size": "--beam"}
+_SHORT = {"--beam": "-b"}  # the flags that have a short form too
 
 
 def flag_of(field: str) -> str:
@@ -204,7 +205,8 @@ _BEAM_FIRST = ("beam_size", "nbest")
 
 
 def _flag_decls(name: str) -> tuple[str, ...]:
-    return _FIELDS[name].metadata["flags"] or ("--" + name.replace("_", "-"),)
+    flag = flag_of(name)
+    return (_SHORT[flag], flag) if flag in _SHORT else (flag,)
 
 
 def _decoding_order(kinds: tuple[OptionKind, ...]) -> list[str]:
@@ -273,14 +275,14 @@ class DecodeFlags:
         beam search, which only rescores the output, is reported as ignored too."""
         given = [self.FLAGS[name] for name in self.SAMPLING if name in self._given]
         alpha = self.get("alpha")
-        off_gnmt = alpha is not None and cfg.length_penalty != "gnmt"
+        off_gnmt = alpha is not None and cfg.length_penalty not in ("gnmt", "power")
         penalty = [flag for flag, v in (("--length-penalty", self.get("length_penalty")),
                                         ("--alpha", None if off_gnmt else alpha))
                    if v is not None]  # --alpha 0 is given too
         checks = [
             (bool(given) and cfg.method != "sample", f"{', '.join(given)}: sampling options "
              f"need --sample (decode.method is {cfg.method})"),
-            (off_gnmt, "--alpha is the GNMT penalty's exponent; the length penalty is "
+            (off_gnmt, "--alpha is the GNMT penalty's exponent, or power's; the length penalty is "
              f"{cfg.length_penalty}"),
             (bool(penalty) and unseen_score is not None and cfg.method != "beam",
              f"{', '.join(penalty)}: with {cfg.method} search the length penalty changes only "

@@ -22,6 +22,7 @@ from mtkit.cli.options import (
 from mtkit.cli.translate import report_translation
 
 if TYPE_CHECKING:
+    from mtkit.score import MetricOptions, ScoreReport, SignificanceOptions
     from mtkit.score.split_translation import SplitTranslation
 
 
@@ -112,6 +113,29 @@ class ScoreFlags:
         ]
         return [message for bad, message in checks if bad]
 
+    def metric_options(self) -> MetricOptions:
+        """The metrics asked for, and how they are computed and printed."""
+        from mtkit.score import MetricOptions
+
+        return MetricOptions(
+            metrics=self.metrics, tokenize=self.tokenize, lowercase=self.lowercase,
+            chrf_word_order=2 if self.chrf_plus else (self.chrf_word_order or 0),
+            ter_case_sensitive=self.ter_case_sensitive,
+            width=1 if self.width is None else self.width)
+
+    def significance(self) -> SignificanceOptions | None:
+        """The paired tests asked for (None: none), sacrebleu's settings where not given."""
+        from mtkit.score import SignificanceOptions
+
+        if not (self.paired_bs or self.paired_ar):
+            return None
+        d = SignificanceOptions()
+        return SignificanceOptions(
+            tests=tuple(t for t, on in (("bs", self.paired_bs), ("ar", self.paired_ar)) if on),
+            bs_samples=d.bs_samples if self.paired_bs_n is None else self.paired_bs_n,
+            ar_trials=d.ar_trials if self.paired_ar_n is None else self.paired_ar_n,
+            seed=d.seed if self.seed is None else self.seed)
+
 
 @decoding_flags(("search",), only=("beam_size", "greedy"), scope="With --run: ")
 def score(
@@ -196,11 +220,7 @@ def score(
 
     A run's test split: mtkit score --run runs/en-de-multi30k --split test2016 --by-length
     """
-    import json  # imported here, with sacrebleu and rich, so that `mtkit --help` stays fast
-
-    from rich.console import Console
-
-    from mtkit import score as sc
+    from mtkit import score as sc  # imported here, so that `mtkit --help` stays fast
 
     names = list(sc.parse_metrics(metrics))
     by_length = by_length or plot is not None
@@ -214,24 +234,13 @@ def score(
 
         run_src, run_ref = split_texts(split_run(run)[0], split)
         refs, src = [run_ref], run_src if by_length else None
-    refuse(ScoreFlags(
+    request = ScoreFlags(
         metrics=tuple(names), paired_bs=paired_bs, paired_ar=paired_ar, paired_bs_n=paired_bs_n,
         paired_ar_n=paired_ar_n, seed=seed, src=src, by_length=by_length, buckets=buckets,
         chrf_plus=chrf_plus, chrf_word_order=chrf_word_order, tokenize=tokenize,
         lowercase=lowercase, ter_case_sensitive=ter_case_sensitive, width=width,
-        json_out=json_out).problems())
-    metric_opts = sc.MetricOptions(
-        metrics=tuple(names), tokenize=tokenize, lowercase=lowercase,
-        chrf_word_order=2 if chrf_plus else (chrf_word_order or 0),
-        ter_case_sensitive=ter_case_sensitive, width=1 if width is None else width)
-    significance = None
-    if paired_bs or paired_ar:
-        d = sc.SignificanceOptions()
-        significance = sc.SignificanceOptions(
-            tests=tuple(t for t, on in (("bs", paired_bs), ("ar", paired_ar)) if on),
-            bs_samples=d.bs_samples if paired_bs_n is None else paired_bs_n,
-            ar_trials=d.ar_trials if paired_ar_n is None else paired_ar_n,
-            seed=d.seed if seed is None else seed)
+        json_out=json_out)
+    refuse(request.problems())
     if plot is not None:
         sc.plot_format(plot)  # a bad extension fails before any scoring
         scored = {f"reference {i + 1}": p for i, p in enumerate(refs)} | {
@@ -245,8 +254,19 @@ def score(
         sc.check_line_counts([sc.read_text(refs[0])], given, source)
         hyps = [_translate_run_split(run, split, decoding, device=device,
                                      threads=threads).path, *hyps]
-    report = sc.score_files(refs, hyps, metrics=metric_opts, significance=significance,
-                            src=src, buckets=edges)
+    report = sc.score_files(refs, hyps, metrics=request.metric_options(),
+                            significance=request.significance(), src=src, buckets=edges)
+    _say(report, plot, json_out=json_out)
+
+
+def _say(report: ScoreReport, plot: Path | None, *, json_out: bool) -> None:
+    """The report's warnings, its plot (to `plot`), and its tables or JSON."""
+    import json  # imported here, with sacrebleu and rich, so that `mtkit --help` stays fast
+
+    from rich.console import Console
+
+    from mtkit import score as sc
+
     for warning in report.warnings:
         typer.echo(f"mtkit: warning: {warning}", err=True)
     if plot is not None:

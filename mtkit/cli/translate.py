@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import errno
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,11 +25,11 @@ from mtkit.cli.options import (
     output_problems,
     refuse,
 )
-from mtkit.errors import DataError
+from mtkit.errors import DataError, choice
 from mtkit.process.startup import collector_paused
 
 if TYPE_CHECKING:
-    from mtkit.translation.lines import OutputFormat, TranslateStats
+    from mtkit.translation.lines import TranslateStats
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def translate(
 
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
     """
-    from mtkit.fileio import is_terminal, missing_input, stdin_raw
+    from mtkit.fileio import is_terminal
     from mtkit.translation import lines as tr
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
@@ -159,22 +160,9 @@ def translate(
         sample="sample" in decoding.switches, beam=decoding.get("beam_size"), fmt=fmt, align=align,
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode,
         terms=terms is not None, terms_method=terms_method).problems())
-    if input is not None and (problem := missing_input(input, "input")):
-        raise DataError(f"-i {problem}")
-    if prefix is not None and (problem := missing_input(prefix, "prefix")):
-        raise DataError(f"--prefix {problem}")
-    if terms is not None and (problem := missing_input(terms, "terms")):
-        raise DataError(f"--terms {problem}")
-    from mtkit.api.model import exported_model, open_model
+    _check_files(models, input, output, prefix, terms)
+    from mtkit.api.model import open_model
 
-    exported = exported_model(list(models))
-    if input is None:
-        stdin_raw()  # closed: said now, before loading
-    # The file on standard input (`< f`), too: `-o f` replaced it before it was read.
-    source = {"the input file": input} if input else {"standard input,": Path("/dev/stdin")}
-    if prefix is not None:
-        source["the prefix file"] = prefix
-    refuse(output_problems({"-o": output}, {**source, **model_files(models, exported)}))
     # translate each line as it is typed
     interactive = sys.stdin.isatty() if input is None else is_terminal(input)
     with collector_paused():
@@ -191,18 +179,12 @@ def translate(
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")
     refuse(problems)
-    align_fn = None
-    if align:  # mtkit.align imports numpy: only when asked for
-        from mtkit.align import DEFAULT_METHOD
-        from mtkit.align.readout import default_readout
-
-        align_fn = tr.pharaoh_aligner(align_method or DEFAULT_METHOD,
-                                      readout or default_readout(loaded.recipe))
+    align_fn = loaded.aligner(align_method, readout) if align else None
     found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
     chosen = loaded.checked_tag(tag)
-    worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen)
-    worker.fmt = cast("OutputFormat", fmt)  # checked by TranslateFlags
-    for note in getattr(worker, "notes", []):
+    worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen,
+                               fmt=choice("fmt", fmt, tr.OutputFormat))
+    for note in worker.notes:
         typer.echo(f"mtkit: note: {note}", err=True)
     report_translation(_run_translation(worker, input, output, prefix))
 
@@ -239,6 +221,29 @@ def export(
                f"{report.quantization})", err=True)
 
 
+def _check_files(models: list[Path], input: Path | None, output: Path | None,
+                 prefix: Path | None, terms: Path | None) -> None:
+    """The input files are there, standard input is open, and the output replaces no input
+    nor the model's files (None: standard input or output)."""
+    from mtkit.api.model import exported_model
+    from mtkit.fileio import missing_input, stdin_raw
+
+    if input is not None and (problem := missing_input(input, "input")):
+        raise DataError(f"-i {problem}")
+    if prefix is not None and (problem := missing_input(prefix, "prefix")):
+        raise DataError(f"--prefix {problem}")
+    if terms is not None and (problem := missing_input(terms, "terms")):
+        raise DataError(f"--terms {problem}")
+    exported = exported_model(list(models))
+    if input is None:
+        stdin_raw()  # closed: said now, before loading
+    # The file on standard input (`< f`), too: `-o f` replaced it before it was read.
+    source = {"the input file": input} if input else {"standard input,": Path("/dev/stdin")}
+    if prefix is not None:
+        source["the prefix file"] = prefix
+    refuse(output_problems({"-o": output}, {**source, **model_files(models, exported)}))
+
+
 def _glossary(loaded: Any, path: Path, method: str) -> Any:
     """The --terms file as the model's glossary; a problem named by the flag and file."""
     from mtkit.fileio import InvalidUtf8, read_lines
@@ -256,53 +261,50 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None,
     translations are not printed to."""
     from contextlib import ExitStack
 
-    from mtkit.fileio import (
-        InvalidUtf8,
-        WriteError,
-        atomic_write,
-        count_lines,
-        decode_lines,
-        is_terminal,
-        names_stdout,
-        open_binary,
-        stdin_binary,
-        write_error,
-    )
+    from mtkit import fileio as fio
     from mtkit.process.startup import drop_stdout
     from mtkit.translation.lines import PrefixError
 
-    invalid = InvalidUtf8("<stdin>" if input is None else str(input))
-    invalid_prefix = InvalidUtf8(str(prefix))
+    invalid = fio.InvalidUtf8("<stdin>" if input is None else str(input))
+    invalid_prefix = fio.InvalidUtf8(str(prefix))
     if output is None and sys.stdout is None:  # `>&-`
-        raise WriteError("standard output is closed; give -o FILE or redirect it")
+        raise fio.WriteError("standard output is closed; give -o FILE or redirect it")
     with ExitStack() as stack:
         if output is None:
             sys.stdout.reconfigure(encoding="utf-8")
-        raw = stack.enter_context(open_binary(input)) if input else stdin_binary()
-        prefixes = None if prefix is None else decode_lines(
-            stack.enter_context(open_binary(prefix)), invalid_prefix)
-        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
-        to_stdout = output is None or names_stdout(output)
-        typed = sys.stdin.isatty() if input is None else is_terminal(input)
-        shared = to_stdout and sys.stdout is not None and sys.stdout.isatty() or typed
-        # rich (0.1 s to import) only for the bar: not when stderr goes to a file or a pipe
-        on_batch = None
-        if sys.stderr.isatty() and not shared:
-            on_batch = _progress_bar(stack, count_lines(input or "/dev/stdin"))
+        raw = stack.enter_context(fio.open_binary(input)) if input else fio.stdin_binary()
+        prefixes = None if prefix is None else fio.decode_lines(
+            stack.enter_context(fio.open_binary(prefix)), invalid_prefix)
+        out = stack.enter_context(fio.atomic_write(output)) if output else sys.stdout
         try:
-            stats = worker.run(decode_lines(raw, invalid), out, on_batch=on_batch,
-                               prefixes=prefixes)
+            stats = worker.run(fio.decode_lines(raw, invalid), out,
+                               on_batch=_progress(stack, input, output), prefixes=prefixes)
         except PrefixError as e:
             raise DataError(f"--prefix {prefix}: {e.reason}") from None
         except OSError as e:  # a full disk under `> file` (no other error means a write)
             if output is not None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise
             drop_stdout()  # what is still buffered cannot go either
-            raise write_error("standard output", e) from None
+            raise fio.write_error("standard output", e) from None
     for report in (invalid, invalid_prefix):
         if report.found:
             typer.echo(f"mtkit: warning: {report.warning()}", err=True)
     return stats
+
+
+def _progress(stack: Any, input: Path | None, output: Path | None
+              ) -> Callable[[int], None] | None:
+    """A progress bar's advance when stderr is a terminal that neither the translations nor
+    the typed input share (None otherwise)."""
+    from mtkit.fileio import count_lines, is_terminal, names_stdout
+
+    to_stdout = output is None or names_stdout(output)
+    typed = sys.stdin.isatty() if input is None else is_terminal(input)
+    shared = to_stdout and sys.stdout is not None and sys.stdout.isatty() or typed
+    # rich (0.1 s to import) only for the bar: not when stderr goes to a file or a pipe
+    if sys.stderr.isatty() and not shared:
+        return _progress_bar(stack, count_lines(input or "/dev/stdin"))
+    return None
 
 
 def _progress_bar(stack: Any, total: int | None) -> Any:

@@ -218,13 +218,18 @@ def _relative(key: str, prefix: str) -> str:
 
 def recipe_from_dict(raw: Any, *, source: str = "<recipe>", base: Path | None = None,
                      overrides: tuple[str, ...] = (), flags: Mapping[str, str] | None = None,
-                     created: Mapping[str, list[str]] | None = None) -> Recipe:
+                     created: Mapping[str, list[str]] | None = None,
+                     corpora: bool = True) -> Recipe:
     """Validate a raw mapping into a `Recipe`, raising one ConfigError listing every problem.
     A problem at a key that an override set is attributed to that ``--set`` instead of the
     recipe file, or to the command-line flag `flags` names for the override (e.g.
-    ``{"train.device=tpu": "--device tpu"}``)."""
+    ``{"train.device=tpu": "--device tpu"}``). corpora False: a model's recipe, which may
+    lack the train and valid splits that preparing data needs (`recipe_from_yaml_text`)."""
     problems = _Problems()
     recipe = _build(Recipe, raw, "", problems, base)
+    if not corpora:
+        problems.items = [(k, m) for k, m in problems.items
+                          if not (k in ("data.train", "data.valid") and m.startswith("missing"))]
     # from the raw mapping: said beside the other problems, not only once they are mended
     model = raw.get("model") if isinstance(raw, dict) else None
     arch = model.get("arch", ModelConfig.arch) if isinstance(model, dict) else ModelConfig.arch
@@ -337,8 +342,10 @@ def dump_recipe(recipe: Recipe) -> str:
 
 
 def recipe_from_yaml_text(text: str, *, source: str) -> Recipe:
-    """Rebuild a recipe saved by `dump_recipe` (e.g. inside a checkpoint, or an export's)."""
-    return recipe_from_dict(_parse(text, source, SafeLoader), source=source)
+    """Rebuild a recipe saved by `dump_recipe` (e.g. inside a checkpoint, or an export's): a
+    model's, which names its corpora when it was trained by mtkit, and none when it was
+    imported (`mtkit.hf`)."""
+    return recipe_from_dict(_parse(text, source, SafeLoader), source=source, corpora=False)
 
 
 def shown(value: Any, limit: int = 60) -> str:

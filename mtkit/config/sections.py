@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mtkit.config.guided import GuidedAlignmentConfig, guided_problems
+from mtkit.config.guided import GuidedAlignmentConfig
 from mtkit.config.regularize import RDropConfig, SubwordSamplingConfig, regularize_problems
 
 if typing.TYPE_CHECKING:
@@ -126,7 +126,9 @@ class SpmConfig:
     # sentencepiece's fields: vocab_size an int32, input_sentence_size a uint64 (larger ones
     # failed to parse); its other limits are its version's, said when it trains (`train_spm`)
     vocab_size: int = _rng(8000, ge=16, le=2**31 - 1)
-    joint: bool = True  # one model for both languages (needed to share embeddings)
+    # one vocabulary for both languages (needed to share embeddings): one sentencepiece model,
+    # or (an imported model's) one piece table over two (`mtkit.data.pieces`)
+    joint: bool = True
     character_coverage: float = _rng(1.0, gt=0.0, le=1.0)
     input_sentence_size: int = _rng(2_000_000, ge=0, le=2**63 - 1)  # 0 = every sentence
     # A run directory (relative to the current one, as --run-dir) whose sentencepiece
@@ -270,10 +272,14 @@ class TransformerConfig:
     dropout: float = _rng(0.1, ge=0.0, lt=1.0)  # residual and embedding dropout
     attn_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
     act_dropout: float = _rng(0.0, ge=0.0, lt=1.0)
-    activation: Literal["relu", "gelu"] = "relu"
+    # swish: x * sigmoid(x), also called SiLU (Ramachandran et al. 2017), Marian's choice
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     norm: Literal["pre", "post"] = "pre"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # sinusoidal_halves: the same waves as sinusoidal, the sines in the first half of the
+    # features and the cosines in the second (Marian's layout) instead of interleaved
+    positions: Literal["sinusoidal", "sinusoidal_halves", "learned"] = "sinusoidal"
     max_positions: int = _rng(512, ge=2)
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (Vaswani et al., §3.4)
     share_embeddings: bool = True  # source, target and output embeddings (needs data.spm.joint)
     align_layer: int = -1  # decoder layer whose cross-attention is returned (negative: from top)
     align_head: int | None = None  # None: mean over heads
@@ -416,22 +422,22 @@ def parse_duration(text: str) -> float:
 
 
 SearchMethod = Literal["beam", "greedy", "sample"]
-LengthPenalty = Literal["gnmt", "average", "none"]
+LengthPenalty = Literal["gnmt", "average", "power", "none"]
 # What a decoding option is about, which says where it is offered: `translate` takes every
 # kind, `align` (one hypothesis per sentence, searched) search and batching, the server every
 # kind but batching (its batcher batches).
 OptionKind = Literal["search", "output", "sampling", "batching"]
 
 
-def _decoding(default: Any, kind: OptionKind, help: str, metavar: str, *,
-              flags: tuple[str, ...] = (), **bounds: float) -> Any:
+def _decoding(default: Any, kind: OptionKind, help: str, metavar: str, **bounds: float) -> Any:
     """A decoding option: its default and numeric bounds (ge, gt, le, lt, checked at load
     time), and what every face says of it, so that the command line's flags
     (`mtkit.cli.options`) and the server's request model (`mtkit.serve.schema`) are derived
-    from this one declaration: its `kind`, a `help` phrase, the `metavar` of its value, and
-    its flags where they are not `--` + the field with dashes (the last is its name)."""
+    from this one declaration: its `kind`, a `help` phrase and the `metavar` of its value
+    (its flag is `--` + the field with dashes, unless `mtkit.cli.options.flag_of` says
+    otherwise)."""
     return field(default=default, metadata={**bounds, "kind": kind, "help": help,
-                                            "metavar": metavar, "flags": flags})
+                                            "metavar": metavar})
 
 
 @dataclass(frozen=True)
@@ -444,14 +450,15 @@ class DecodeConfig:
     method: SearchMethod = field(default="beam", metadata={"kind": "search", "switches": {
         "greedy": ("search", "greedy search"), "sample": ("sampling", "sample instead of "
                                                           "searching")}})
-    beam_size: int = _decoding(5, "search", "beam size", "N", flags=("-b", "--beam"), ge=1)
+    beam_size: int = _decoding(5, "search", "beam size", "N", ge=1)
     nbest: int = _decoding(1, "output", "hypotheses per sentence", "N", ge=1)
     length_penalty: LengthPenalty = _decoding(
-        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length) or none", "PENALTY")
+        "gnmt", "search", "gnmt (Wu et al. 2016), average (÷ length), power (÷ length^alpha, "
+        "transformers' and CTranslate2's) or none", "PENALTY")
     # GNMT length-penalty exponent (Wu et al. 2016, eq. 14; they tune it in [0, 1]); beyond
     # 10 the penalty of long outputs overflows float32 ((1000 / 6) ** 17 > 3.4e38)
-    alpha: float = _decoding(1.0, "search", "exponent of the gnmt length penalty", "A",
-                             ge=0.0, le=10.0)
+    alpha: float = _decoding(1.0, "search", "exponent of the gnmt or power length penalty",
+                             "A", ge=0.0, le=10.0)
     # max output length = a * source length + b
     max_len_a: float = _decoding(1.5, "search", "output limit A·source length + B: A", "A",
                                  ge=0.0)
@@ -486,6 +493,51 @@ class DecodeConfig:
 
 
 # --------------------------------------------------------------------------- recipe
+
+
+def guided_problems(recipe: Recipe, valid: Valid) -> list[tuple[str, str]]:
+    """Cross-field rules: alignments belong to the training split, to every corpus of it or to
+    none, and exactly when guided alignment is on; the model must have attention to guide."""
+    out: list[tuple[str, str]] = []
+    data, guide = recipe.data, recipe.train.guided_alignment
+    others: list[tuple[str, Any]] = [("data.valid", data.valid),
+                                     *((f"data.test.{n}", t) for n, t in data.test.items())]
+    if valid("data.valid", "data.test"):
+        for name, split in others:
+            for suffix, corpus in split_corpora(split) if split else []:
+                if corpus.align is not None:
+                    out.append((f"{name}{suffix}.align", "alignments are read for the "
+                                "training split only (guided alignment trains on them)"))
+    if not valid("data.train", "train.guided_alignment.weight") or not data.train:
+        return out
+    corpora = split_corpora(data.train)
+    missing = [f"data.train{suffix}.align" for suffix, c in corpora if c.align is None]
+    if guide.enabled and missing:
+        out += [(key, "missing: train.guided_alignment.weight > 0 needs the word alignment of "
+                 "every training corpus (a Pharaoh file of i-j links, one line per pair)")
+                for key in missing]
+    elif missing and len(missing) < len(corpora):
+        out += [(key, "missing: some training corpora name an alignment, so every one must")
+                for key in missing]
+    elif not guide.enabled and not missing:  # the keys named: a --set of one is blamed
+        named = ", ".join(f"data.train{suffix}.align" for suffix, _ in corpora)
+        out.append(("train.guided_alignment.weight", f"is 0 (off), but the training split "
+                    f"names alignments ({named}): set a weight (Garg et al. 2019 use 0.05) or "
+                    "drop `align`"))
+    if not (guide.enabled and valid("model.arch") and recipe.model.arch == "rnn"):
+        return out
+    if valid("model.rnn.attention") and recipe.model.rnn.attention == "none":
+        out.append(("train.guided_alignment.weight", "model.rnn.attention is none: the model "
+                    "has no attention to guide"))
+    # An RNN's one attention is the context of the word its step predicts: pulled to the
+    # previous word's source it either does not learn that (Bahdanau GRU, synthetic
+    # permutation task: AER 0.26) or leaves the model nothing to translate with (Luong GRU:
+    # exact match 0.5% against 99.5% unguided).
+    if valid("train.guided_alignment.readout") and guide.readout == "shift":
+        out.append(("train.guided_alignment.readout", "shift needs a Transformer: an RNN's one "
+                    "attention gives the context of the word its step predicts; use current"))
+    return out
+
 
 
 @dataclass(frozen=True)

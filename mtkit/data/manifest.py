@@ -14,6 +14,7 @@ from typing import Any
 
 from mtkit.config import DataConfig, Recipe, SplitConfig, recipe_to_dict, split_corpora
 from mtkit.data import sources
+from mtkit.data.pieces import PIECES
 from mtkit.data.spm import model_files
 from mtkit.errors import DataError
 from mtkit.fileio import WriteError, atomic_write
@@ -190,10 +191,12 @@ def refuse_orphaning_checkpoints(recipe: Recipe, run_dir: Path, *, force: bool) 
                     "loading)")
 
 
-# Names prep gives the files of data/ (splits' ids, offsets and texts, sentencepiece models,
-# the manifest): all that may go with a data/ whose manifest is lost or damaged.
+# Names prep gives the files of data/ (splits' ids, offsets and texts, sentencepiece models and
+# a reused model's piece table, the manifest): all that may go with a data/ whose manifest is
+# lost or damaged, or that `mtkit import` wrote (the models and the table, no manifest).
 _PREP_NAMES = re.compile(r"[^/]+\.(src|tgt|align)\.(ids|offsets)\.npy|[^/]+\.(src|tgt)\.txt"
-                         r"|spm(\.src|\.tgt)?\.model|" + re.escape(MANIFEST))
+                         r"|spm(\.src|\.tgt)?\.model|" + re.escape(PIECES) + "|"
+                         + re.escape(MANIFEST))
 
 
 def refuse_replacing_foreign_files(run_dir: Path) -> None:

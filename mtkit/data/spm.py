@@ -3,7 +3,9 @@
 The special ids are fixed in `mtkit.data.vocab` (pad 0, unk 1, bos 2, eos 3) and passed to the
 trainer here, so every model mtkit trains agrees on them. A joint model (one vocabulary for both
 languages, needed to share embeddings) is stored as ``spm.model``; separate models as
-``spm.src.model`` and ``spm.tgt.model``, in the prepared data directory.
+``spm.src.model`` and ``spm.tgt.model``, in the prepared data directory. A model imported from
+elsewhere numbers its pieces in a table of its own, ``pieces.json`` beside them
+(`mtkit.data.pieces`), through which the tokenizer then encodes and decodes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Literal
 
 from mtkit.config import SpmConfig
+from mtkit.data.pieces import PIECES, PieceTable, TableSide
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.errors import ConfigError, DataError
 
@@ -149,16 +152,21 @@ def _parses(proto: bytes) -> bool:
 
 
 class Tokenizer:
-    """Source and target sentencepiece models (the same object when joint).
+    """Source and target sentencepiece models (the same object when joint), and a table of
+    model ids when the model numbers its pieces otherwise (`mtkit.data.pieces`).
 
-    Encoding returns ids without BOS/EOS; decoding ignores pad, bos and eos ids and returns
-    detokenized text.
+    Encoding returns ids without BOS/EOS; decoding ignores pad, bos and eos ids (and, through
+    a table, unk) and returns detokenized text.
     """
 
-    def __init__(self, src_proto: bytes, tgt_proto: bytes | None = None) -> None:
+    def __init__(self, src_proto: bytes, tgt_proto: bytes | None = None, *,
+                 table: PieceTable | None = None) -> None:
         self.joint = tgt_proto is None
         self._src = _processor(src_proto)
         self._tgt = self._src if tgt_proto is None else _processor(tgt_proto)
+        self.table = table
+        self._sides = None if table is None else {
+            "src": TableSide(self._src, table.src), "tgt": TableSide(self._tgt, table.tgt)}
         self._starts: dict[str, np.ndarray] = {}  # `starts_word`, computed once per side
 
     @classmethod
@@ -173,7 +181,7 @@ class Tokenizer:
                     # and sentencepiece would log about it
                     bad = next((n for n, p in zip(names, protos, strict=True) if not p), None)
                     if bad is None:
-                        return cls(*protos)
+                        return cls(*protos, table=PieceTable.load(data_dir))
                 except RuntimeError:
                     bad = next(n for n, p in zip(names, protos, strict=True) if not _parses(p))
                 raise DamagedModelError(f"{data_dir / bad}: not a sentencepiece model "
@@ -182,6 +190,11 @@ class Tokenizer:
         raise DataError(f"{data_dir}: no sentencepiece model ({JOINT_MODEL}, or {SRC_MODEL} and "
                         f"{TGT_MODEL}); run `mtkit prep` first")
 
+    @property
+    def files(self) -> list[str]:
+        """The names `save` writes: the sentencepiece model(s), and the table if any."""
+        return model_files(self.joint) + ([PIECES] if self.table is not None else [])
+
     def save(self, data_dir: str | Path) -> list[Path]:
         """Write the model file(s) into `data_dir` (the caller makes the directory atomic)."""
         data_dir = Path(data_dir)
@@ -189,35 +202,48 @@ class Tokenizer:
         procs = [self._src] if self.joint else [self._src, self._tgt]
         for name, proc in zip(names, procs, strict=True):
             (data_dir / name).write_bytes(proc.serialized_model_proto())
-        return [data_dir / n for n in names]
+        if self.table is not None:
+            (data_dir / PIECES).write_text(self.table.to_json(), encoding="utf-8")
+        return [data_dir / n for n in self.files]
 
     def fingerprint(self) -> str:
-        """sha256 of the sentencepiece model(s): checkpoints record it, so a model is never
-        paired with a vocabulary it was not trained on (sizes alone can match by chance)."""
+        """sha256 of the sentencepiece model(s) (and the table): checkpoints record it, so a
+        model is never paired with a vocabulary it was not trained on (sizes alone can match
+        by chance)."""
         h = hashlib.sha256(self._src.serialized_model_proto())
         if not self.joint:
             h.update(self._tgt.serialized_model_proto())
+        if self.table is not None:
+            h.update(self.table.to_json().encode("utf-8"))
         return h.hexdigest()
 
     @property
     def src_vocab_size(self) -> int:
-        return self._src.get_piece_size()
+        return len(self.table.src) if self.table is not None else self._src.get_piece_size()
 
     @property
     def tgt_vocab_size(self) -> int:
-        return self._tgt.get_piece_size()
+        return len(self.table.tgt) if self.table is not None else self._tgt.get_piece_size()
 
     def encode_src(self, line: str) -> list[int]:
+        if self._sides is not None:
+            return self._sides["src"].encode(line)
         return self._src.encode(line, out_type=int)
 
     def encode_tgt(self, line: str) -> list[int]:
+        if self._sides is not None:
+            return self._sides["tgt"].encode(line)
         return self._tgt.encode(line, out_type=int)
 
     def encode_src_lines(self, lines: Sequence[str]) -> list[list[int]]:
         """Encode many lines at once on every core (ids without BOS/EOS)."""
+        if self._sides is not None:
+            return self._sides["src"].encode_lines(lines, os.cpu_count() or 1)
         return self._src.encode(list(lines), out_type=int, num_threads=os.cpu_count() or 1)
 
     def encode_tgt_lines(self, lines: Sequence[str]) -> list[list[int]]:
+        if self._sides is not None:
+            return self._sides["tgt"].encode_lines(lines, os.cpu_count() or 1)
         return self._tgt.encode(list(lines), out_type=int, num_threads=os.cpu_count() or 1)
 
     def sample_lines(self, side: Side, lines: Sequence[str], *, alpha: float,
@@ -226,18 +252,30 @@ class Tokenizer:
         lattice sampling, or BPE-dropout for a BPE model (`config.regularize`); the same
         `seed` (0 to 2**32 - 2) gives the same segmentations."""
         proc = self._src if side == "src" else self._tgt
-        return sample_encode(proc, lines, alpha=alpha, nbest_size=nbest_size, seed=seed)
+        if self._sides is None:
+            return sample_encode(proc, lines, alpha=alpha, nbest_size=nbest_size, seed=seed)
+        pieces = sample_encode(proc, lines, alpha=alpha, nbest_size=nbest_size, seed=seed,
+                               out_type=str)
+        return [self._sides[side].ids(p) for p in pieces]
 
     def decode_src(self, ids: Iterable[int]) -> str:
+        if self._sides is not None:
+            return self._sides["src"].decode(_ints(ids))
         return self._src.decode(_plain(ids))
 
     def decode_tgt(self, ids: Iterable[int]) -> str:
+        if self._sides is not None:
+            return self._sides["tgt"].decode(_ints(ids))
         return self._tgt.decode(_plain(ids))
 
     def src_pieces(self, ids: Iterable[int]) -> list[str]:
+        if self.table is not None:
+            return [self.table.src[i] for i in _ints(ids)]
         return [self._src.id_to_piece(i) for i in _ints(ids)]
 
     def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
+        if self.table is not None:
+            return [self.table.tgt[i] for i in _ints(ids)]
         return [self._tgt.id_to_piece(i) for i in _ints(ids)]
 
     def starts_word(self, side: Side) -> np.ndarray:
@@ -246,9 +284,9 @@ class Tokenizer:
         if side not in self._starts:
             import numpy as np
 
-            proc = self._src if side == "src" else self._tgt
-            self._starts[side] = np.array(
-                [proc.id_to_piece(i).startswith("\u2581") for i in range(proc.get_piece_size())])
+            pieces = self.src_pieces if side == "src" else self.tgt_pieces
+            size = self.src_vocab_size if side == "src" else self.tgt_vocab_size
+            self._starts[side] = np.array([p.startswith("\u2581") for p in pieces(range(size))])
         return self._starts[side]
 
     def tag_id(self, tag: str) -> int | None:
@@ -289,12 +327,13 @@ _SAMPLING = threading.Lock()
 
 
 def sample_encode(proc: spm.SentencePieceProcessor, lines: Sequence[str], *, alpha: float,
-                  nbest_size: int, seed: int) -> list[list[int]]:
-    """`lines` encoded by `proc` with sampling, reproducibly from `seed`."""
-    out: list[list[int]] = []
+                  nbest_size: int, seed: int, out_type: type = int) -> list[list]:
+    """`lines` encoded by `proc` with sampling, reproducibly from `seed`: ids, or pieces
+    with out_type str."""
+    out: list[list] = []
 
     def draw() -> None:  # line by line: a batch call would sample on pool threads
-        out.extend(proc.encode(line, out_type=int, enable_sampling=True, alpha=alpha,
+        out.extend(proc.encode(line, out_type=out_type, enable_sampling=True, alpha=alpha,
                                nbest_size=nbest_size) for line in lines)
 
     with _SAMPLING:

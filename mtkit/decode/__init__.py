@@ -75,6 +75,6 @@ def _search(model: Translator, enc: Encoded, cfg: DecodeConfig, batch: Batch,
         stream = int(batch.ids.min()) if batch.ids.numel() else 0
         return sample(model, enc, cfg, max_len=max_len, need_attn=need_attn, stream=stream,
                       prefix=prefix, continuing=continuing)
-    search = {"beam": beam_search, "greedy": greedy}[cfg.method]
+    search = beam_search if cfg.method == "beam" else greedy
     return search(model, enc, cfg, max_len=max_len, need_attn=need_attn, prefix=prefix,
                   continuing=continuing)

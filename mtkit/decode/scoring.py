@@ -1,6 +1,6 @@
 """The arithmetic every search shares: length penalty, length limits, the masking of tokens
 that may not be produced at a step, and the making of what they return (`Hypothesis`,
-defined in `mtkit.translation.hypothesis`).
+defined in `mtkit.data.hypothesis`).
 
 Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 """
@@ -12,8 +12,8 @@ import math
 import torch
 
 from mtkit.config import DecodeConfig
+from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
-from mtkit.translation.hypothesis import Hypothesis
 
 __all__ = ["NEW_WORD", "Hypothesis", "Scratch", "as_lengths", "force_prefix", "length_penalty",
            "max_lengths", "source_lengths", "step_logprobs", "to_hypotheses"]
@@ -23,14 +23,17 @@ def length_penalty(lengths: torch.Tensor | int, kind: str,
                    alpha: float) -> torch.Tensor | float:
     """The divisor of a hypothesis's log-probability, for lengths (...) or one int length.
 
-    'gnmt': ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14); 'average': |Y|;
-    'none': 1. |Y| counts the final EOS. All three never decrease with |Y| (alpha >= 0),
-    which is what beam search's stopping bound relies on.
+    'gnmt': ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14); 'average': |Y|; 'power':
+    |Y| ** alpha (transformers' `length_penalty` and CTranslate2's, whose 1 is 'average');
+    'none': 1. |Y| counts the final EOS. None decreases with |Y| (alpha >= 0), which is what
+    beam search's stopping bound relies on.
     """
     if kind == "gnmt":
         return ((5.0 + lengths) / 6.0) ** alpha
     if kind == "average":
         return lengths * 1.0
+    if kind == "power":
+        return (lengths * 1.0) ** alpha
     assert kind == "none", kind
     return torch.ones_like(lengths, dtype=torch.float) if torch.is_tensor(lengths) else 1.0
 

@@ -69,12 +69,18 @@ def is_export(path: Path) -> bool:
 def exported_decode(cfg: DecodeConfig) -> tuple[DecodeConfig, str | None]:
     """The decode section an export keeps, and a note when it had to change: CTranslate2 has
     no GNMT penalty; its `length_penalty` p divides by |Y|^p (|Y| counting EOS), so mtkit's
-    `average` is p = 1 and `none` is p = 0 (measured in tests/integration/test_export.py)."""
+    `average` is p = 1, `power` p = alpha and `none` is p = 0 (measured in
+    tests/integration/test_export.py)."""
     if cfg.length_penalty != "gnmt":
         return cfg, None
     note = ("decode.length_penalty gnmt has no CTranslate2 equivalent; the export decodes with "
             "average (CTranslate2 length_penalty 1.0, the same ranking as mtkit's average)")
     return dataclasses.replace(cfg, length_penalty="average", alpha=1.0), note
+
+
+def engine_length_penalty(cfg: DecodeConfig) -> float:
+    """CTranslate2's `length_penalty` for mtkit's (gnmt has none: `exported_decode`)."""
+    return {"average": 1.0, "power": cfg.alpha}.get(cfg.length_penalty, 0.0)
 
 
 def position_rows(recipe: Recipe) -> int:
@@ -153,7 +159,7 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
     spm_files = ", ".join(f"`{n}`" for n in names)
     src_spm, tgt_spm = names[0], names[-1]
     d = recipe.decode
-    lp = 1.0 if d.length_penalty == "average" else 0.0
+    lp = engine_length_penalty(d)
     lines = [
         f"# {recipe.name}: a CTranslate2 model exported by mtkit {__version__}",
         "",
@@ -177,7 +183,11 @@ def _readme(recipe: Recipe, tok: Tokenizer, quantization: str, note: str | None)
         "pieces = [src.encode(line, out_type=str) for line in lines]",
         f"results = translator.translate_batch(pieces, beam_size={d.beam_size}, "
         f"length_penalty={lp}, suppress_sequences=[[\"<pad>\"], [\"<s>\"]])",
-        "print(\"\\n\".join(tgt.decode(r.hypotheses[0]) for r in results))",
+        # an imported vocabulary (pieces.json) may hold pieces the target model lacks, which
+        # sentencepiece leaves with their word marks: Marian's tokenizer turns those to spaces
+        "print(\"\\n\".join(tgt.decode(r.hypotheses[0])"
+        + (".replace(\"\\u2581\", \" \").strip()" if tok.table is not None else "")
+        + " for r in results))",
         "```",
         "",
         "## From the shell, CTranslate2-translator style",

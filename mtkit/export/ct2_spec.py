@@ -8,9 +8,11 @@ Why the mapping is exact:
 - Sublayer norms map one to one: mtkit's norms[0..2] are CTranslate2's self-attention,
   encoder-attention and feed-forward ``layer_norm``; pre-norm stacks keep a final norm,
   post-norm stacks have none (``pre_norm=False`` creates none).
-- Embeddings are scaled by √d in both (``scale_embeddings``). Positions are written as a table:
-  mtkit's sinusoids interleave sin/cos (Vaswani et al. 2017, §3.5), CTranslate2's built-in ones
-  do not, so the table is always given explicitly; row 0 is the first token in both.
+- Embeddings are scaled by √d in both, or in neither (``scale_embeddings``). Positions are
+  written as a table: mtkit's sinusoids interleave sin/cos (Vaswani et al. 2017, §3.5) or lay
+  them out in halves (Marian's), CTranslate2's built-in ones may not match, so the table is
+  always given explicitly; row 0 is the first token in both.
+- Activations: relu, gelu and swish are CTranslate2's RELU, GELU and SWISH.
 - LayerNorm epsilon is torch's (1e-5), recorded in the model's config.
 - Alignment: CTranslate2 averages the *first* `alignment_heads` heads of `alignment_layer`.
   A mean over all heads is all heads; a single chosen head k is moved to position 0 by
@@ -95,7 +97,7 @@ def _positions(embed, rows: int) -> np.ndarray:
     """(P, d) position table: the learned one, or mtkit's sinusoids for `rows` positions."""
     if embed.learned is not None:
         return _np(embed.learned.weight)
-    return _np(sinusoids(rows, embed.tokens.embedding_dim))
+    return _np(sinusoids(rows, embed.tokens.embedding_dim, halves=embed.halves))
 
 
 def _encoder(spec, model: Transformer, rows: int) -> None:
@@ -135,7 +137,8 @@ def transformer_spec(model: Transformer, cfg: TransformerConfig, vocab: Vocabula
     model may see; learned positions always give their max_positions rows).
     """
     specs = ctranslate2().specs
-    act = specs.Activation.GELU if cfg.activation == "gelu" else specs.Activation.RELU
+    act = {"gelu": specs.Activation.GELU, "swish": specs.Activation.SWISH,
+           "relu": specs.Activation.RELU}[cfg.activation]
     pre = cfg.norm == "pre"
     heads_for_alignment = 1 if model.align_head is not None else cfg.heads
     spec = specs.TransformerSpec(
@@ -145,6 +148,7 @@ def transformer_spec(model: Transformer, cfg: TransformerConfig, vocab: Vocabula
                                      alignment_heads=heads_for_alignment))
     _encoder(spec.encoder, model, position_rows)
     _decoder(spec.decoder, model, position_rows)
+    spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = cfg.scale_embeddings
     conf = spec.config
     conf.layer_norm_epsilon = LAYER_NORM_EPS
     conf.unk_token, conf.bos_token = vocab.tgt[UNK_ID], vocab.tgt[BOS_ID]

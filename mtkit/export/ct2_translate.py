@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
+from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
 from mtkit.errors import CheckpointError, OptionError, Problem
-from mtkit.export.ct2_dir import Export, position_rows
+from mtkit.export.ct2_dir import Export, engine_length_penalty, position_rows
 from mtkit.export.engine import ctranslate2
-from mtkit.translation.hypothesis import Hypothesis
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
@@ -73,7 +73,7 @@ def engine_problems(cfg: DecodeConfig) -> list[tuple[str, str]]:
     out = []
     if cfg.length_penalty == "gnmt":  # sampled n-best lists are ranked by it too
         out.append(("length_penalty", "CTranslate2 has no GNMT penalty; use average (its "
-                    "length_penalty 1) or none"))
+                    "length_penalty 1), power or none"))
     if cfg.method == "sample" and not 0 <= cfg.seed < 2**32:  # two seeds would draw alike
         out.append(("seed", f"CTranslate2 takes a seed from 0 to {2**32 - 1}, got {cfg.seed}"))
     return out
@@ -128,8 +128,7 @@ def runs_on_cpu(device: str) -> bool:
     return device == "cpu" or (device == "auto" and ctranslate2().get_cuda_device_count() == 0)
 
 
-def _penalty(cfg: DecodeConfig) -> float:
-    return 1.0 if cfg.length_penalty == "average" else 0.0
+_penalty = engine_length_penalty
 
 
 class CT2Translator(LineTranslator):
@@ -139,8 +138,9 @@ class CT2Translator(LineTranslator):
     def __init__(self, export: Export, cfg: DecodeConfig, *, device: str = "cpu",
                  threads: int = 0, fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
                  chunk_lines: int = CHUNK_LINES, workers: int = 1) -> None:
-        """threads: per worker (0: the engine's default); workers: batches decoded at once, by
-        as many engine replicas (CTranslate2's inter_threads)."""
+        """threads: per worker (0: the engine's default); workers: batches decoded at once,
+        by as many engine replicas (CTranslate2's inter_threads); the language tags are the
+        export's recipe's (data.*.tag)."""
         problems = device_problems(device)
         # The exported positions end an output by the last one: a learned table's, or the
         # sinusoid rows the export wrote (the engine fails past them; mtkit's own decoder
@@ -150,7 +150,8 @@ class CT2Translator(LineTranslator):
         self.max_target = rows - 1
         super().__init__(export.tokenizer, cfg, max_src_len=export.recipe.data.max_len,
                          max_out_len=self.max_target, fmt=fmt, align_fn=align_fn,
-                         chunk_lines=chunk_lines, workers=workers)
+                         chunk_lines=chunk_lines, workers=workers,
+                         tags=export.recipe.data.tags())
         if problems:
             raise OptionError(*problems)
         self.engine = _load_engine(export.path, device, threads=threads, workers=workers)

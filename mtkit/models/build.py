@@ -184,7 +184,9 @@ def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, *,
 
     def embedding(tokens: nn.Embedding) -> ScaledEmbedding:
         return ScaledEmbedding(tokens, learned=cfg.positions == "learned",
-                         max_positions=cfg.max_positions, dropout=cfg.dropout)
+                               max_positions=cfg.max_positions, dropout=cfg.dropout,
+                               scaled=cfg.scale_embeddings,
+                               halves=cfg.positions == "sinusoidal_halves")
 
     def ffn() -> FeedForward:
         return FeedForward(d, cfg.ffn_dim, cfg.activation, cfg.act_dropout)

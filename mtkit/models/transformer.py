@@ -153,7 +153,8 @@ class FeedForward(nn.Module):
         self.inner = nn.Linear(d_model, ffn_dim)
         self.outer = nn.Linear(ffn_dim, d_model)
         # ReLU in place: nothing else needs the inner output (a Linear's backward uses its input).
-        self.act = nn.GELU() if activation == "gelu" else nn.ReLU(inplace=True)
+        self.act = (nn.GELU() if activation == "gelu" else nn.SiLU() if activation == "swish"
+                    else nn.ReLU(inplace=True))
         self.dropout = nn.Dropout(act_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

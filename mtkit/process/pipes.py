@@ -1,4 +1,5 @@
-"""Learning that the reader of a pipe mtkit writes to has gone, before writing to it again."""
+"""Learning that the reader of a pipe mtkit writes to has gone, before writing to it again,
+and after: what a command's end makes of a closed standard output."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import os
 import select
 import stat
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import IO
@@ -45,3 +47,40 @@ def watching_reader(out: IO, on_gone: Callable[[], None]) -> Iterator[None]:
             watcher.join()
         os.close(wake_r)
         os.close(wake_w)
+
+
+def stdout_file() -> tuple[int, int] | None:
+    """The file (device, inode) that stdout is, or None."""
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def reader_gone(stdout_was: tuple[int, int] | None) -> bool:
+    """Whether stdout was a pipe whose reader has closed it: poll reports an error on it
+    (click's case), or it is no longer the file it was but /dev/null (rich's
+    `Console.on_broken_pipe` points it there before exiting 1)."""
+    now = stdout_file()
+    if now is not None and now != stdout_was:
+        st = os.stat(os.devnull)
+        return now == (st.st_dev, st.st_ino)
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no poll, or stdout is no file
+        return False
+
+
+def flush_stdout() -> None:
+    """Write what is still buffered for stdout while a closed pipe can be told: a reader
+    gone is no failure (stdout is dropped)."""
+    from mtkit.process.startup import drop_stdout
+
+    try:
+        if sys.stdout is not None:  # None: closed before we started (`>&-`)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        drop_stdout()

@@ -35,7 +35,8 @@ DEFAULT_ALPHAS = (0.6, 1.0, 1.5, 2.0)
 
 @dataclass(frozen=True)
 class LengthSetting:
-    """One point of the grid: a `decode.length_penalty` and, for gnmt, its alpha."""
+    """One point of the grid: a `decode.length_penalty` and, for gnmt (or a current power
+    penalty), its alpha."""
 
     length_penalty: LengthPenalty
     alpha: float
@@ -45,8 +46,8 @@ class LengthSetting:
         return {"length_penalty": self.length_penalty, "alpha": self.alpha}
 
     def label(self) -> str:
-        return (f"gnmt alpha {self.alpha:g}" if self.length_penalty == "gnmt"
-                else self.length_penalty)
+        return (f"{self.length_penalty} alpha {self.alpha:g}"
+                if self.length_penalty in ("gnmt", "power") else self.length_penalty)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtkit.config import DecodeConfig, recipe_to_dict
+from mtkit.data.batching import decode_parallelism
 from mtkit.errors import CheckpointError, DataError
-from mtkit.translation.batching import decode_parallelism
 from mtkit.translation.lines import StreamTranslator, TranslateStats, load_translator
 
 if TYPE_CHECKING:

@@ -8,7 +8,6 @@ changes while it trains (progress, windows, the newest checkpoint).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from mtkit.config import Recipe, dump_recipe, recipe_from_yaml_text, recipe_to_d
 from mtkit.data.batch import Batch
 from mtkit.data.resegment import Resegmenter
 from mtkit.data.sampler import TokenBatchSampler
+from mtkit.data.sources import sha256_file
 from mtkit.data.spm import Tokenizer, model_files
 from mtkit.data.store import ParallelData, text_path
 from mtkit.device import Amp
@@ -206,12 +206,8 @@ def init_state(recipe: Recipe, source: Path, *, reinitialize: Sequence[str] = ()
             f"{key} is {json.dumps(is_)} in this recipe but "
             f"{json.dumps(was)} in {path}'s; the architecture must be the "
             "parent's (set it to the parent's value)"))
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
     progress = state.get("progress") or {}
-    meta = {"checkpoint": str(path.resolve()), "sha256": digest.hexdigest(),
+    meta = {"checkpoint": str(path.resolve()), "sha256": sha256_file(path),
             "update": progress.get("update")}
     if reinitialize:
         meta["reinitialized"] = list(reinitialize)

@@ -19,7 +19,7 @@ import errno
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +27,12 @@ from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
+from mtkit.data.batching import parallel_batches
+from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.spm import Tokenizer
 from mtkit.data.vocab import NEW_WORD
 from mtkit.errors import CheckpointError, DataError, Problem
 from mtkit.process.pipes import watching_reader
-from mtkit.translation.batching import parallel_batches
-from mtkit.translation.hypothesis import Hypothesis
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`
@@ -193,9 +193,10 @@ class LineTranslator:
     def __init__(self, tokenizer: Tokenizer, cfg: DecodeConfig, *, max_src_len: int,
                  max_out_len: int | None = None, fmt: OutputFormat = "text",
                  align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
-                 workers: int = 1) -> None:
+                 workers: int = 1, tags: Sequence[str] = ()) -> None:
         """max_out_len: the most tokens before EOS the model's positions allow (None: no
-        limit); a sentence's decode.max_len_a/b limit above it is lowered and counted."""
+        limit); a sentence's decode.max_len_a/b limit above it is lowered and counted; tags:
+        the model's language tags (data.*.tag), one of which `configured` may choose."""
         assert fmt in FORMATS and chunk_lines >= 1 and workers >= 1, (fmt, chunk_lines, workers)
         self.tok = tokenizer
         self.cfg = cfg
@@ -210,19 +211,23 @@ class LineTranslator:
         self.chunk_lines = chunk_lines
         self.workers = workers
         self.terms: Glossary | None = None  # terms every output must hold (mtkit.translation.terms)
-        self.tags: tuple[str, ...] = ()  # the model's language tags (data.*.tag)...
+        self.tags: tuple[str, ...] = tuple(tags)  # the model's language tags...
         self.tag: str | None = None  # ... and the one put before every source line
 
     def configured(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
                    attention: bool = False, chunk_lines: int | None = None,
-                   terms: Glossary | None = None, tag: str | None = None) -> LineTranslator:
+                   terms: Glossary | None = None, tag: str | None = None,
+                   fmt: OutputFormat | None = None) -> LineTranslator:
         """This translator with another decoding configuration, aligner (none by default),
-        chunk size, glossary (none by default) and language tag (one of `tags`; none by
-        default), sharing its model or engine: how a caller with per-request options
-        (`mtkit.api`) decodes. attention: searches return each hypothesis's attention even
-        without an aligner. `cfg` must have passed `decode_problems`. Sampling decodes one
-        batch at a time, since its draws depend on how a chunk is split."""
+        chunk size, glossary (none by default), language tag (one of `tags`; none by
+        default) and output format (`run`'s; this one's by default), sharing its model or
+        engine: how a caller with per-request options (`mtkit.api`) decodes. attention:
+        searches return each hypothesis's attention even without an aligner. `cfg` must have
+        passed `decode_problems`. Sampling decodes one batch at a time, since its draws
+        depend on how a chunk is split."""
+        assert fmt is None or fmt in FORMATS, fmt
         other = copy.copy(self)
+        other.fmt = self.fmt if fmt is None else fmt
         other.cfg = cfg
         other.align_fn = align_fn
         other.need_attn = attention or align_fn is not None
@@ -231,6 +236,12 @@ class LineTranslator:
         other.terms = terms
         other.tag = tag
         return other
+
+    @property
+    def notes(self) -> list[str]:
+        """What the user should know of this engine and decoding configuration, a line each
+        (mtkit's own decoder: nothing)."""
+        return []
 
     def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
         """Decoding choices this translator cannot honour, as (DecodeConfig field, why)."""
@@ -528,11 +539,12 @@ class StreamTranslator(LineTranslator):
                  device: torch.device, max_src_len: int, fmt: OutputFormat = "text",
                  align_fn: AlignFn | None = None, chunk_lines: int = CHUNK_LINES,
                  workers: int = 1, dtype: torch.dtype | None = None,
-                 shortlist: OutputShortlist | None = None) -> None:
+                 tags: Sequence[str] = (), shortlist: OutputShortlist | None = None) -> None:
         # learned positions end an output by the last one (mtkit.decode.decode_batch)
         limit = None if model.max_target_len is None else model.max_target_len - 1
         super().__init__(tokenizer, cfg, max_src_len=max_src_len, max_out_len=limit, fmt=fmt,
-                         align_fn=align_fn, chunk_lines=chunk_lines, workers=workers)
+                         align_fn=align_fn, chunk_lines=chunk_lines, workers=workers,
+                         tags=tags)
         self.model = model.eval()
         self.device = device
         self.dtype = dtype

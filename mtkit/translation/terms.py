@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from mtkit.translation.hypothesis import Hypothesis
+    from mtkit.data.hypothesis import Hypothesis
     from mtkit.translation.lines import Item, LineTranslator
 
 TermsMethod = Literal["prefix", "align"]

@@ -24,11 +24,11 @@ from mtkit.align.viz import DEFAULT_DPI, figure_size
 from mtkit.cli import app
 from mtkit.config import DecodeConfig, ModelConfig, TransformerConfig, dump_recipe, load_recipe
 from mtkit.data.batch import collate
+from mtkit.data.batching import token_batches
 from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, load_model, save_checkpoint
-from mtkit.translation.batching import token_batches
 from tests.conftest import REPO
 from tests.helpers import run_cli
 
@@ -437,7 +437,7 @@ def test_rnn_rejects_layers_and_self_attention(rnn_run, pairs):
     (["-s", "{src}", "--print", "--greedy", "--length-penalty", "none"],
      "--length-penalty: with greedy search the length penalty changes only the score"),
     (["-s", "{src}", "--print", "--length-penalty", "average", "--alpha", "0.5"],
-     "--alpha is the GNMT penalty's exponent; the length penalty is average"),
+     "--alpha is the GNMT penalty's exponent, or power's; the length penalty is average"),
     (["-s", "{src}", "--print", "--greedy", "--alpha", "0"], "--alpha: with greedy search"),
     (["-s", "{src}", "-t", "{tgt}", "--print", "--min-len", "0"],
      "--min-len: search options apply only without -t"),  # 0 is given too

@@ -81,7 +81,7 @@ def test_greedy_on_the_command_line_overrides_a_recipe_nbest():
 
 # --------------------------------------------------------------------------- help screens
 
-COMMANDS = ["prep", "train", "average", "score", "translate", "align", "export"]
+COMMANDS = ["prep", "train", "average", "score", "translate", "align", "export", "import"]
 
 
 def _help(*args: str, columns: int) -> str:

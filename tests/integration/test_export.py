@@ -184,14 +184,15 @@ def toy_export(toy_model: Path, tmp_path_factory) -> Path:
     return _export(toy_model, tmp_path_factory.mktemp("toy-export") / "ct2")
 
 
-@pytest.mark.parametrize("penalty", ["average", "none"])
+@pytest.mark.parametrize("penalty", ["average", "none", "power"])
 def test_beam_matches_with_the_matching_length_penalty(penalty, toy_model, toy_export,
                                                        test_src):
-    """1-best output and score agree under both shared penalties; with `average` the whole
-    3-best list does too. (With `none` the engines' finishing rules differ below the best:
-    mtkit finishes only EOS ranked among the K best candidates, as fairseq does.)"""
+    """1-best output and score agree under the shared penalties (power: alpha 0.6, the
+    engine's length_penalty 0.6); with `average` the whole 3-best list does too. (With `none`
+    the engines' finishing rules differ below the best: mtkit finishes only EOS ranked among
+    the K best candidates, as fairseq does.)"""
     args = ("--beam", "5", "--nbest", "3", "--length-penalty", penalty, "--format", "jsonl",
-            "-i", test_src)
+            "-i", test_src, *(("--alpha", "0.6") if penalty == "power" else ()))
     want = [json.loads(line) for line in _cli("translate", toy_model, *args).stdout.splitlines()]
     got = [json.loads(line) for line in _cli("translate", toy_export, *args).stdout.splitlines()]
     assert len(got) == len(want) == 60

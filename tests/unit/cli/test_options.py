@@ -40,18 +40,18 @@ def test_flags_the_resolved_decoding_would_ignore_are_named():
     cfg = flags.over(DecodeConfig(length_penalty="average"))
     assert flags.ignored(cfg) == [
         "--top-k, --seed: sampling options need --sample (decode.method is beam)",
-        "--alpha is the GNMT penalty's exponent; the length penalty is average"]
+        "--alpha is the GNMT penalty's exponent, or power's; the length penalty is average"]
     sampled = DecodeFlags(method="sample", top_k=5)
     assert sampled.ignored(sampled.over(DecodeConfig())) == []
     # outside beam search a penalty only rescores; where no score is shown it is ignored,
     # and an --alpha the penalty does not use is named once (it was named twice)
     greedy = DecodeFlags(method="greedy", length_penalty="average", alpha=0.5)
     assert greedy.ignored(greedy.over(DecodeConfig()), unseen_score="align does not show") == [
-        "--alpha is the GNMT penalty's exponent; the length penalty is average",
+        "--alpha is the GNMT penalty's exponent, or power's; the length penalty is average",
         "--length-penalty: with greedy search the length penalty changes only the score, "
         "which align does not show"]
     assert greedy.ignored(greedy.over(DecodeConfig())) == [
-        "--alpha is the GNMT penalty's exponent; the length penalty is average"]
+        "--alpha is the GNMT penalty's exponent, or power's; the length penalty is average"]
 
 
 def test_search_method_from_flags():

@@ -194,6 +194,10 @@ def test_length_penalty_arithmetic():
     torch.testing.assert_close(length_penalty(lens, "gnmt", 0.0), torch.ones(3))
     torch.testing.assert_close(length_penalty(lens, "average", 1.0), lens.float())
     torch.testing.assert_close(length_penalty(lens, "none", 1.0), torch.ones(3))
+    torch.testing.assert_close(length_penalty(lens, "power", 0.5),
+                               torch.tensor([1.0, 2.0, 10**0.5]))
+    torch.testing.assert_close(length_penalty(lens, "power", 1.0), lens.float())
+    assert length_penalty(4, "power", 2.0) == 16.0
     assert length_penalty(4, "gnmt", 1.0) == 1.5 and length_penalty(4, "none", 1.0) == 1.0
     c = DecodeConfig(max_len_a=1.5, max_len_b=10)
     assert max_lengths(torch.tensor([1, 2, 5]), c).tolist() == [10, 11, 16]

@@ -364,8 +364,14 @@ def test_tied_output_layer_shares_the_target_embedding():
     assert tied.decoder.generator.weight is tied.decoder.embed.weight
     untied = _model(_rnn(tie_embeddings=False, placement="luong"))
     saved = untied.parameter_counts()["total"] - tied.parameter_counts()["total"]
-    # untied: own (V, Hd) output matrix; the readout and feed sizes change from E to Hd too
-    assert saved > 0
+    # untied: own (V, Hd) output matrix; the readout (weights and bias) and the fed-back
+    # output (the GRU's 3 gates' input weights of layer 0) are Hd wide instead of E
+    emb, hidden = 8, 6  # _rnn's
+    assert tuple(untied.decoder.generator.weight.shape) == (TGT_V, hidden)
+    assert (tied.decoder.readout.out_features, untied.decoder.readout.out_features) == (
+        emb, hidden)
+    width = tied.decoder.readout.in_features
+    assert saved == TGT_V * hidden + (hidden - emb) * (width + 1) + 3 * hidden * (hidden - emb)
 
 
 def test_location_attention_rejects_sources_past_max_positions():

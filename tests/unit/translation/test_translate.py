@@ -16,13 +16,13 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
+from mtkit.data.batching import decode_parallelism, parallel_batches, token_batches
 from mtkit.data.store import text_path
 from mtkit.decode import forced, length_penalty
 from mtkit.device import inference_device
 from mtkit.errors import ConfigError
 from mtkit.run import data_dir
 from mtkit.score.split_translation import decode_tag, translate_split
-from mtkit.translation.batching import decode_parallelism, parallel_batches, token_batches
 from mtkit.translation.lines import (
     StreamTranslator,
     TranslateStats,
