@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.vocab import EOS_ID, PAD_ID
 from mtkit.models.base import Step, Translator
-from mtkit.translation.hypothesis import Hypothesis
 
 SPECIALS = EOS_ID + 1  # ids 0..EOS_ID: pad, unk, bos, eos
 
