@@ -23,6 +23,12 @@ getrusage of the child), which other processes on a shared machine disturb less.
 
 --before TREE adds the same model decoded by an older source tree: "mtkit before", and
 "ct2 float32 before" (the float32 export through that tree's `mtkit translate`).
+
+--options int8 shortlist int8+shortlist adds mtkit's own decoder with those options
+(`--precision int8`, `--shortlist`, both) as more systems, interleaved with the rest; the
+shortlist is counted once (untimed) before the runs. --src/--ref time another test set (plain
+or .gz files, e.g. the Tatoeba split of bench/tatoeba_model.py); --searches picks the
+searches; --no-export leaves CTranslate2 out (the ratios are then to mtkit).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TEST_SRC, TEST_REF = "test_2016_flickr.en.gz", "test_2016_flickr.de.gz"
 SEARCHES = {"beam 5": ["--beam", "5", "--length-penalty", "average"], "greedy": ["--greedy"]}
+OPTIONS = {"int8": ["--precision", "int8"], "shortlist": ["--shortlist"],
+           "int8+shortlist": ["--precision", "int8", "--shortlist"]}
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,6 +66,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                     "(e.g. `git worktree add /tmp/before COMMIT`): adds 'mtkit before', the "
                     "same model decoded by that code")
     ap.add_argument("--skip-gnmt", action="store_true", help="no mtkit gnmt BLEU run")
+    ap.add_argument("--options", nargs="*", default=[], choices=list(OPTIONS),
+                    help="mtkit's own decoder with these options, as more systems")
+    ap.add_argument("--src", type=Path, default=None, help="test source (default test2016)")
+    ap.add_argument("--ref", type=Path, default=None, help="its references")
+    ap.add_argument("--searches", nargs="*", default=list(SEARCHES), choices=list(SEARCHES))
+    ap.add_argument("--no-export", action="store_true", help="no CTranslate2 systems")
     return ap.parse_args(argv)
 
 
@@ -89,25 +103,33 @@ def _mtkit(*args: object, stdin: str | None = None, source: Path | None = None
     return seconds, cpu
 
 
+def _text(path: Path) -> str:
+    """A plain or gzipped text file's contents."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text(encoding="utf-8")
+
+
 def _bleu(hyp: Path, ref: list[str]) -> float:
     import sacrebleu
 
     return sacrebleu.corpus_bleu(hyp.read_text(encoding="utf-8").splitlines(), [ref]).score
 
 
-# name -> (model, source tree or None for this one)
-Systems = dict[str, tuple[Path, Path | None]]
+# name -> (model, source tree or None for this one, mtkit translate's extra flags)
+Systems = dict[str, tuple[Path, Path | None, list[str]]]
 
 
-def _time_all(systems: Systems, src: Path, work: Path, runs: int, threads: int
-              ) -> dict[tuple[str, str], list[tuple[float, float]]]:
+def _time_all(systems: Systems, searches: list[str], src: Path, work: Path, runs: int,
+              threads: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(runs):
-        for search, flags in SEARCHES.items():
-            for name, (model, tree) in systems.items():
+        for search in searches:
+            for name, (model, tree, extra) in systems.items():
                 out = work / f"{name}.{search.replace(' ', '')}.de"
                 sec = _mtkit("translate", model, "-i", src, "-o", out, "--threads", threads,
-                             *flags, source=tree)
+                             *SEARCHES[search], *extra, source=tree)
                 times.setdefault((name, search), []).append(sec)
     return times
 
@@ -116,8 +138,8 @@ def _startup(systems: Systems, runs: int, threads: int, line: str
              ) -> dict[str, tuple[float, float]]:
     times: dict[str, list[tuple[float, float]]] = {}
     for _ in range(runs):
-        for name, (model, tree) in systems.items():
-            sec = _mtkit("translate", model, "--greedy", "--threads", threads,
+        for name, (model, tree, extra) in systems.items():
+            sec = _mtkit("translate", model, "--greedy", "--threads", threads, *extra,
                          stdin=line + "\n", source=tree)
             times.setdefault(name, []).append(sec)
     return {name: _medians(t) for name, t in times.items()}
@@ -134,36 +156,40 @@ def main(argv: list[str] | None = None) -> None:
     args.run = args.run.resolve()
     work = (args.work or Path(tempfile.mkdtemp(prefix="export-speed-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    src = work / "test2016.en"
-    with gzip.open(mirror / TEST_SRC, "rt", encoding="utf-8") as f:
-        src.write_text(f.read(), encoding="utf-8")
-    with gzip.open(mirror / TEST_REF, "rt", encoding="utf-8") as f:
-        ref = f.read().splitlines()
+    src = work / "test.src"
+    src.write_text(_text(args.src or mirror / TEST_SRC), encoding="utf-8")
+    ref = _text(args.ref or mirror / TEST_REF).splitlines()
     n = len(ref)
-    for q in ("float32", "int8"):
-        _mtkit("export", args.run, "-o", work / f"ct2-{q}", "--quantize", q)
-    systems: Systems = {"mtkit": (args.run, None)}
+    systems: Systems = {"mtkit": (args.run, None, [])}
     if args.before is not None:
-        systems["mtkit before"] = (args.run, args.before.resolve())
-    systems["ct2 float32"] = (work / "ct2-float32", None)
-    if args.before is not None:
-        systems["ct2 float32 before"] = (work / "ct2-float32", args.before.resolve())
-    systems["ct2 int8"] = (work / "ct2-int8", None)
-    for tree in {REPO, *(t for _, t in systems.values() if t is not None)}:
+        systems["mtkit before"] = (args.run, args.before.resolve(), [])
+    for option in args.options:
+        systems[f"mtkit {option}"] = (args.run, None, OPTIONS[option])
+    if "shortlist" in " ".join(args.options):  # counted and saved in the run, untimed
+        _mtkit("translate", args.run, "--greedy", "--shortlist", stdin="a\n")
+    if not args.no_export:
+        for q in ("float32", "int8"):
+            _mtkit("export", args.run, "-o", work / f"ct2-{q}", "--quantize", q)
+        systems["ct2 float32"] = (work / "ct2-float32", None, [])
+        if args.before is not None:
+            systems["ct2 float32 before"] = (work / "ct2-float32", args.before.resolve(), [])
+        systems["ct2 int8"] = (work / "ct2-int8", None, [])
+    peer = "mtkit" if args.no_export else "ct2 float32"
+    for tree in {REPO, *(t for _, t, _ in systems.values() if t is not None)}:
         compileall.compile_dir(tree / "mtkit", quiet=1)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
           f"{os.cpu_count()} CPUs, python {platform.python_version()}; model {args.run}; "
           f"{n} sentences; {args.threads} threads; median of {args.runs} interleaved runs")
     print(f"# load average before: {os.getloadavg()}")
-    times = _time_all(systems, src, work, args.runs, args.threads)
+    times = _time_all(systems, args.searches, src, work, args.runs, args.threads)
     first = src.read_text(encoding="utf-8").splitlines()[0]
     start = _startup(systems, args.runs, args.threads, first)
     print(f"# load average after: {os.getloadavg()}")
-    print("| system | search | seconds | CPU s | sentences/s | BLEU | × ct2 float32 "
-          "| × ct2 float32, CPU |")
+    print(f"| system | search | seconds | CPU s | sentences/s | BLEU | × {peer} "
+          f"| × {peer}, CPU |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for search in SEARCHES:
-        base, base_cpu = _medians(times[("ct2 float32", search)])
+    for search in args.searches:
+        base, base_cpu = _medians(times[(peer, search)])
         for name in systems:
             sec, cpu = _medians(times[(name, search)])
             bleu = _bleu(work / f"{name}.{search.replace(' ', '')}.de", ref)
@@ -173,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- | --- | --- |")
     for name, (sec, cpu) in start.items():
         print(f"| {name} | {sec:.2f} | {cpu:.2f} |")
-    if not args.skip_gnmt:
+    if not args.skip_gnmt and "beam 5" in args.searches:
         out = work / "mtkit.beam5-gnmt.de"
         _mtkit("translate", args.run, "-i", src, "-o", out, "--threads", args.threads,
                "--beam", "5", "--length-penalty", "gnmt", "--alpha", "1.0")

@@ -50,6 +50,7 @@ DATA_DIR = "data"
 MANIFEST = "manifest.json"
 RECIPE = "recipe.yaml"
 LOCK = ".mtkit.lock"
+SHORTLIST = "shortlist.npz"  # the vocabulary shortlist (mtkit.data.shortlist), built on first use
 # The first line of every recipe.yaml that mtkit writes into a run directory: the proof that
 # mtkit may replace it.
 RECIPE_HEADER = "# Written by mtkit: the resolved recipe of this run (replaced by each prep)."
@@ -533,3 +534,41 @@ def is_checkpoint_file(path: Path) -> bool:
             return any(n.endswith("/data.pkl") for n in z.namelist())
     except (zipfile.BadZipFile, OSError):
         return False
+
+
+def run_shortlist(run_dir_or_ckpt: str | Path) -> tuple[Any, str | None]:
+    """The vocabulary shortlist of the run that holds this model (`mtkit.data.shortlist`):
+    read from ``shortlist.npz``, or counted from the run's prepared training data when that
+    file is missing or was counted on other data, and saved there. Returns it and a line
+    saying it was built (None when read). A run without its training data and without the
+    file: a CheckpointError."""
+    import time
+
+    from mtkit.data.manifest import read_manifest
+    from mtkit.data.shortlist import build_shortlist, load_shortlist, save_shortlist
+    from mtkit.data.spm import Tokenizer
+    from mtkit.data.store import ParallelData
+
+    run_dir = resolve_checkpoint(run_dir_or_ckpt).parent
+    path = run_dir / SHORTLIST
+    manifest = read_manifest(run_dir) or {}
+    data_hash = str(manifest.get("data_hash", ""))
+    if path.exists():
+        found = load_shortlist(path)
+        if found.data_hash == data_hash or not data_hash:
+            return found, None
+    start = time.perf_counter()
+    try:
+        train = ParallelData.load(data_dir(run_dir), "train")
+    except DataError as e:
+        raise CheckpointError(f"{run_dir}: the vocabulary shortlist is counted from the run's "
+                              f"prepared training data, which is not there ({e})") from None
+    tok = Tokenizer.load(data_dir(run_dir))
+    built = build_shortlist(train, tok.src_vocab_size, tok.tgt_vocab_size, data_hash)
+    try:
+        save_shortlist(path, built)
+        where = f"saved to {path}"
+    except OSError as e:  # a read-only run: the shortlist is counted again next time
+        where = f"not saved ({e.strerror or e})"
+    return built, (f"counted the vocabulary shortlist from {len(train):,} training pairs in "
+                   f"{time.perf_counter() - start:.1f} s; {where}")

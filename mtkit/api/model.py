@@ -14,6 +14,7 @@ without Python's lock); each call builds its own translator over the shared mode
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from mtkit.models.base import AttentionChoice
     from mtkit.translation.terms import Glossary
 
+log = logging.getLogger(__name__)
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
 Engine = Literal["mtkit", "ctranslate2"]
 
@@ -433,35 +435,42 @@ def _matrix(weights: Any, src: Sequence[str], tgt: Sequence[str],
 # --------------------------------------------------------------------------- loading
 
 
-Precision = Literal["auto", "fp32", "bf16"]
-PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
+Precision = Literal["auto", "fp32", "bf16", "int8"]
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "int8")
 
 
 def load(*paths: str | Path, device: str = "auto", threads: int = 0,
          ensemble_mode: Literal["logprob", "prob"] = "logprob",
-         precision: Precision | None = None, **decode: Any) -> TranslationModel:
+         precision: Precision | None = None, shortlist: bool = False,
+         **decode: Any) -> TranslationModel:
     """Load a run directory (its best.pt, else last.pt), a checkpoint, several checkpoints
     (an ensemble sharing one vocabulary) or a directory written by `mtkit export` (decoded by
     CTranslate2; torch is then never imported).
 
     device: auto, cpu, cuda, cuda:N or mps; threads: CPU threads (0: the engine's default);
     precision: mtkit's own decoder computes in fp32 (None, the default, as `mtkit translate`
-    does), bf16 (under autocast), or auto: bf16 on a GPU that has it, else fp32; an export
-    computes in the type it was exported with (None or auto); decode: DecodeConfig fields
+    does), bf16 (under autocast), int8 (on a CPU: the linear layers and the output projection
+    with 8-bit weights, `mtkit.models.quantize`; fp32, with one warning, on a CPU without
+    torch's quantized engines), or auto: bf16 on a GPU that has it, else fp32; an export
+    computes in the type it was exported with (None or auto); shortlist: searches score only
+    the target pieces the run's vocabulary shortlist names for each batch's sources (counted
+    from the run's training data on first use and saved in the run, `mtkit.data.shortlist`;
+    faster for large vocabularies, and the output may change); decode: DecodeConfig fields
     over the recipe's `decode` section, the defaults of every call (beam_size=4, ...).
     Raises `mtkit.errors.MtkitError` (a one-line message) for a missing, damaged or foreign
     file and for invalid options."""
     if not paths:
         raise ConfigError("load: give a run directory, a checkpoint or an export")
     return open_model([Path(p) for p in paths], device=device, threads=threads,
-                      ensemble_mode=ensemble_mode, precision=precision, decode=decode)
+                      ensemble_mode=ensemble_mode, precision=precision, decode=decode,
+                      shortlist=shortlist)
 
 
 def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
                ensemble_mode: str = "logprob", precision: str | None = None,
                decode: Mapping[str, Any] | None = None,
                origins: Mapping[str, str] | None = None, streaming: bool = False,
-               chunk_lines: int = CHUNK_LINES) -> TranslationModel:
+               chunk_lines: int = CHUNK_LINES, shortlist: bool = False) -> TranslationModel:
     """`load`, for callers that name the options' origins (the command's flags) and stream
     line by line (`streaming`: one batch at a time, on every thread)."""
     if ensemble_mode != "logprob":  # its owner imports torch, which an export never needs
@@ -477,11 +486,14 @@ def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
         if precision not in (None, "auto"):
             raise ConfigError(f"precision {precision}: an exported model computes in the type "
                               "it was exported with (mtkit export --quantize)")
+        if shortlist:
+            raise ConfigError("shortlist: mtkit's own decoder's; an exported model decodes "
+                              "with its engine's whole vocabulary")
         return _open_export(exported, device=device, threads=threads, decode=decode or {},
                             origins=origins, streaming=streaming, chunk_lines=chunk_lines)
     return _open_checkpoints(paths, device=device, threads=threads, mode=ensemble_mode,
                              precision=precision, decode=decode or {}, origins=origins,
-                             streaming=streaming, chunk_lines=chunk_lines)
+                             streaming=streaming, chunk_lines=chunk_lines, shortlist=shortlist)
 
 
 def exported_model(paths: list[Path]) -> Any:
@@ -538,8 +550,8 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
 
 def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str,
                       precision: str | None, decode: Mapping[str, Any],
-                      origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int
-                      ) -> TranslationModel:
+                      origins: Mapping[str, str] | None, streaming: bool, chunk_lines: int,
+                      shortlist: bool = False) -> TranslationModel:
     import torch
 
     from mtkit.device import inference_device
@@ -559,11 +571,17 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
         torch.set_num_threads(each)
     bf16 = precision == "bf16" or (precision == "auto" and dev.type == "cuda"
                                     and torch.cuda.is_bf16_supported())
+    int8 = precision == "int8" and _int8_ready(dev)
+    if int8:
+        from mtkit.models.quantize import quantize_linear
+
+        model = quantize_linear(model)
     translator = StreamTranslator(model, tok, cfg, device=dev, max_src_len=recipe.data.max_len,
                                   max_out_len=recipe.output_cap(),
                                   chunk_lines=chunk_lines, workers=workers,
                                   dtype=torch.bfloat16 if bf16 else None,
-                                  tags=recipe.data.tags())
+                                  tags=recipe.data.tags(),
+                                  shortlist=_shortlist(paths[0], tok, dev) if shortlist else None)
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))
@@ -572,7 +590,33 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
                      recipe.model.arch, [str(resolve_checkpoint(p)) for p in paths], "mtkit",
                      str(dev), cfg, has_attention=bool(model.has_attention),
-                     precision="bf16" if bf16 else "fp32",
+                     precision="bf16" if bf16 else "int8" if int8 else "fp32",
                      layers=tf.dec_layers if transformer else None,
                      heads=tf.heads if transformer else None, tags=tuple(recipe.data.tags()))
     return TranslationModel(translator, recipe, info, model=model if len(paths) == 1 else None)
+
+
+def _int8_ready(dev: Any) -> bool:
+    """Whether int8 decoding can run on `dev`: a CPU with one of torch's quantized engines
+    (else one warning, and the caller decodes in fp32). On another device, a ConfigError."""
+    from mtkit.models.quantize import ENGINES, int8_engine
+
+    if dev.type != "cpu":
+        raise ConfigError(f"precision int8: mtkit's int8 decoding runs on a CPU, not {dev.type} "
+                          "(there: precision bf16, or an export with --quantize int8)")
+    if int8_engine() is None:
+        log.warning("precision int8: this CPU has none of torch's quantized engines (%s); "
+                    "decoding in fp32", ", ".join(ENGINES))
+        return False
+    return True
+
+
+def _shortlist(path: Path, tok: Any, dev: Any) -> Any:
+    """The run's vocabulary shortlist (`mtkit.run.run_shortlist`), on `dev`."""
+    from mtkit.decode.shortlist import OutputShortlist
+    from mtkit.run import run_shortlist
+
+    found, note = run_shortlist(path)
+    if note is not None:
+        log.info("%s", note)
+    return OutputShortlist.of(found.table, found.frequent, tok.tgt_vocab_size, dev)

@@ -61,9 +61,14 @@ def serve(
     threads: TranslateThreadsOpt = 0,
     precision: Annotated[str, typer.Option(
         "--precision", metavar="PRECISION", show_default=False,
-        help="mtkit's own decoder: fp32, bf16 (autocast), or auto: bf16 on a GPU that has it, "
+        help="mtkit's own decoder: fp32, bf16 (autocast), int8 (on a CPU: 8-bit weights in the "
+        "linear layers and the output projection), or auto: bf16 on a GPU that has it, "
         "else fp32; `mtkit translate` decodes in fp32 (an export: its own type, auto only) "
         "(default: auto).")] = "auto",
+    shortlist: Annotated[bool, typer.Option(
+        "--shortlist", help="mtkit's own decoder: score only the target pieces the run's "
+        "vocabulary shortlist names for each batch's sources (see `mtkit translate --help`).")
+    ] = False,
     max_sentences: Annotated[int, typer.Option(
         "--max-sentences", metavar="N", parser=at_least(1), show_default=False,
         help=f"Sentences per request; more is a 413 (default: {_S.max_sentences}).")]
@@ -134,7 +139,7 @@ def serve(
 
     def opener(paths: list[Path]) -> TranslationModel:
         return open_model(paths, device=device, threads=threads, decode=decode,
-                          origins=origins, precision=precision)
+                          origins=origins, precision=precision, shortlist=shortlist)
 
     _log_requests_to_stderr()  # the models' loads are said there too
     with collector_paused():

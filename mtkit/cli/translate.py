@@ -98,6 +98,17 @@ def translate(
     decoding: DecodeFlags = NO_DECODING_FLAGS,
     device: InferenceDeviceOpt = "auto",
     threads: TranslateThreadsOpt = 0,
+    precision: Annotated[str | None, typer.Option(
+        "--precision", metavar="PRECISION", show_default=False,
+        help="mtkit's own decoder: fp32; int8, on a CPU: the linear layers and the output "
+        "projection with 8-bit weights (about twice as fast, BLEU within a few tenths: README "
+        "'Speed and quality'); bf16 (autocast); or auto: bf16 on a GPU that has it, else fp32 "
+        "(default: fp32; an export: its own type).")] = None,
+    shortlist: Annotated[bool, flag(
+        "--shortlist", help="Score only the target pieces the run's vocabulary shortlist "
+        "names for each batch's sources (counted from its training data on first use and "
+        "saved as RUN/shortlist.npz): faster for a large vocabulary; the output may change "
+        "(README 'Speed and quality').")] = False,
     fmt: Annotated[str, typer.Option(
         "--format", metavar="FORMAT", show_default=False, help="text, or jsonl: one object per "
         "line with id, source, hypothesis, score (log-probability over the length penalty), "
@@ -173,6 +184,7 @@ def translate(
     with collector_paused():
         loaded = open_model(list(models), device=device, threads=threads,
                             ensemble_mode=ensemble_mode or "logprob", decode=decoding.given(),
+                            precision=precision, shortlist=shortlist,
                             origins=decoding.FLAGS, streaming=interactive,
                             chunk_lines=1 if interactive else tr.CHUNK_LINES)
     cfg = loaded.defaults

@@ -182,6 +182,12 @@ class ParallelData:
     def src(self, i: int) -> np.ndarray:
         return self._get(0, i)
 
+    def flat(self, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """Side `side` (src or tgt): every sentence's ids concatenated (memory-mapped) and the
+        (N + 1,) offsets that delimit them."""
+        i = SIDES.index(side)
+        return self._ids[i], self._off[i]
+
     def tgt(self, i: int) -> np.ndarray:
         return self._get(1, i)
 

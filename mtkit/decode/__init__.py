@@ -23,16 +23,18 @@ from mtkit.decode.scoring import (
     length_penalty,
     max_lengths,
 )
-from mtkit.models.base import Translator
+from mtkit.decode.shortlist import InColumns, OutputShortlist, to_columns, to_ids
+from mtkit.models.base import Encoded, Translator
 
-__all__ = ["NEW_WORD", "Hypothesis", "beam_search", "decode_batch", "force_prefix", "forced",
-           "greedy", "length_penalty", "max_lengths", "sample"]
+__all__ = ["NEW_WORD", "Hypothesis", "OutputShortlist", "beam_search", "decode_batch",
+           "force_prefix", "forced", "greedy", "length_penalty", "max_lengths", "sample"]
 
 
 @torch.no_grad()
 def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
                  need_attn: bool = False, prefix: torch.Tensor | None = None,
-                 continuing: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+                 continuing: torch.Tensor | None = None,
+                 shortlist: OutputShortlist | None = None) -> list[list[Hypothesis]]:
     """Translate one batch with cfg.method; the output limit per sentence is
     ``max_len_a * source tokens + max_len_b`` (see `max_lengths`), and within the model's
     `max_target_len`.
@@ -42,7 +44,9 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
     attention like the tokens the search chose; they count towards the output limit, which
     is raised to a prefix's length where it is shorter (the caller keeps prefixes within
     the model's `max_target_len`); a NEW_WORD after a row's prefix makes the next token one
-    that begins a word, of those `continuing` (V,) does not mark (`force_prefix`). Returns,
+    that begins a word, of those `continuing` (V,) does not mark (`force_prefix`). With a
+    `shortlist`, the output layer computes only the ids the batch's sources' lists name
+    (`mtkit.decode.shortlist`; `model.restricted`). Returns,
     in batch order, each sentence's hypotheses sorted by score: cfg.nbest for beam and
     sampling, one for greedy.
     """
@@ -54,6 +58,19 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
         prefix = prefix.to(batch.src.device)
         max_len = torch.maximum(max_len, (prefix > PAD_ID).sum(1))
         continuing = None if continuing is None else continuing.to(batch.src.device)
+    if shortlist is not None:
+        rows = shortlist.rows(batch.src, prefix)
+        model = InColumns(model.restricted(rows), rows)  # type: ignore[assignment]
+        prefix = None if prefix is None else to_columns(prefix, rows)
+        continuing = None if continuing is None else continuing.index_select(0, rows)
+        return to_ids(_search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing),
+                      rows)
+    return _search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing)
+
+
+def _search(model: Translator, enc: Encoded, cfg: DecodeConfig, batch: Batch,
+            max_len: torch.Tensor, need_attn: bool, prefix: torch.Tensor | None,
+            continuing: torch.Tensor | None) -> list[list[Hypothesis]]:
     if cfg.method == "sample":  # each batch its own random stream, from its first sentence
         stream = int(batch.ids.min()) if batch.ids.numel() else 0
         return sample(model, enc, cfg, max_len=max_len, need_attn=need_attn, stream=stream,

@@ -22,16 +22,19 @@ step of the state they came with.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 import torch
 from torch import nn
 
 from mtkit.errors import OptionError, Problem
 from mtkit.errors import choice as choice_of
+
+M = TypeVar("M", bound=nn.Module)
 
 # A decoder state: a flat mapping of named tensors, each batch-first. Models choose the names.
 State = dict[str, torch.Tensor]
@@ -164,6 +167,16 @@ def parameter_names(prefix: str, module: nn.Module) -> list[str]:
     return [f"{prefix}.{name}" for name, _ in module.named_parameters(remove_duplicate=False)]
 
 
+def with_child(module: M, name: str, child: nn.Module) -> M:
+    """A shallow copy of `module` with its submodule `name` replaced by `child`; `module`
+    itself and every other submodule and parameter are shared, not copied."""
+    out = copy.copy(module)
+    # the copy's own table of children: setting one leaves the original's as it was
+    out._modules = dict(module._modules)
+    setattr(out, name, child)
+    return out
+
+
 def reorder(state: State, idx: torch.Tensor) -> State:
     """Select (tile or reorder) batch rows of every tensor in a state: idx (B',) -> (B', ...).
     The result is a copy, sharing no memory with `state`."""
@@ -248,6 +261,14 @@ class Translator(nn.Module):
         "encoder" (B, S, S) or "decoder" (B, T, T) self-attention, where T counts tgt_in's
         tokens (BOS first). One forward pass, the mean over heads included. Rows at padded
         query positions carry no meaning; slice them off by length."""
+        raise NotImplementedError
+
+    def restricted(self, rows: torch.Tensor) -> Translator:
+        """This model with an output layer that computes only target ids `rows` (V',): its
+        steps' logits are (B, V'), column j for id rows[j], each as the full layer computes
+        it (their inputs are still ids). Every other module and parameter is shared
+        (`with_child`); `forward` and the forced paths are meant for the full model.
+        Decoding with a vocabulary shortlist (`mtkit.decode.shortlist`)."""
         raise NotImplementedError
 
     def vocabulary_parts(self) -> dict[str, list[str]]:

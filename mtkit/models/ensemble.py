@@ -92,6 +92,10 @@ class Ensemble(Translator):
         if sources:
             self.max_source_len, self.source_len_key = min(sources)
 
+    def restricted(self, rows: torch.Tensor) -> Ensemble:
+        return Ensemble([m.restricted(rows) for m in self.members], self.mode).train(
+            self.training)
+
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         """Each member's Encoded: member 0's memory as the ensemble's own, the others' under
         ``"{i}:memory"``, every extra as ``"{i}.{key}"``. The source mask is one for all: every

@@ -45,8 +45,10 @@ from mtkit.models.base import (
     parameter_names,
     reorder,
     source_mask,
+    with_child,
 )
 from mtkit.models.hard import Draw, HardAttention, safe_log
+from mtkit.models.quantize import restricted_linear
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
 # A teacher-forced pass of a decoder: logits (B, T, V), attention (B, T, S) or None, and with
@@ -444,6 +446,11 @@ class RNNTranslator(Translator):
         self.has_attention = decoder.attention is not None
         if decoder.scores_positions:
             self.views = ("chosen", "prior", "posterior")
+
+    def restricted(self, rows: torch.Tensor) -> RNNTranslator:
+        decoder = with_child(self.decoder, "generator",
+                             restricted_linear(self.decoder.generator, rows))
+        return with_child(self, "decoder", decoder)
 
     def vocabulary_parts(self) -> dict[str, list[str]]:
         return {"src_embeddings": parameter_names("encoder.embed", self.encoder.embed),

@@ -41,9 +41,11 @@ from mtkit.models.base import (
     kind_problems,
     parameter_names,
     source_mask,
+    with_child,
 )
 from mtkit.models.embedding import ScaledEmbedding
 from mtkit.models.normalizers import normalize
+from mtkit.models.quantize import is_float_linear, restricted_linear
 
 Weights = torch.Tensor | None  # (B, h, T, S) attention weights, when asked for
 # One layer's self-attention cache: keys, values (B, h, t, dh), and their spares (B, n).
@@ -284,8 +286,10 @@ def _generate(generator: nn.Linear, h: torch.Tensor, spare: torch.Tensor
     zeroes; with the bias copied into them first (how addmm adds it), the projection runs
     a quarter faster in reused memory (bench/RESULTS.md, "Figures behind the code's
     comments"). The logits are
-    valid until the next step of the state they came with (`Translator.step`)."""
-    if h.device.type != "cpu" or torch.is_grad_enabled():  # out= is not differentiable
+    valid until the next step of the state they came with (`Translator.step`). An int8
+    projection (`mtkit.models.quantize`) writes its own output."""
+    # (out= is not differentiable)
+    if h.device.type != "cpu" or torch.is_grad_enabled() or not is_float_linear(generator):
         return generator(h), spare
     out = kv_cache.into_spare(spare, h.size(0), generator.out_features, h)
     if generator.bias is None:
@@ -319,6 +323,9 @@ class Transformer(Translator):
         self.align_head = align_head
         # the cross-attention a caller gets by default, as the recipe names it (-1: the top)
         self.default_cross = (align_layer, "mean" if align_head is None else align_head)
+
+    def restricted(self, rows: torch.Tensor) -> Transformer:
+        return with_child(self, "generator", restricted_linear(self.generator, rows))
 
     def vocabulary_parts(self) -> dict[str, list[str]]:
         return {"src_embeddings": parameter_names("src_embed.tokens", self.src_embed.tokens),

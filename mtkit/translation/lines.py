@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import torch
 
     from mtkit.align import Words
+    from mtkit.decode.shortlist import OutputShortlist
     from mtkit.models.base import Translator
     from mtkit.translation.terms import Glossary, Match
 
@@ -534,13 +535,16 @@ class LineTranslator:
 
 class StreamTranslator(LineTranslator):
     """`LineTranslator` with mtkit's own search over one model (or ensemble) on `device`,
-    in float32, or under autocast to `dtype` (bfloat16 on a GPU: `mtkit serve`'s default)."""
+    in float32, or under autocast to `dtype` (bfloat16 on a GPU: `mtkit serve`'s default);
+    with a `shortlist`, searches score only the ids it names for each batch (the forced
+    paths keep the whole vocabulary)."""
 
     def __init__(self, model: Translator, tokenizer: Tokenizer, cfg: DecodeConfig, *,
                  device: torch.device, max_src_len: int, max_out_len: int,
                  fmt: OutputFormat = "text", align_fn: AlignFn | None = None,
                  chunk_lines: int = CHUNK_LINES, workers: int = 1,
-                 dtype: torch.dtype | None = None, tags: Sequence[str] = ()) -> None:
+                 dtype: torch.dtype | None = None, tags: Sequence[str] = (),
+                 shortlist: OutputShortlist | None = None) -> None:
         """max_out_len: the cap on outputs (`Recipe.output_cap`); learned positions end an
         output by their last one in any case (mtkit.decode.decode_batch)."""
         if model.max_target_len is not None:
@@ -551,6 +555,7 @@ class StreamTranslator(LineTranslator):
         self.model = model.eval()
         self.device = device
         self.dtype = dtype
+        self.shortlist = shortlist
         self._continues: torch.Tensor | None = None  # made once (`_continuing`)
 
     def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
@@ -568,8 +573,8 @@ class StreamTranslator(LineTranslator):
             if prefixes is not None and any(p and p[-1] == NEW_WORD for p in prefixes):
                 continuing = self._continuing()
             searched = _Searched(self.model, stop, max_target_len=self.max_out_len + 1)
-            return decode_batch(searched, b, self.cfg,
-                                need_attn=self.need_attn, prefix=prefix, continuing=continuing)
+            return decode_batch(searched, b, self.cfg, need_attn=self.need_attn, prefix=prefix,
+                                continuing=continuing, shortlist=self.shortlist)
 
     def _continuing(self) -> torch.Tensor:
         """(V,) bool: the target pieces that continue a word (no word-start mark, and a
@@ -620,6 +625,10 @@ class _Searched:
         if self._stop.is_set():
             raise Stopped
         return self._model.step(*args, **kwargs)
+
+    def restricted(self, rows: torch.Tensor) -> _Searched:
+        return _Searched(self._model.restricted(rows), self._stop,
+                         max_target_len=self.max_target_len)
 
 
 def load_translator(paths: list[Path], device: torch.device, *, mode: str = "logprob"
