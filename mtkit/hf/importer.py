@@ -105,6 +105,11 @@ def _check_destination(run_dir: Path) -> None:
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise MtkitError.about("output", "exists and is not an empty folder; import into a new "
                                "folder (mtkit replaces only what it wrote)", value=run_dir)
+    # the folders to be made above it: the first that exists must be a folder
+    above = next(p for p in run_dir.absolute().parents if p.exists())
+    if not above.is_dir():
+        raise MtkitError.about("output", f"cannot be made: {above} is a file, not a folder",
+                               value=run_dir)
 
 
 def decode_fields(generation: dict[str, Any], config: dict[str, Any]

@@ -40,3 +40,14 @@ def test_a_pickle_of_other_objects_is_refused_naming_them_not_torchs_advice(
     assert "\n" not in line
     assert "refused" in line and "it names fractions.Fraction" in line
     assert "can still be loaded" not in line and "nothing was run" in line
+
+
+def test_an_output_below_a_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from mtkit.errors import MtkitError
+    from mtkit.hf.importer import import_model
+
+    (tmp_path / "notes.txt").write_text("keep")
+    with pytest.raises(MtkitError) as e:  # checked before the source is read
+        import_model(str(tmp_path / "no-such-model"), tmp_path / "notes.txt" / "runs" / "x")
+    assert f"{tmp_path / 'notes.txt'} is a file, not a folder" in str(e.value)
+    assert (tmp_path / "notes.txt").read_text() == "keep"
