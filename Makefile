@@ -10,8 +10,8 @@ MIRROR ?= $(abspath ../shared/data/multi30k)
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# The ctranslate2, serve and hf extras are installed so that the export, server and import
-# tests run rather than skip.
+# The ctranslate2, serve, hf and documents extras are installed so that the export, server,
+# import and document tests run rather than skip.
 # Without a GPU, take the CPU build of torch (a plain `torch` requirement pulls a
 # several-GB CUDA build). On this workplace's machines `pip install torch==2.13.0` finds a CPU
 # wheel on local disk; elsewhere the PyTorch CPU index serves it.
@@ -21,7 +21,7 @@ install: $(BIN)/python
 	  else $(BIN)/pip install -q torch==2.13.0 2>/dev/null \
 	    || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; fi; \
 	fi
-	$(BIN)/pip install -q -e ".[dev,ctranslate2,serve,hf]"
+	$(BIN)/pip install -q -e ".[dev,ctranslate2,serve,hf,documents]"
 
 # The fast tiers (unit and command tests); the slow tier trains tiny models until they learn.
 test: install

@@ -360,6 +360,8 @@ def settings_record(checkpoint: Path | None, attention: AttentionChoice, readout
     targets (None: they were given) and the reverse model's part."""
     def attn(choice: AttentionChoice, read: Readout) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": choice.kind, "layer": choice.layer, "head": choice.head}
+        if choice.view != "chosen":
+            out["view"] = choice.view
         return out | ({"readout": read} if choice.kind == "cross" else {})
 
     rec: dict[str, Any] = {"checkpoint": None if checkpoint is None else str(checkpoint),

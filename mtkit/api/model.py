@@ -42,6 +42,7 @@ from mtkit.translation.lines import (
 
 if TYPE_CHECKING:
     from mtkit.data.hypothesis import Hypothesis
+    from mtkit.documents.formats import DocumentResult
     from mtkit.models.base import AttentionChoice
     from mtkit.translation.terms import Glossary
 
@@ -219,6 +220,23 @@ class TranslationModel:
         found = None if terms is None else self.glossary(terms, terms_method)
         return self.decode(lines, cfg, extras, terms=found, tag=self.checked_tag(tag),
                            prefixes=self.checked_prefixes(prefix, len(lines)))
+
+    def translate_document(self, data: str | bytes, format: str, *,
+                           placement: str = "align", tag: str | None = None,
+                           **options: Any) -> DocumentResult:
+        """A whole document translated into its own format (`mtkit.documents`): `format`
+        one of lines, paragraphs, html, markdown, srt, vtt, po, xliff, docx (`data` a str or
+        the file's bytes; docx: bytes); its sentences split, translated in length-sorted
+        batches with `options` (DecodeConfig fields) and rejoined, its markup placed by
+        `placement` (align: the word alignment; position: relative place). Returns the
+        document's bytes (`.data`; `.text` for a text format), the sentence count and what
+        was kept untranslated (`.problems`)."""
+        from mtkit.documents.formats import format_for, translate_document
+
+        fmt = format_for(None, format)
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        return translate_document(self, raw, fmt, placement=placement, tag=tag,
+                                  options=options)
 
     def checked_prefixes(self, prefix: Any, n: int) -> list[str] | None:
         """`prefix` as one target text for each of n sentences (None: none), checked against

@@ -194,6 +194,12 @@ def align(
         "y_t as its input (Chen et al. 2020); see above for each model (default: current; for a "
         "run trained with guided alignment, the read-out it supervised).")]
     = None,
+    view: Annotated[str | None, typer.Option(
+        "--view", metavar="VIEW", help="Which cross-attention weights: chosen, those each "
+        "step used (a hard-attention model's: its one source position, one-hot); prior, the "
+        "distribution a hard-attention model picks that position from; posterior, that "
+        "distribution given the target word each step produced (a hard-attention RNN with "
+        "placement luong, no input feeding) (default: chosen).")] = None,
     reverse: Annotated[Path | None, typer.Option(
         "--reverse", metavar="RUN", help="A run or checkpoint of the other direction (target "
         "-> source): it aligns every pair too, with the --readout, --layer, --head and "
@@ -262,6 +268,8 @@ def align(
     _check_files(model, reverse, src, tgt, gold, heatmap, pharaoh, json_out)
     dev, net, recipe, tok = _load(model, device, threads)
     choice = net.choose_attention(self_attention or "cross", layer, _head(head))
+    if view is not None:
+        choice = net.choose_view(choice, view)
     backward = None if reverse is None else _reverse_model(
         reverse, recipe.data, dev, layer=layer, head=_head(head), readout=readout,
         symmetrize=symmetrize or "grow-diag-final")

@@ -12,6 +12,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mtkit.cli.documents import (
+    InputFormatOpt,
+    PlacementOpt,
+    document_format,
+    document_problems,
+    translate_file,
+)
 from mtkit.cli.options import (
     NO_DECODING_FLAGS,
     DecodeFlags,
@@ -129,9 +136,12 @@ def translate(
         "model's attention aligns its source: prefix, the translation up to there and the "
         "term are forced and the rest translated again; or align, the aligned words are "
         "replaced (one search, no rewording) (default: prefix).")] = None,
+    input_format: InputFormatOpt = None,
+    placement: PlacementOpt = None,
     _help: HelpOpt = False,
 ) -> None:
-    """Translate lines of a file or of stdin, one output line per input line.
+    """Translate lines of a file or of stdin, one output line per input line; or a document
+    (HTML, Markdown, SRT, WebVTT, PO, XLIFF, docx, paragraphs) into the same format.
 
     RUN_OR_CHECKPOINT is a run directory (its best.pt, else last.pt) or a checkpoint file; several
     make an ensemble. A directory written by mtkit export is decoded with CTranslate2.
@@ -139,6 +149,8 @@ def translate(
     Example: mtkit translate runs/en-de-multi30k -i test.en -o hyp.de --beam 5
 
     Streams: cat big.en | mtkit translate runs/en-de-multi30k --greedy | head
+
+    Documents: mtkit translate runs/en-de-multi30k -i page.html -o page.de.html
     """
     from mtkit.fileio import is_terminal
     from mtkit.translation import lines as tr
@@ -150,6 +162,10 @@ def translate(
         align_method=align_method, readout=readout, ensemble_mode=ensemble_mode,
         terms=terms is not None, terms_method=terms_method).problems())
     _check_files(models, input, output, prefix, terms)
+    document = document_format(input, input_format)
+    refuse(document_problems(fmt=fmt, align=align, prefix=prefix, terms=terms,
+                             nbest=decoding.get("nbest"), placement=placement,
+                             is_document=document is not None))
     from mtkit.api.model import open_model
 
     # translate each line as it is typed
@@ -167,6 +183,9 @@ def translate(
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")
     refuse(problems)
+    if document is not None:
+        translate_file(loaded, input, output, document, placement=placement, tag=tag)
+        return
     align_fn = loaded.aligner(align_method, readout) if align else None
     found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
     chosen = loaded.checked_tag(tag)
@@ -185,27 +204,34 @@ def export(
         help="Directory to write: new, empty, or a previous export.")],
     engine: Annotated[str, typer.Option(
         "--engine", metavar="ENGINE", show_default=False,
-        help="The inference engine the export is for: ctranslate2, the one there is "
-        "(default: ctranslate2).")] = "ctranslate2",
+        help="The inference engine the export is for: ctranslate2, or hf (a Hugging Face "
+        "transformers folder) (default: ctranslate2).")] = "ctranslate2",
     quantize: Annotated[str, typer.Option(
         "--quantize", metavar="TYPE", show_default=False, help="Weights: float32 (exact), "
         "int8, int8_float32, int16, float16 or bfloat16 (default: float32).")] = "float32",
     _help: HelpOpt = False,
 ) -> None:
     """Export a trained Transformer for CTranslate2, with its sentencepiece model(s) and a
-    README; mtkit translate DIR then decodes with it (pip install mtkit[ctranslate2]).
+    README; mtkit translate DIR then decodes with it (pip install mtkit[ctranslate2]). With
+    --engine hf: a Hugging Face folder (safetensors, config, tokenizer, model card) that
+    transformers' from_pretrained loads.
 
     RUN_OR_CHECKPOINT is a run directory (its best.pt, else last.pt) or a checkpoint file.
 
     Example: mtkit export runs/en-de-multi30k -o exports/en-de --quantize int8
     """
     from mtkit.export.ct2_export import check_request, export_ctranslate2
+    from mtkit.export.hf_export import export_hf
 
     check_request(engine, quantize)
-    report = export_ctranslate2(source, output, quantization=quantize)
+    if engine == "hf":
+        report = export_hf(source, output)
+    else:
+        report = export_ctranslate2(source, output, quantization=quantize)
     if report.note:
         typer.echo(f"mtkit: note: {report.note}", err=True)
-    typer.echo(f"mtkit: exported {report.checkpoint} to {report.out} (CTranslate2, "
+    what = "Hugging Face" if engine == "hf" else "CTranslate2"
+    typer.echo(f"mtkit: exported {report.checkpoint} to {report.out} ({what}, "
                f"{report.quantization})", err=True)
 
 

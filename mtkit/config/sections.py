@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mtkit.config.attention import HardAttentionConfig, Normalizer, hard_problems
 from mtkit.config.guided import GuidedAlignmentConfig
 from mtkit.config.regularize import RDropConfig, SubwordSamplingConfig, regularize_problems
 
@@ -246,9 +247,11 @@ class RNNConfig:
     input_feeding: bool = True
     init: Literal["bridge", "zeros"] = "bridge"  # decoder initial state
     tie_embeddings: bool = False  # target embedding shared with the output projection
+    hard: HardAttentionConfig = field(default_factory=HardAttentionConfig)
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
-        out = []
+        out = hard_problems(self.attention, self.placement, self.input_feeding, self.hard,
+                            valid)
         if not valid("placement"):
             return out
         if self.placement == "bahdanau" and self.attention in ("location", "local-m", "local-p"):
@@ -302,6 +305,8 @@ class TransformerConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     arch: Literal["rnn", "transformer"] = "transformer"
+    # How cross-attention scores become weights (mtkit.models.normalizers), either arch.
+    attention_normalizer: Normalizer = "softmax"
     rnn: RNNConfig = field(default_factory=RNNConfig)
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
 
@@ -529,6 +534,10 @@ def guided_problems(recipe: Recipe, valid: Valid) -> list[tuple[str, str]]:
     if valid("model.rnn.attention") and recipe.model.rnn.attention == "none":
         out.append(("train.guided_alignment.weight", "model.rnn.attention is none: the model "
                     "has no attention to guide"))
+    if valid("model.rnn.hard") and recipe.model.rnn.hard.enabled:
+        out.append(("train.guided_alignment.weight", "model.rnn.hard.estimator is "
+                    f"{recipe.model.rnn.hard.estimator}: a hard-attention step attends to one "
+                    "drawn position, whose one-hot row gives the scores no gradient to guide"))
     # An RNN's one attention is the context of the word its step predicts: pulled to the
     # previous word's source it either does not learn that (Bahdanau GRU, synthetic
     # permutation task: AER 0.26) or leaves the model nothing to translate with (Luong GRU:

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -229,7 +229,14 @@ def _write(tmp: Path, spec, recipe: Recipe, tok: Tokenizer, quantization: str,
 
 def write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantization: str,
                  checkpoint: Path, note: str | None) -> None:
-    """Save `spec` (already quantized) and mtkit's files into `out`.
+    """Save `spec` (already quantized) and mtkit's files into `out` (`write_folder`)."""
+    write_folder(out, lambda tmp: _write(tmp, spec, recipe, tok, quantization, checkpoint,
+                                         note))
+
+
+def write_folder(out: Path, write: Callable[[Path], dict]) -> None:
+    """Fill the folder `out` by `write(tmp)`, which writes every file of an export into the
+    empty folder `tmp`, its marker last, and returns the marker's content.
 
     A new folder is built beside `out` and renamed into place, so a failed export leaves
     nothing. An existing one (empty, or a previous export) is filled in place, keeping the
@@ -239,8 +246,7 @@ def write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantizatio
     by `translate` and taken again by `export`."""
     out = out.resolve()  # `-o .` names a folder by its parent's entry, which `.` has not
     with _writing_into(out):
-        _write_export(out, spec, recipe, tok, quantization=quantization, checkpoint=checkpoint,
-                      note=note)
+        _write_export(out, write)
 
 
 @contextlib.contextmanager
@@ -265,8 +271,7 @@ def _writing_into(out: Path) -> Iterator[None]:
         os.close(fd)  # closing drops the lock
 
 
-def _write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantization: str,
-                  checkpoint: Path, note: str | None) -> None:
+def _write_export(out: Path, write: Callable[[Path], dict]) -> None:
     old = check_destination(out)
     fill = out.exists()
     remove_leftovers(out.parent, out.name)  # the folder a killed export was building
@@ -282,7 +287,7 @@ def _write_export(out: Path, spec, recipe: Recipe, tok: Tokenizer, *, quantizati
     except OSError as e:  # named by -o, not by the temporary folder beside it
         raise write_error(f"-o {out}", e) from None
     try:
-        meta = _write(tmp, spec, recipe, tok, quantization, checkpoint, note)
+        meta = write(tmp)
         if not fill:
             os.chmod(tmp, 0o777 & ~umask())
             os.replace(tmp, out)
@@ -324,6 +329,12 @@ def load_export(path: Path) -> Export:
         raise CheckpointError(f"{path}: not a readable mtkit export ({e})") from None
     except MtkitError as e:
         raise CheckpointError(f"{path}: {e}") from None
+    if str(meta.get("format")).startswith("hf/"):  # `mtkit.export.hf_export`'s folder
+        back = (f"`mtkit import {path} -o RUN_DIR` makes it a run to translate"
+                if meta.get("architecture") == "MarianMTModel" else
+                f"translate with the run it came from ({meta.get('checkpoint')})")
+        raise CheckpointError(f"{path}: a Hugging Face export, which transformers loads; "
+                              f"{back}")
     if meta.get("format") not in FORMATS:
         raise CheckpointError(f"{path / MARKER}: format {meta.get('format')!r}; expected "
                               f"{' or '.join(map(repr, FORMATS))} (an export of another mtkit "

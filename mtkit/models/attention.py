@@ -10,7 +10,8 @@ An `Attention` does two things:
   computed once per sentence (in ``encode``) and kept batch-first in ``Encoded.extras`` so beam
   search tiles and reorders it with everything else. None means "score the memory itself".
 - ``forward(query, keys, src_mask, positions)`` -> weights (B, T, S): each row sums to 1 over
-  real source tokens and is exactly 0 on padding (masked with -inf before the softmax).
+  real source tokens and is exactly 0 on padding (masked with -inf before the normaliser:
+  `normalizer`, softmax unless the builder sets a sparse one, which puts zeros elsewhere too).
 
 The context vector is always ``weights @ memory``, so the value side is the unprojected memory.
 
@@ -28,15 +29,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mtkit.config.attention import Normalizer
 from mtkit.errors import MtkitError
+from mtkit.models.normalizers import normalize
 
 
-def masked_softmax(energies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """energies (B, T, S), mask (B, 1|T, S) bool True on allowed positions -> (B, T, S).
+def masked_softmax(energies: torch.Tensor, mask: torch.Tensor,
+                   normalizer: Normalizer = "softmax") -> torch.Tensor:
+    """energies (B, T, S), mask (B, 1|T, S) bool True on allowed positions -> (B, T, S),
+    normalised by `normalizer` (softmax by default).
 
-    Excluded positions get exactly 0 (exp(-inf)); every row must allow at least one position.
+    Excluded positions get exactly 0; every row must allow at least one position.
     """
-    return energies.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return normalize(energies.masked_fill(~mask, float("-inf")), normalizer)
 
 
 class Attention(nn.Module):
@@ -44,6 +49,8 @@ class Attention(nn.Module):
 
     # True when the scores depend on the decoder step index (Luong local-m).
     uses_positions: bool = False
+    # How the scores become weights; `build_model` sets it from model.attention_normalizer.
+    normalizer: Normalizer = "softmax"
 
     def prepare(self, memory: torch.Tensor) -> torch.Tensor | None:
         """memory (B, S, Hm) -> keys (B, S, K) computed once per sentence, or None."""
@@ -61,7 +68,7 @@ class Attention(nn.Module):
         None); src_mask (B, S) True on real tokens; positions (B, T) the decoder step index of
         each query (only local-m reads it) -> weights (B, T, S)."""
         return masked_softmax(self.energies(query, keys, src_mask, positions),
-                              src_mask.unsqueeze(1))
+                              src_mask.unsqueeze(1), self.normalizer)
 
 
 def _match(memory_dim: int, query_dim: int) -> nn.Linear | None:

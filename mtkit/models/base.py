@@ -22,14 +22,16 @@ step of the state they came with.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 import torch
 from torch import nn
 
-from mtkit.errors import Problem
+from mtkit.errors import OptionError, Problem
+from mtkit.errors import choice as choice_of
 
 # A decoder state: a flat mapping of named tensors, each batch-first. Models choose the names.
 State = dict[str, torch.Tensor]
@@ -40,6 +42,13 @@ KINDS: tuple[str, ...] = get_args(AttentionKind)
 # what fine-tuning may re-initialize instead of taking from the parent (`train --init-fresh`).
 VocabularyPart = Literal["src_embeddings", "tgt_embeddings", "output"]
 VOCABULARY_PARTS: tuple[str, ...] = get_args(VocabularyPart)
+# Which cross-attention weights to read (`AttentionChoice.view`): `chosen`, those each step
+# used (a hard-attention model's: the one-hot row of its position); `prior`, the distribution
+# a hard-attention model picks its position from (a soft model's weights again); `posterior`,
+# p(z_t | x, y_<=t), that distribution given the word the step produced (`Translator.views`
+# says which a model has).
+AttentionView = Literal["chosen", "prior", "posterior"]
+VIEWS: tuple[str, ...] = get_args(AttentionView)
 
 
 def kind_problems(kind: str, *, self_only: bool = False) -> list[Problem]:
@@ -60,10 +69,14 @@ class AttentionChoice:
     kind: AttentionKind = "cross"
     layer: int | None = None
     head: int | Literal["mean"] | None = None
+    view: AttentionView = "chosen"
 
     def describe(self) -> str:
-        """E.g. 'cross-attention, layer -1, head mean' (an RNN's: 'cross-attention')."""
+        """E.g. 'cross-attention, layer -1, head mean' (an RNN's: 'cross-attention'; with a
+        view other than chosen: 'cross-attention, posterior')."""
         what = "cross-attention" if self.kind == "cross" else f"{self.kind} self-attention"
+        if self.view != "chosen":
+            what = f"{what}, {self.view}"
         if self.layer is None:
             return what
         return f"{what}, layer {self.layer}, head {self.head}"
@@ -112,10 +125,15 @@ class Step:
 
 @dataclass(frozen=True)
 class Output:
-    """A teacher-forced pass: logits (B, T, V); attn (B, T, S) when asked and available."""
+    """A teacher-forced pass: logits (B, T, V); attn (B, T, S) when asked and available.
+
+    aux: for a model that trains a discrete choice by its reward (hard attention's
+    REINFORCE), a function of the targets (B, T) (the tokens the logits predict, PAD where
+    padded) to a 0-d term the trainer adds to the summed token loss; None for the others."""
 
     logits: torch.Tensor
     attn: torch.Tensor | None
+    aux: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def source_mask(src: torch.Tensor, src_lens: torch.Tensor) -> torch.Tensor:
@@ -168,6 +186,8 @@ class Translator(nn.Module):
     # scores) and the recipe key that sets it; `mtkit align` checks its lines against it.
     max_source_len: int | None = None
     source_len_key: str = ""
+    # The cross-attention views (`AttentionView`) `attention_maps` can give.
+    views: tuple[str, ...] = ("chosen", "prior")
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         """src: (B, S) token ids, padded; src_lens: (B,) lengths (incl. EOS), on the host
@@ -208,6 +228,18 @@ class Translator(nn.Module):
         defaults (a Transformer: the top layer and the mean over heads). Raises OptionError
         naming the argument at fault (kind, layer, head)."""
         raise NotImplementedError
+
+    def choose_view(self, choice: AttentionChoice, view: str) -> AttentionChoice:
+        """`choice` (from `choose_attention`) reading the cross-attention view `view`;
+        OptionError naming `view` when the model has no such view."""
+        checked: AttentionView = choice_of("view", view, AttentionView)
+        if checked != "chosen" and choice.kind != "cross":
+            raise OptionError.about("view", "applies to the cross-attention", value=view)
+        if checked not in self.views:
+            raise OptionError.about("view", "needs a hard-attention RNN (model.rnn.hard) with "
+                                    "placement: luong and input_feeding: false, whose steps "
+                                    "can score each position's context", value=view)
+        return dataclasses.replace(choice, view=checked)
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                        choice: AttentionChoice) -> torch.Tensor:

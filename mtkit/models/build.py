@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
+from mtkit.config.attention import Normalizer
 from mtkit.data.vocab import PAD_ID
 from mtkit.errors import ConfigError
 from mtkit.models.attention import (
@@ -26,6 +27,7 @@ from mtkit.models.attention import (
 )
 from mtkit.models.base import Translator
 from mtkit.models.embedding import ScaledEmbedding
+from mtkit.models.hard import HardAttention
 from mtkit.models.rnn import BahdanauDecoder, Bridge, LuongDecoder, RNNEncoder, RNNTranslator
 from mtkit.models.transformer import (
     Decoder,
@@ -68,10 +70,12 @@ def _build(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int, *, init: bool
            ) -> Translator:
     """The model; init False: parameters as torch's modules leave them, for weights that
     replace them all."""
+    normalizer = model_cfg.attention_normalizer
     if model_cfg.arch == "rnn":
-        return build_rnn(model_cfg.rnn, src_vocab, tgt_vocab)
+        return build_rnn(model_cfg.rnn, src_vocab, tgt_vocab, normalizer=normalizer)
     elif model_cfg.arch == "transformer":
-        return build_transformer(model_cfg.transformer, src_vocab, tgt_vocab, init=init)
+        return build_transformer(model_cfg.transformer, src_vocab, tgt_vocab, init=init,
+                                 normalizer=normalizer)
     raise ConfigError(f"model.arch: unknown architecture {model_cfg.arch!r}; "
                       "expected one of rnn, transformer")
 
@@ -95,8 +99,18 @@ def _recurrent(cfg: RNNConfig, input_dim: int, hidden: int, layers: int, *,
                bidirectional=bidirectional, dropout=cfg.dropout if layers > 1 else 0.0)
 
 
-def _attention(cfg: RNNConfig, query_dim: int, memory_dim: int) -> Attention | None:
-    """The scoring module for `cfg.attention`; None for the fixed-context baseline."""
+def _attention(cfg: RNNConfig, query_dim: int, memory_dim: int,
+               normalizer: Normalizer = "softmax") -> Attention | None:
+    """The scoring module for `cfg.attention`, normalised by `normalizer`; None for the
+    fixed-context baseline."""
+    attention = _scores(cfg, query_dim, memory_dim)
+    if attention is not None:
+        attention.normalizer = normalizer
+    return attention
+
+
+def _scores(cfg: RNNConfig, query_dim: int, memory_dim: int) -> Attention | None:
+    """The score function `cfg.attention`; None for the fixed-context baseline."""
     name = cfg.attention
     if name == "none":
         return None
@@ -121,7 +135,8 @@ def _attention(cfg: RNNConfig, query_dim: int, memory_dim: int) -> Attention | N
                       "local-m, local-p")
 
 
-def build_rnn(cfg: RNNConfig, src_vocab: int, tgt_vocab: int) -> RNNTranslator:
+def build_rnn(cfg: RNNConfig, src_vocab: int, tgt_vocab: int, *,
+              normalizer: Normalizer = "softmax") -> RNNTranslator:
     emb, hidden = cfg.emb_dim, cfg.hidden_dim
     memory_dim = hidden * (2 if cfg.bidirectional else 1)
     out_dim = emb if cfg.tie_embeddings else hidden
@@ -132,17 +147,18 @@ def build_rnn(cfg: RNNConfig, src_vocab: int, tgt_vocab: int) -> RNNTranslator:
     generator = nn.Linear(out_dim, tgt_vocab)
     if cfg.tie_embeddings:  # Press & Wolf 2017; Inan et al. 2017
         generator.weight = tgt_embed.weight
-    attention = _attention(cfg, hidden, memory_dim)
+    attention = _attention(cfg, hidden, memory_dim, normalizer)
+    hard = HardAttention(cfg.hard) if cfg.hard.enabled else None
     if cfg.placement == "bahdanau":
         decoder = BahdanauDecoder(
             tgt_embed, _recurrent(cfg, emb + memory_dim, hidden, cfg.dec_layers), attention,
-            nn.Linear(hidden + memory_dim + emb, out_dim), generator, cfg.dropout)
+            nn.Linear(hidden + memory_dim + emb, out_dim), generator, cfg.dropout, hard=hard)
     elif cfg.placement == "luong":
         rnn_in = emb + out_dim if cfg.input_feeding else emb
         decoder = LuongDecoder(
             tgt_embed, _recurrent(cfg, rnn_in, hidden, cfg.dec_layers), attention,
             nn.Linear(memory_dim + hidden, out_dim), generator, cfg.dropout,
-            input_feeding=cfg.input_feeding)
+            input_feeding=cfg.input_feeding, hard=hard)
     else:
         raise ConfigError(f"model.rnn.placement: unknown placement {cfg.placement!r}; "
                           "expected one of bahdanau, luong")
@@ -172,8 +188,9 @@ def _token_embedding(vocab: int, d_model: int, init: bool) -> nn.Embedding:
 
 
 def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, *,
-                      init: bool = True) -> Transformer:
-    """The Transformer for `cfg`; init False skips mtkit's initialisation (see `_build`)."""
+                      init: bool = True, normalizer: Normalizer = "softmax") -> Transformer:
+    """The Transformer for `cfg`, its cross-attention normalised by `normalizer`; init
+    False skips mtkit's initialisation (see `_build`)."""
     d = cfg.d_model
     if cfg.share_embeddings and src_vocab != tgt_vocab:
         raise ConfigError(f"model.transformer.share_embeddings needs one joint vocabulary, but "
@@ -199,7 +216,8 @@ def build_transformer(cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, *,
                                     attn_dropout=cfg.attn_dropout, pre_norm=pre)
                        for _ in range(cfg.enc_layers)], final_norm())
     decoder = Decoder([DecoderLayer(d, cfg.heads, ffn(), dropout=cfg.dropout,
-                                    attn_dropout=cfg.attn_dropout, pre_norm=pre)
+                                    attn_dropout=cfg.attn_dropout, pre_norm=pre,
+                                    normalizer=normalizer)
                        for _ in range(cfg.dec_layers)], final_norm())
     generator = nn.Linear(d, tgt_vocab)
     model = Transformer(embedding(src_tokens), embedding(tgt_tokens), encoder, decoder,

@@ -12,6 +12,8 @@ Decoder state (every tensor batch-first, see `base.State`):
   "c"    (B, L, Hd)  LSTM cell state (LSTM only)
   "feed" (B, D)      previous attentional hidden state (Luong placement with input feeding)
   "t"    (B,)        decoder step index, long (local-m attention only)
+With hard attention (`mtkit.models.hard`) the context of a step is one encoder state, and the
+weights a step returns are that position's one-hot row.
 Encoded.extras:
   "final"   (B, Hm)    top encoder layer's final states, both directions concatenated (for the
                        bridge, and the fixed context of attention `none`)
@@ -26,7 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_packed_sequence
+from torch.utils.checkpoint import checkpoint
 
+from mtkit.data.vocab import EOS_ID, PAD_ID
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.attention import Attention
 from mtkit.models.base import (
@@ -42,8 +46,15 @@ from mtkit.models.base import (
     reorder,
     source_mask,
 )
+from mtkit.models.hard import Draw, HardAttention, safe_log
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
+# A teacher-forced pass of a decoder: logits (B, T, V), attention (B, T, S) or None, and with
+# hard attention the draw of every step (None without).
+Teacher = tuple[torch.Tensor, torch.Tensor | None, Draw | None]
+# The exact marginal's per-position scores are computed for this many (B * T * S * V) elements
+# at once, recomputed in the backward pass rather than kept: 64 MB of float32.
+POSITION_BLOCK = 1 << 24
 
 
 def _top(hidden: Hidden) -> torch.Tensor:
@@ -151,11 +162,13 @@ class RNNDecoder(nn.Module):
     the fixed-context baseline), a readout layer (D) and the output layer (V)."""
 
     def __init__(self, embed: nn.Embedding, rnn: nn.RNNBase, attention: Attention | None,
-                 readout: nn.Linear, generator: nn.Linear, dropout: float) -> None:
+                 readout: nn.Linear, generator: nn.Linear, dropout: float, *,
+                 hard: HardAttention | None = None) -> None:
         super().__init__()
         self.embed = embed
         self.rnn = rnn
         self.attention = attention
+        self.hard = hard
         self.readout = readout
         self.generator = generator
         self.dropout = nn.Dropout(dropout)
@@ -164,6 +177,17 @@ class RNNDecoder(nn.Module):
     @property
     def uses_positions(self) -> bool:
         return self.attention is not None and self.attention.uses_positions
+
+    @property
+    def scores_positions(self) -> bool:
+        """True when each step's output can be scored for every position's context: hard
+        attention whose context feeds no later step (the exact marginal, the posterior)."""
+        return False
+
+    def posterior(self, tgt_in: torch.Tensor, state: State, enc: Encoded) -> torch.Tensor:
+        """p(z_t | x, y_<=t) (B, T, S) of hard attention over teacher-forced steps; only for
+        a decoder that `scores_positions`."""
+        raise AssertionError("this decoder cannot score every position's context")
 
     def initial_state(self, h: torch.Tensor, c: torch.Tensor | None) -> State:
         """h, c (B, L, Hd) -> the state before the first target token."""
@@ -195,16 +219,22 @@ class RNNDecoder(nn.Module):
         return state["t"].unsqueeze(1) + torch.arange(steps, device=state["t"].device)
 
     def _attend(self, query: torch.Tensor, enc: Encoded, positions: torch.Tensor | None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query (B, T, Hd) -> context (B, T, Hm), weights (B, T, S) or None.
+                ) -> tuple[torch.Tensor, torch.Tensor | None, Draw | None]:
+        """query (B, T, Hd) -> context (B, T, Hm), weights (B, T, S) or None, the draw of
+        hard attention or None.
 
         Attention `none`: the encoder's final state is the one fixed context vector for every
-        step (Sutskever et al. 2014; Cho et al. 2014, the bottleneck Bahdanau et al. remove)."""
+        step (Sutskever et al. 2014; Cho et al. 2014, the bottleneck Bahdanau et al. remove).
+        Hard attention: the context is the state at the drawn (or most probable) position,
+        the weights its one-hot row (`mtkit.models.hard`)."""
         if self.attention is None:
-            return enc.extras["final"].unsqueeze(1).expand(-1, query.size(1), -1), None
+            return enc.extras["final"].unsqueeze(1).expand(-1, query.size(1), -1), None, None
         keys = enc.extras.get("keys", enc.memory)
         weights = self.attention(query, keys, enc.src_mask, positions)
-        return torch.bmm(weights, enc.memory), weights
+        if self.hard is None:
+            return torch.bmm(weights, enc.memory), weights, None
+        ctx, draw = self.hard.context(weights, enc.memory)
+        return ctx, draw.shown(), draw
 
     def _logits(self, out: torch.Tensor) -> torch.Tensor:
         """(B, T, D) readout -> (B, T, V) logits."""
@@ -214,9 +244,9 @@ class RNNDecoder(nn.Module):
         raise NotImplementedError
 
     def teacher(self, tgt_in: torch.Tensor, state: State, enc: Encoded, need_attn: bool
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                ) -> Teacher:
         """tgt_in (B, T) from `state` -> logits (B, T, V), attention (B, T, S) or None (also
-        when not `need_attn`: training does not collect the T steps' weights)."""
+        when not `need_attn`: training does not collect the T steps' weights), the draws."""
         raise NotImplementedError
 
 
@@ -228,18 +258,19 @@ class BahdanauDecoder(RNNDecoder):
 
     def _cell(self, emb: torch.Tensor, hidden: Hidden, enc: Encoded,
               positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-        """One step: emb (B, 1, E) -> out (B, 1, Hd), context (B, 1, Hm), weights, hidden."""
-        ctx, weights = self._attend(_top(hidden).unsqueeze(1), enc, positions)
+        """One step: emb (B, 1, E) -> out (B, 1, Hd), context (B, 1, Hm), weights, draw,
+        hidden."""
+        ctx, weights, draw = self._attend(_top(hidden).unsqueeze(1), enc, positions)
         out, hidden = rnn_step(self.rnn, torch.cat([emb, ctx], dim=-1), hidden)
-        return out, ctx, weights, hidden
+        return out, ctx, weights, draw, hidden
 
     def _readout(self, out: torch.Tensor, ctx: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.readout(torch.cat([out, ctx, emb], dim=-1)))
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, need_attn: bool) -> Step:
         emb = self.dropout(self.embed(prev.unsqueeze(1)))
-        out, ctx, weights, hidden = self._cell(emb, self._hidden(state), enc,
-                                               self._positions(state, 1))
+        out, ctx, weights, _, hidden = self._cell(emb, self._hidden(state), enc,
+                                                  self._positions(state, 1))
         logits = self._logits(self._readout(out, ctx, emb)).squeeze(1)
         attn = weights.squeeze(1) if need_attn and weights is not None else None
         return Step(logits, attn, self._state(hidden, state))
@@ -252,21 +283,24 @@ class BahdanauDecoder(RNNDecoder):
             # The context is fixed, so no input depends on an earlier output: one call.
             ctx = enc.extras["final"].unsqueeze(1).expand(-1, steps, -1)
             out, _ = self.rnn(torch.cat([emb, ctx], dim=-1), hidden)
-            return self._logits(self._readout(out, ctx, emb)), None
+            return self._logits(self._readout(out, ctx, emb)), None, None
         positions = self._positions(state, steps)
-        outs, ctxs, attns = [], [], []
+        outs, ctxs, attns, draws = [], [], [], []
         # split, not emb[:, t:t+1]: one backward concatenation instead of T full-size
         # zero-filled gradients.
         for t, emb_t in enumerate(emb.split(1, dim=1)):  # scores need s_{t-1}: sequential
             pos = None if positions is None else positions[:, t : t + 1]
-            out, ctx, weights, hidden = self._cell(emb_t, hidden, enc, pos)
+            out, ctx, weights, draw, hidden = self._cell(emb_t, hidden, enc, pos)
             outs.append(out)
             ctxs.append(ctx)
             if need_attn:
                 attns.append(weights)
+            if draw is not None:
+                draws.append(draw)
         out, ctx = torch.cat(outs, dim=1), torch.cat(ctxs, dim=1)
         attn = torch.cat(attns, dim=1) if need_attn else None
-        return self._logits(self._readout(out, ctx, emb)), attn
+        return (self._logits(self._readout(out, ctx, emb)), attn,
+                Draw.cat(draws) if draws else None)
 
 
 class LuongDecoder(RNNDecoder):
@@ -276,9 +310,13 @@ class LuongDecoder(RNNDecoder):
 
     def __init__(self, embed: nn.Embedding, rnn: nn.RNNBase, attention: Attention | None,
                  readout: nn.Linear, generator: nn.Linear, dropout: float, *,
-                 input_feeding: bool) -> None:
-        super().__init__(embed, rnn, attention, readout, generator, dropout)
+                 input_feeding: bool, hard: HardAttention | None = None) -> None:
+        super().__init__(embed, rnn, attention, readout, generator, dropout, hard=hard)
         self.input_feeding = input_feeding
+
+    @property
+    def scores_positions(self) -> bool:
+        return self.hard is not None and not self.input_feeding
 
     def initial_state(self, h: torch.Tensor, c: torch.Tensor | None) -> State:
         state = super().initial_state(h, c)
@@ -287,17 +325,17 @@ class LuongDecoder(RNNDecoder):
         return state
 
     def _attentional(self, out: torch.Tensor, enc: Encoded, positions: torch.Tensor | None
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """out (B, T, Hd) -> h~ (B, T, D), weights (B, T, S) or None."""
-        ctx, weights = self._attend(out, enc, positions)
-        return torch.tanh(self.readout(torch.cat([ctx, out], dim=-1))), weights
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, Draw | None]:
+        """out (B, T, Hd) -> h~ (B, T, D), weights (B, T, S) or None, the draw."""
+        ctx, weights, draw = self._attend(out, enc, positions)
+        return torch.tanh(self.readout(torch.cat([ctx, out], dim=-1))), weights, draw
 
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, need_attn: bool) -> Step:
         x = self.dropout(self.embed(prev.unsqueeze(1)))
         if self.input_feeding:
             x = torch.cat([x, state["feed"].unsqueeze(1)], dim=-1)
         out, hidden = rnn_step(self.rnn, x, self._hidden(state))
-        h_att, weights = self._attentional(out, enc, self._positions(state, 1))
+        h_att, weights, _ = self._attentional(out, enc, self._positions(state, 1))
         new = self._state(hidden, state)
         if self.input_feeding:
             new["feed"] = h_att.squeeze(1)
@@ -312,19 +350,87 @@ class LuongDecoder(RNNDecoder):
             # No input depends on an earlier output: run the recurrence over the whole target
             # at once, then attend for all steps in one batched op.
             out, _ = self.rnn(emb, hidden)
-            h_att, attn = self._attentional(out, enc, positions)
-            return self._logits(h_att), attn if need_attn else None
+            if self.hard is not None and self.hard.training and self.hard.estimator == "exact":
+                prior = self.attention(out, enc.extras.get("keys", enc.memory), enc.src_mask,
+                                       positions)
+                return self.marginal(out, enc, prior), prior if need_attn else None, None
+            h_att, attn, draw = self._attentional(out, enc, positions)
+            return self._logits(h_att), attn if need_attn else None, draw
         feed = state["feed"].unsqueeze(1)
-        h_atts, attns = [], []
+        h_atts, attns, draws = [], [], []
         for t, emb_t in enumerate(emb.split(1, dim=1)):  # see BahdanauDecoder.teacher
             out, hidden = rnn_step(self.rnn, torch.cat([emb_t, feed], dim=-1), hidden)
             pos = None if positions is None else positions[:, t : t + 1]
-            feed, weights = self._attentional(out, enc, pos)
+            feed, weights, draw = self._attentional(out, enc, pos)
             h_atts.append(feed)
             if need_attn:
                 attns.append(weights)
+            if draw is not None:
+                draws.append(draw)
         attn = torch.cat(attns, dim=1) if need_attn and self.attention is not None else None
-        return self._logits(torch.cat(h_atts, dim=1)), attn
+        return (self._logits(torch.cat(h_atts, dim=1)), attn,
+                Draw.cat(draws) if draws else None)
+
+    def _position_scorer(self, out: torch.Tensor, enc: Encoded):
+        """out (B, T, Hd) -> a function of steps t0:t1 to the log-probabilities (B, t, S, V)
+        of every word with each source position's state as the context. The readout
+        W_c [c; s] + b is split into W_c' c, once per position, and W_c'' s + b, once per step
+        (Luong et al. 2015, eq. 5)."""
+        hm = enc.memory.size(-1)
+        w = self.readout.weight
+        keys = enc.memory @ w[:, :hm].T  # (B, S, D)
+        queries = out @ w[:, hm:].T + self.readout.bias  # (B, T, D)
+
+        def score(t0: int, t1: int) -> torch.Tensor:
+            h = torch.tanh(keys.unsqueeze(1) + queries[:, t0:t1].unsqueeze(2))
+            return self._logits(h).float().log_softmax(-1)
+
+        return score
+
+    def _steps_at_once(self, enc: Encoded) -> int:
+        b, s = enc.src_mask.shape
+        return max(1, POSITION_BLOCK // (b * s * self.generator.out_features))
+
+    def marginal(self, out: torch.Tensor, enc: Encoded, prior: torch.Tensor) -> torch.Tensor:
+        """The exact marginal over positions (Deng et al. 2018): out (B, T, Hd), prior
+        (B, T, S) -> log sum_z prior[z] p(y | context z) (B, T, V), log-probabilities that
+        serve as logits. Blocks of steps are recomputed in the backward pass
+        (`POSITION_BLOCK`)."""
+        score = self._position_scorer(out, enc)
+        log_prior = safe_log(prior.float(), float("-inf"))
+
+        def block(t0: int, t1: int, lp_prior: torch.Tensor) -> torch.Tensor:
+            return (score(t0, t1) + lp_prior.unsqueeze(-1)).logsumexp(dim=2)
+
+        n = self._steps_at_once(enc)
+        return torch.cat([checkpoint(block, t0, min(t0 + n, out.size(1)),
+                                     log_prior[:, t0 : t0 + n], use_reentrant=False)
+                          for t0 in range(0, out.size(1), n)], dim=1)
+
+    def posterior(self, tgt_in: torch.Tensor, state: State, enc: Encoded) -> torch.Tensor:
+        """p(z_t | x, y_<=t) (B, T, S) for the teacher-forced steps over tgt_in (B, T): the
+        prior times the probability of the word step t predicts (tgt_in's next token, EOS
+        after the last), renormalised over the positions."""
+        assert self.scores_positions, "the posterior needs hard attention without feeding"
+        out, _ = self.rnn(self.dropout(self.embed(tgt_in)), self._hidden(state))
+        prior = self.attention(out, enc.extras.get("keys", enc.memory), enc.src_mask,
+                               self._positions(state, tgt_in.size(1)))
+        target = next_tokens(tgt_in)
+        score, n, parts = self._position_scorer(out, enc), self._steps_at_once(enc), []
+        for t0 in range(0, tgt_in.size(1), n):
+            lp = score(t0, t0 + n)  # (B, t, S, V)
+            index = target[:, t0 : t0 + n, None, None].expand(-1, -1, lp.size(2), 1)
+            parts.append(lp.gather(-1, index).squeeze(-1))
+        log_post = safe_log(prior.float(), float("-inf")) + torch.cat(parts, dim=1)
+        return log_post.softmax(dim=-1)
+
+
+def next_tokens(tgt_in: torch.Tensor) -> torch.Tensor:
+    """tgt_in (B, T), BOS then the target, PAD after -> (B, T) the token each position
+    predicts: the next one, EOS after the last, PAD after that."""
+    lens = (tgt_in != PAD_ID).sum(dim=1, keepdim=True)
+    target = torch.cat([tgt_in[:, 1:], torch.full_like(tgt_in[:, :1], PAD_ID)], dim=1)
+    return target.scatter(1, lens - 1, EOS_ID)
 
 
 class RNNTranslator(Translator):
@@ -336,6 +442,8 @@ class RNNTranslator(Translator):
         self.bridge = bridge
         self.decoder = decoder
         self.has_attention = decoder.attention is not None
+        if decoder.scores_positions:
+            self.views = ("chosen", "prior", "posterior")
 
     def vocabulary_parts(self) -> dict[str, list[str]]:
         return {"src_embeddings": parameter_names("encoder.embed", self.encoder.embed),
@@ -375,7 +483,11 @@ class RNNTranslator(Translator):
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                 return_attn: bool = False) -> Output:
         enc = self.encode(src, src_lens)
-        logits, attn = self.decoder.teacher(tgt_in, self.init_state(enc), enc, return_attn)
+        logits, attn, draw = self.decoder.teacher(tgt_in, self.init_state(enc), enc,
+                                                  return_attn)
+        hard = self.decoder.hard
+        if hard is not None and hard.samples and draw is not None:
+            return Output(logits, attn, hard.reinforce(logits, draw))
         return Output(logits, attn)
 
     def choose_attention(self, kind: str = "cross", layer: int | None = None,
@@ -396,8 +508,14 @@ class RNNTranslator(Translator):
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                        choice: AttentionChoice) -> torch.Tensor:
-        """Cross attention (B, T, S), from teacher forcing."""
-        assert choice == AttentionChoice("cross"), choice
-        attn = self.forward(src, src_lens, tgt_in, return_attn=True).attn
+        """Cross attention (B, T, S), from teacher forcing: the weights each step used, the
+        prior of hard attention, or its posterior (`choice.view`)."""
+        assert choice.kind == "cross" and choice.layer is None, choice
+        enc = self.encode(src, src_lens)
+        if choice.view == "posterior":
+            return self.decoder.posterior(tgt_in, self.init_state(enc), enc)
+        _, attn, draw = self.decoder.teacher(tgt_in, self.init_state(enc), enc, True)
+        if choice.view == "prior" and draw is not None:
+            return draw.prior
         assert attn is not None
         return attn

@@ -7,7 +7,9 @@ Modules are composed by `mtkit.models.build.build_model`; this file only defines
 
 Attention runs through `torch.nn.functional.scaled_dot_product_attention` (fused kernels; the
 weights are never materialised) unless a caller asks for the weights, or a decoding step
-runs on CPU: then an explicit softmax path computes the same thing (see `_attend`).
+runs on CPU: then an explicit softmax path computes the same thing (see `_attend`); the
+explicit path also serves a cross-attention with a sparse normaliser
+(`model.attention_normalizer`, `mtkit.models.normalizers`).
 
 Encoded.extras: "cross_k{i}", "cross_v{i}" (B, h, S, dh) for decoder layer i (contiguous
 when decoding): the cross-attention keys and values, computed once per sentence in `encode`.
@@ -25,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mtkit.config.attention import Normalizer
 from mtkit.errors import OptionError, choice
 from mtkit.models import kv_cache
 from mtkit.models.base import (
@@ -40,6 +43,7 @@ from mtkit.models.base import (
     source_mask,
 )
 from mtkit.models.embedding import ScaledEmbedding
+from mtkit.models.normalizers import normalize
 
 Weights = torch.Tensor | None  # (B, h, T, S) attention weights, when asked for
 # One layer's self-attention cache: keys, values (B, h, t, dh), and their spares (B, n).
@@ -55,6 +59,7 @@ class _Attention(nn.Module):
         self.heads = heads
         self.dropout = dropout
         self.out = nn.Linear(d_model, d_model)
+        self.normalizer: Normalizer = "softmax"  # a sparse one needs the explicit path
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, h, T, dh)."""
@@ -71,7 +76,8 @@ class _Attention(nn.Module):
         # On CPU, a decoding step's few queries per row go faster through two batched matmuls
         # than through the fused kernel, which is tiled for long query blocks (bench/RESULTS.md,
         # "Attention of a decoding step on a CPU"); outputs agree within 1e-6.
-        if need_weights or (incremental and q.device.type == "cpu"):
+        if need_weights or self.normalizer != "softmax" or (
+                incremental and q.device.type == "cpu"):
             scores = (q @ k.transpose(-2, -1)).div_(math.sqrt(q.size(-1)))
             if mask is not None:
                 scores = scores.masked_fill_(~mask, float("-inf"))
@@ -79,7 +85,7 @@ class _Attention(nn.Module):
                 future = torch.ones(q.size(2), k.size(2), dtype=torch.bool,
                                     device=q.device).triu(1)
                 scores = scores.masked_fill(future, float("-inf"))
-            weights = scores.softmax(dim=-1)
+            weights = normalize(scores, self.normalizer)
             out = F.dropout(weights, p, self.training) @ v
             weights = weights if need_weights else None
         else:
@@ -119,8 +125,10 @@ class SelfAttention(_Attention):
 class CrossAttention(_Attention):
     """Decoder-over-encoder attention; keys and values come from `kv` once per sentence."""
 
-    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+    def __init__(self, d_model: int, heads: int, dropout: float, *,
+                 normalizer: Normalizer = "softmax") -> None:
         super().__init__(d_model, heads, dropout)
+        self.normalizer = normalizer
         self.q = nn.Linear(d_model, d_model)
         self.kv = nn.Linear(d_model, 2 * d_model)
 
@@ -197,10 +205,11 @@ class EncoderLayer(_Sublayers):
 
 class DecoderLayer(_Sublayers):
     def __init__(self, d_model: int, heads: int, ffn: FeedForward, *, dropout: float,
-                 attn_dropout: float, pre_norm: bool) -> None:
+                 attn_dropout: float, pre_norm: bool, normalizer: Normalizer = "softmax"
+                 ) -> None:
         super().__init__(d_model, 3, dropout, pre_norm)
         self.self_attn = SelfAttention(d_model, heads, attn_dropout)
-        self.cross_attn = CrossAttention(d_model, heads, attn_dropout)
+        self.cross_attn = CrossAttention(d_model, heads, attn_dropout, normalizer=normalizer)
         self.ffn = ffn
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *,

@@ -148,3 +148,42 @@ def _read_key(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class CachedTranslation:
+    """A translation in RUN_DIR/translations/ that its key file proves current: made by the
+    checkpoint in question from the split's present source, unedited since."""
+
+    split: str
+    path: Path
+    reference: Path
+    decode: dict[str, Any]  # the decoding options that made it (`_output_options`)
+
+
+def cached_translations(run_dir: Path, ckpt: Path) -> list[CachedTranslation]:
+    """Every current translation of `run_dir`'s splits by `ckpt` (what `translate_split`
+    would reuse), in file-name order; the checkpoint is hashed once."""
+    from mtkit.data.sources import sha256_file
+    from mtkit.run import resolve_checkpoint
+
+    try:
+        own = ckpt.resolve() == resolve_checkpoint(run_dir).resolve()
+    except CheckpointError:
+        own = False
+    folder = run_dir / "translations" / ("" if own else ckpt.stem)
+    found, ckpt_sha = [], None
+    for out in sorted(folder.glob("*.txt")):
+        key = _read_key(out.with_name(out.name + ".key"))
+        split = out.name.split(".", 1)[0]
+        try:
+            src, ref = split_texts(run_dir, split)
+        except DataError:  # a split the data no longer has
+            continue
+        if not isinstance(key, dict) or key.get("translation_sha256") != sha256_file(out):
+            continue
+        ckpt_sha = ckpt_sha or sha256_file(ckpt)
+        if key.get("checkpoint_sha256") == ckpt_sha and key.get(
+                "source_sha256") == sha256_file(src) and isinstance(key.get("decode"), dict):
+            found.append(CachedTranslation(split, out, ref, key["decode"]))
+    return found

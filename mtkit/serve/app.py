@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -91,6 +91,9 @@ def create_app(model: TranslationModel, settings: ServeSettings) -> FastAPI:
     _errors(app)
     _middleware(app, settings, state.metrics)
     app.include_router(router)
+    from mtkit.serve import documents  # its routes import this module's helpers
+
+    documents.install(app)
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
 
@@ -185,19 +188,26 @@ async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any
                      "schema": LibreRequest.model_json_schema()}}}})
 async def libre_translate(request: Request) -> dict[str, Any]:
     """LibreTranslate's translate: `q` (a string or a list), `source`, `target`,
-    `format` (text), `alternatives`, `api_key` (or a bearer token)."""
+    `format` (text, or html: each `q` a document or fragment, its markup kept and placed by
+    the word alignment), `alternatives`, `api_key` (or a bearer token)."""
     state = served(request)
     model = state.model
     req = await _libre_request(request)
     check_token(request, state.settings.token, req.api_key)
     lines = [req.q] if isinstance(req.q, str) else list(req.q)
     request.state.sentences = len(lines)
-    tag = _libre_tag(model, req)
-    if req.format != "text":
-        raise ApiError(400, "format: this server translates plain text only (text)")
-    changes = nbest_changes(model.defaults, req.alternatives + 1) if req.alternatives else {}
-    results = await _translate(state, lines, changes, Extras(), tag=tag)
-    texts = [r.text for r in results]
+    tag = libre_tag(model, req)
+    if req.format == "html":
+        from mtkit.serve.documents import libre_html
+
+        if req.alternatives:
+            raise ApiError(400, "alternatives: not for format html")
+        _check_limits(lines, {}, replace(state.settings, max_chars=state.settings.max_body))
+        texts = await libre_html(state, lines, tag)
+    else:
+        changes = nbest_changes(model.defaults, req.alternatives + 1) if req.alternatives else {}
+        results = await _translate(state, lines, changes, Extras(), tag=tag)
+        texts = [r.text for r in results]
     out: dict[str, Any] = {"translatedText": texts[0] if isinstance(req.q, str) else texts}
     if req.alternatives:
         alts = [[c.text for c in r.candidates[1:]] for r in results]
@@ -319,7 +329,7 @@ def _tag_targets(model: TranslationModel) -> dict[str, str]:
             if tag.startswith("<2") and tag.endswith(">") and len(tag) > 3}
 
 
-def _libre_tag(model: TranslationModel, req: LibreRequest) -> str | None:
+def libre_tag(model: TranslationModel, req: LibreRequest) -> str | None:
     """The tag a LibreTranslate request's `target` picks (None for a model without tags);
     a 400 for a pair the model does not translate."""
     info = model.info

@@ -99,7 +99,8 @@ def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.
     batch (Ott et al. 2018, §4.2), however the tokens fall into batches; the alignment term is
     likewise the mean over the update's linked target pieces. `no_sync` (DDP's) defers the
     gradient all-reduce to the last batch. `rdrop` > 0: each batch passes twice through
-    the model and the token loss is `loss.rdrop_loss` (alignment from the first pass).
+    the model and the token loss is `loss.rdrop_loss` (alignment from the first pass). A
+    model's `Output.aux` term (of the targets) is added to the token loss, scaled alike.
     """
     loss_sum = torch.zeros((), device=device)
     nll_sum = torch.zeros((), device=device)
@@ -115,6 +116,9 @@ def forward_backward(net: nn.Module, batches: Sequence[Batch], *, device: torch.
             sums = (rdrop_loss(out.logits, b.tgt_out, smoothing=smoothing, weight=rdrop)
                     if rdrop else label_smoothed_nll(out.logits, b.tgt_out, smoothing=smoothing))
             total = sums.loss * normalizer
+            if out.aux is not None:  # a model's own term (hard attention's REINFORCE)
+                target = torch.cat([b.tgt_out, b.tgt_out]) if rdrop else b.tgt_out
+                total = total + out.aux(target) * normalizer
             if guide is not None:
                 assert out.attn is not None and b.align is not None, "guided without links"
                 ce = alignment_ce(out.attn[:len(b.src)], b.align, readout=guide.readout)

@@ -84,7 +84,30 @@ def demo_folder(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     gold = [" ".join(f"{i}-{len(w) - 1 - i}" for i in range(len(w)))
             for w in (line.split() for line in src.read_text().splitlines())]
     (root / "gold.align").write_text("\n".join(gold) + "\n")
+    _documents(root, src.read_text().splitlines()[:4])
     return root
+
+
+def _documents(root: Path, lines: list[str]) -> None:
+    """The documents the README's "Documents and markup" lines translate, made of `lines`."""
+    a, b, c, d = lines
+    (root / "page.html").write_text(f"<html><body><p>{a} <b>{b}</b></p><p>{c}</p></body>"
+                                    "</html>\n")
+    (root / "notes.md").write_text(f"# {a}\n\n{b} *{c}* `code`\n")
+    (root / "talk.srt").write_text(f"1\n00:00:01,000 --> 00:00:02,000\n{a}\n\n"
+                                   f"2\n00:00:02,000 --> 00:00:03,000\n{b}\n")
+    (root / "talk.vtt").write_text(f"WEBVTT\n\n00:01.000 --> 00:02.000\n{c}\n")
+    (root / "app.po").write_text(f'msgid ""\nmsgstr ""\n\nmsgid "{a} %s"\nmsgstr ""\n')
+    (root / "app.xlf").write_text(
+        '<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2"><file '
+        'source-language="en" datatype="plaintext" original="x"><body><trans-unit id="1">'
+        f"<source>{d}</source></trans-unit></body></file></xliff>\n")
+    (root / "text.txt").write_text(f"{a}\n{b}\n\n{c}\n")
+    import docx
+
+    doc = docx.Document()
+    doc.add_paragraph(d)
+    doc.save(root / "report.docx")
 
 
 def test_readme_lines_on_the_demos_run_run_as_written(demo_folder: Path) -> None:

@@ -34,6 +34,8 @@ def fit(model: Translator, next_batch: Callable[[], Batch], *, updates: int, lr:
         out = model(b.src, b.src_lens, b.tgt_in, return_attn=guide is not None)
         loss = F.cross_entropy(out.logits.flatten(0, 1), b.tgt_out.flatten(),
                                ignore_index=PAD_ID)
+        if out.aux is not None:  # hard attention's REINFORCE term, on the mean's scale
+            loss = loss + out.aux(b.tgt_out) / (b.tgt_out != PAD_ID).sum()
         if guide is not None:
             ce = alignment_ce(out.attn, b.align, readout=guide[1])
             loss = loss + guide[0] * ce / max(b.num_linked_rows, 1)

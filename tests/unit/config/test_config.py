@@ -390,7 +390,8 @@ def test_dump_round_trip(tmp_path: Path) -> None:
     assert again == r
 
 
-@pytest.mark.parametrize("name", ["en-de.yaml", "en-de-cpu.yaml", "en-de-rnn.yaml", "toy.yaml",
+@pytest.mark.parametrize("name", ["en-de.yaml", "en-de-cpu.yaml", "en-de-rnn.yaml",
+                                  "en-de-rnn-hard.yaml", "toy.yaml",
                                   "opus-mt-en-de-finetune.yaml"])
 def test_shipped_recipes_load_and_every_key_has_a_comment(name: str) -> None:
     path = RECIPES / name

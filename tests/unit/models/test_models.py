@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
+from mtkit.config.attention import HardAttentionConfig
 from mtkit.data.vocab import BOS_ID, PAD_ID
 from mtkit.errors import ConfigError, MtkitError
 from mtkit.models import kv_cache
@@ -59,6 +60,21 @@ TRANSFORMERS = {
 CASES = {name: ModelConfig(arch="rnn", rnn=cfg) for name, cfg in _rnn_cases()}
 CASES.update({name: ModelConfig(arch="transformer", transformer=cfg)
               for name, cfg in TRANSFORMERS.items()})
+# Hard attention and the sparse normalisers keep every invariant below (one-hot rows included).
+_SMALL = {"emb_dim": 8, "hidden_dim": 6, "attn_dim": 5, "dropout": 0.1, "max_positions": 16}
+CASES.update({
+    "gru-bahdanau-additive-hard": ModelConfig(arch="rnn", rnn=RNNConfig(
+        **_SMALL, hard=HardAttentionConfig(estimator="reinforce"))),
+    "lstm-luong-nofeed-general-hard-exact": ModelConfig(arch="rnn", rnn=RNNConfig(
+        **_SMALL, cell="lstm", attention="general", placement="luong", input_feeding=False,
+        hard=HardAttentionConfig(estimator="exact"))),
+    "gru-luong-local-p-entmax15": ModelConfig(arch="rnn", attention_normalizer="entmax15",
+                                              rnn=RNNConfig(**_SMALL, attention="local-p",
+                                                            local_window=2, placement="luong")),
+    "tf-pre-sin-shared-sparsemax": ModelConfig(arch="transformer",
+                                               attention_normalizer="sparsemax",
+                                               transformer=TRANSFORMERS["tf-pre-sin-shared"]),
+})
 
 
 def _model(cfg: ModelConfig, seed: int = 0):

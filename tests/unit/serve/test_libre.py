@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from mtkit.serve.app import ApiError, _libre_tag, _tag_targets  # noqa: E402
+from mtkit.serve.app import ApiError, _tag_targets, libre_tag  # noqa: E402
 from mtkit.serve.schema import LibreRequest  # noqa: E402
 
 
@@ -17,7 +17,7 @@ def _model(tags: list[str], src: str = "en+de", tgt: str = "de+en") -> SimpleNam
 
 
 def _tag(model: SimpleNamespace, source: str, target: str) -> str | None:
-    return _libre_tag(model, LibreRequest(q="a", source=source, target=target))
+    return libre_tag(model, LibreRequest(q="a", source=source, target=target))
 
 
 def test_the_target_picks_a_tag_of_the_form_2xx():

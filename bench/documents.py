@@ -1,0 +1,325 @@
+"""Documents: sentence splitting, markup placement, and whole files end to end.
+
+    python bench/documents.py                      # the splitters (no model needed)
+    python bench/documents.py RUN --threads 1      # and everything that needs an en-de model
+
+1. Splitters: 1,000 paragraphs of 1-6 sentences joined by a space, drawn (seeded) from
+   test2016 and from a sample of Tatoeba (only lines ending in . ! ? or a quote, and none
+   holding a boundary inside: their gold boundaries are the joins); boundary recall and
+   precision, paragraphs split exactly right, and the time for all 1,000, for BlingFire (what
+   mtkit uses, through `sentence_ranges`), sentencex and pysbd where installed, timed
+   alternately (the fastest of --repeat each; the machine may be shared).
+2. Placement (RUN): bench/data/placement-test2016.jsonl holds 100 test2016 sentences with
+   tags around 1-3 source words (50 single, 25 nested, 25 adjacent pairs) and where each tag
+   belongs in the German reference, placed by reading it (word spans; the text stays in
+   ../shared/data). Each reference is forced as the translation (`prefix`), so the placement
+   is judged on fixed German words: a tag is right when it encloses exactly its gold words.
+   The word alignment (mtkit's placement) and the relative-position fallback, side by side.
+3. BLEU (RUN): the 100 sentences translated with their tags through the HTML reader, tags
+   stripped, against the same sentences translated plain: equal when the markup cannot
+   change the words.
+4. End to end: a 200-paragraph HTML page and a 500-cue SRT made from test2016 sentences,
+   read, split, placed and written with a model-free copying translator (the documents' own
+   cost, and a check that copying gives the input back), and (RUN) translated by
+   `translate_document` (greedy), seconds and sentences/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DATA = REPO.parent / "shared" / "data"
+GOLD = REPO / "bench" / "data" / "placement-test2016.jsonl"
+
+
+def _args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, nargs="?", help="a trained en-de run directory")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="timings per splitter")
+    ap.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
+    return ap.parse_args(argv)
+
+
+def _read(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+# --------------------------------------------------------------------------- splitters
+
+
+def paragraphs(data: Path, n: int = 1000) -> list[list[str]]:
+    rng = random.Random(1)
+    final = re.compile(r"[.!?\"]$")
+    inside = re.compile(r"[.!?][\"']?\s")
+    t16 = [s for s in _read(data / "multi30k" / "test_2016_flickr.en.gz") if final.search(s)]
+    tat = rng.sample(_read(data / "tatoeba" / "all.en.gz"), 4000)
+    tat = [s for s in tat if final.search(s) and not inside.search(s[:-1])]
+    pool = t16 + tat
+    rng.shuffle(pool)
+    out, at = [], 0
+    while len(out) < n and at < len(pool):
+        k = rng.randint(1, 6)
+        out.append(pool[at:at + k])
+        at += k
+    return out
+
+
+def _splitters():
+    from mtkit.documents.sentences import sentence_ranges
+
+    def mtkit_blingfire(text):
+        words = [m.span() for m in re.finditer(r"\S+", text)]
+        return [words[e - 1][1] for _, e in sentence_ranges(text, words)]
+
+    found = {"blingfire (mtkit)": mtkit_blingfire}
+    try:
+        import sentencex
+
+        def sx(text):
+            ends, at = [], 0
+            for s in sentencex.segment("en", text):
+                s = s.strip()
+                if s:
+                    at = text.index(s, at) + len(s)
+                    ends.append(at)
+            return ends
+
+        found["sentencex"] = sx
+    except ImportError:
+        pass
+    try:
+        import pysbd
+
+        seg = pysbd.Segmenter(language="en", clean=False, char_span=True)
+        found["pysbd"] = lambda text: [s.end for s in seg.segment(text)]
+    except ImportError:
+        pass
+    return found
+
+
+def bench_splitters(paras: list[list[str]], repeat: int) -> None:
+    texts = [" ".join(p) for p in paras]
+    gold = []
+    for p in paras:
+        ends, at = set(), 0
+        for s in p[:-1]:
+            at += len(s)
+            ends.add(at)
+            at += 1
+        gold.append(ends)
+    splitters = _splitters()
+    times = {name: float("inf") for name in splitters}
+    preds = {}
+    for _ in range(repeat):  # alternately: load changes hit every splitter alike
+        for name, split in splitters.items():
+            start = time.perf_counter()
+            preds[name] = [split(t) for t in texts]
+            times[name] = min(times[name], time.perf_counter() - start)
+    n_gold = sum(len(g) for g in gold)
+    print(f"splitters: {len(paras)} paragraphs, {n_gold} boundaries, "
+          f"{sum(len(p) for p in paras)} sentences")
+    for name in splitters:
+        tp = fp = exact = 0
+        for t, g, pred in zip(texts, gold, preds[name], strict=True):
+            got = {len(t[:e].rstrip()) for e in pred if 0 < e < len(t.rstrip())}
+            tp += len(got & g)
+            fp += len(got - g)
+            exact += got == g
+        print(f"  {name:18s} recall {tp / n_gold:.2%}  precision {tp / max(1, tp + fp):.2%}  "
+              f"exact paragraphs {exact / len(paras):.1%}  time {times[name]:.3f} s "
+              f"(x{times[name] / times['blingfire (mtkit)']:.2f})")
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def _tagged_items(words: list[str], spans: list[list]):
+    from mtkit.documents.inline import Tag, Text
+
+    opens: dict[int, list] = {}
+    closes: dict[int, list] = {}
+    for a, b, name in spans:
+        opens.setdefault(a, []).append((b, name))
+        closes.setdefault(b, []).append((a, name))
+    items = []
+    for k in range(len(words) + 1):
+        for _, name in sorted(closes.get(k, []), key=lambda t: t[0], reverse=True):
+            items.append(Tag("close", f"</{name}>", name))
+        if k < len(words):
+            if k:
+                items.append(Text(" "))
+            for _, name in sorted(opens.get(k, []), key=lambda t: -t[0]):
+                items.append(Tag("open", f"<{name}>", name))
+            items.append(Text(words[k]))
+    return items
+
+
+def _spans_of(text: str) -> list[list]:
+    """The word spans [a, b) of the <b>/<i> pairs in a tagged translation."""
+    out, stack, k = [], [], 0
+    for tok in text.split():
+        lead, word, trail = re.fullmatch(r"((?:</?\w>)*)(.*?)((?:</?\w>)*)", tok).groups()
+        _tags(lead, k, stack, out)
+        k += bool(word)
+        _tags(trail, k, stack, out)
+    return sorted(out)
+
+
+def _tags(part: str, k: int, stack: list, out: list) -> None:
+    for close, name in re.findall(r"<(/?)(\w)>", part):
+        if close:
+            a, _ = stack.pop()
+            out.append([a, k, name])
+        else:
+            stack.append((k, name))
+
+
+def bench_placement(model, data: Path) -> list[tuple[str, str, list]]:
+    from mtkit.documents.formats import parse_links
+
+    gold = [json.loads(line) for line in GOLD.read_text().splitlines()]
+    en = _read(data / "multi30k" / "test_2016_flickr.en.gz")
+    de = _read(data / "multi30k" / "test_2016_flickr.de.gz")
+    refs = [de[g["line"]] for g in gold]
+    print(f"placement: {len(gold)} test2016 sentences, forced to their references")
+    from mtkit.documents.formats import LINKS
+
+    for readout, links_by in (("current", LINKS), ("current", "argmax-tgt"),
+                              ("current", "argmax-src"), ("shift", LINKS)):
+        forced = model.translate_full([en[g["line"]] for g in gold], align=True, prefix=refs,
+                                      method="greedy", readout=readout,
+                                      align_method=links_by)
+        by_source = {}
+        for g, ref, t in zip(gold, refs, forced, strict=True):
+            n = len(ref.split())  # the reference's words; what the model adds after is cut
+            links = [(i, j) for i, j in parse_links(t.candidates[0].alignment or "") if j < n]
+            by_source[en[g["line"]]] = (ref, links)
+        first = readout == "current" and links_by == LINKS
+        _placed(gold, en, by_source, ("align", "position") if first else ("align",),
+                f"{links_by}, {readout} read-out")
+    return [(en[g["line"]], refs[k], g["en"]) for k, g in enumerate(gold)]
+
+
+def _placed(gold, en, by_source, methods, readout) -> None:
+    """Each method's share of tags on their gold words; `by_source`: each sentence's forced
+    reference and links."""
+    from mtkit.documents.blocks import translate_blocks
+    from mtkit.documents.inline import Tag, Text
+
+    def translate(sentences):
+        return [by_source[s] for s in sentences]
+
+    for method in methods:
+        right = {"single": [0, 0], "nested": [0, 0], "adjacent": [0, 0]}
+        for g in gold:
+            items = _tagged_items(en[g["line"]].split(), g["en"])
+            out = translate_blocks([items], translate, placement=method)[0]
+            text = "".join(it.text if isinstance(it, Text) else it.raw for it in out)
+            got = _spans_of(text)
+            for span in g["de"]:
+                right[g["kind"]][1] += 1
+                right[g["kind"]][0] += span in got
+            assert sum(isinstance(it, Tag) for it in out) == 2 * len(g["en"])
+        total = [sum(r[0] for r in right.values()), sum(r[1] for r in right.values())]
+        kinds = ", ".join(f"{k} {r[0]}/{r[1]}" for k, r in right.items())
+        name = f"{method} ({readout})" if method == "align" else method
+        print(f"  {name:40s} {total[0]}/{total[1]} tags right = {total[0] / total[1]:.1%} "
+              f"({kinds})")
+
+
+def bench_bleu(model, sentences) -> None:
+    import sacrebleu
+
+    from mtkit.documents.formats import translate_document
+
+    page = "".join(
+        "<p>" + "".join(it.raw if hasattr(it, "raw") else it.text
+                        for it in _tagged_items(src.split(), spans)) + "</p>\n"
+        for src, _, spans in sentences)
+    out = translate_document(model, page.encode(), "html",
+                             options={"method": "greedy"}).data.decode()
+    tagged = [re.sub(r"<[^>]+>", "", p) for p in re.findall(r"<p>(.*?)</p>", out)]
+    plain = model.translate([s for s, _, _ in sentences], method="greedy")
+    refs = [[r for _, r, _ in sentences]]
+    a, b = sacrebleu.corpus_bleu(tagged, refs).score, sacrebleu.corpus_bleu(plain, refs).score
+    same = sum(x.split() == y.split() for x, y in zip(tagged, plain, strict=True))
+    print(f"BLEU, tags stripped {a:.2f} vs plain {b:.2f}; {same}/{len(plain)} outputs identical")
+
+
+def documents(data: Path) -> tuple[str, str]:
+    """A 200-paragraph HTML page (three test2016 sentences each, every fourth with a <b>)
+    and a 500-cue SRT (a test2016 sentence per cue)."""
+    src = _read(data / "multi30k" / "test_2016_flickr.en.gz")
+    rng = random.Random(2)
+    paras = ["<p>" + " ".join(rng.sample(src, 3)).replace("&", "&amp;") + "</p>"
+             for _ in range(200)]
+    for n in range(0, 200, 4):  # some inline markup, as a page has
+        paras[n] = paras[n].replace(" a ", " <b>a</b> ", 1)
+    page = "<html><body>\n" + "\n".join(paras) + "\n</body></html>\n"
+    cues = [f"{n + 1}\n00:{n // 60:02d}:{n % 60:02d},000 --> 00:{n // 60:02d}:{n % 60:02d},900\n"
+            f"{src[n]}\n" for n in range(500)]
+    return page, "\n".join(cues)
+
+
+def bench_overhead(data: Path) -> None:
+    """The documents' own work (reading, splitting, placing, writing) with a translator that
+    copies each sentence and links word i to word i: no model."""
+    from mtkit.documents.blocks import translate_blocks
+    from mtkit.documents.formats import open_document
+
+    def copy(sentences):
+        return [(s, [(i, i) for i in range(len(s.split()))]) for s in sentences]
+
+    page, srt = documents(data)
+    for name, text, fmt in (("200-paragraph HTML", page, "html"), ("500-cue SRT", srt, "srt")):
+        start = time.perf_counter()
+        doc = open_document(text.encode(), fmt)
+        out = doc.render(translate_blocks(doc.blocks(), copy))
+        took = time.perf_counter() - start
+        same = "same" if out == text else "differs"
+        print(f"{name}, no model: {took:.2f} s (the copy's output {same} as the input)")
+
+
+def bench_end_to_end(model, data: Path) -> None:
+    from mtkit.documents.formats import translate_document
+
+    page, srt = documents(data)
+    for name, data_in, fmt in (("200-paragraph HTML", page, "html"), ("500-cue SRT", srt, "srt")):
+        start = time.perf_counter()
+        result = translate_document(model, data_in.encode(), fmt, options={"method": "greedy"})
+        took = time.perf_counter() - start
+        print(f"{name}: {took:.1f} s, {result.sentences} sentences, "
+              f"{result.sentences / took:.1f} sentences/s, problems: {result.problems or 'none'}")
+
+
+def main(argv=None) -> None:
+    args = _args(argv)
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}")
+    bench_splitters(paragraphs(args.data), args.repeat)
+    bench_overhead(args.data)
+    if args.run is None:
+        print("placement, BLEU, end to end: give an en-de run directory")
+        return
+    import mtkit
+
+    model = mtkit.load(args.run, device="cpu", threads=args.threads)
+    sentences = bench_placement(model, args.data)
+    bench_bleu(model, sentences)
+    bench_end_to_end(model, args.data)
+
+
+if __name__ == "__main__":
+    main()
