@@ -161,18 +161,27 @@ def _torch_weights(r: _Reader) -> dict[str, torch.Tensor]:
     try:
         weights = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        why = re.sub(r"^Weights only load failed\.?\s*", "", first)[:160]
         raise ModelFolderError(f"{r.root / TORCH_BIN}: refused: it is a pickle that would run "
-                               f"code or build objects other than tensors (torch's weights-only "
-                               f"loader: {why or 'unsupported content'}); nothing was run. Use "
-                               f"the model's {SAFETENSORS} if it has one") from None
+                               f"code or build objects other than tensors ({_refusal(str(e))}); "
+                               f"nothing was run. Use the model's {SAFETENSORS} if it has one"
+                               ) from None
     except Exception as e:  # a damaged or foreign file: torch raises many types
         raise ModelFolderError(f"{r.root / TORCH_BIN}: not a PyTorch weights file "
                                f"({type(e).__name__})") from None
     if not isinstance(weights, dict):
         raise ModelFolderError(f"{r.root / TORCH_BIN}: expected a mapping of names to tensors")
     return weights
+
+
+def _refusal(message: str) -> str:
+    """What torch's weights-only loader refused, from its error message: the global the pickle
+    names, else its unpickler's own reason. The message's first lines are advice on loading
+    the file anyway, which an import must not pass on."""
+    if m := re.search(r"Unsupported global: GLOBAL (\S+)", message):
+        return f"it names {m.group(1)}"
+    if m := re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", message):
+        return f"torch's weights-only loader: {m.group(1).strip()[:160]}"
+    return "torch's weights-only loader refused it"
 
 
 def _license(r: _Reader) -> str | None:

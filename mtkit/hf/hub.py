@@ -1,12 +1,14 @@
 """A Hub id (``Helsinki-NLP/opus-mt-en-de``) as a local folder: huggingface_hub's snapshot
-download into its cache (the `hf` extra), of the files an import reads and no others."""
+download into its cache (the `hf` extra), of the files an import reads and no others: the
+weights once (model.safetensors, and pytorch_model.bin only where a repository lacks it: a
+repository may hold both, 300 MB each for an OPUS-MT model)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from mtkit.hf.folder import FILES, HF_EXTRA
+from mtkit.hf.folder import FILES, HF_EXTRA, SAFETENSORS, TORCH_BIN
 from mtkit.hf.marian import ModelFolderError
 
 # owner/name, optionally @revision (a branch, tag or commit)
@@ -33,7 +35,10 @@ def download(source: str) -> tuple[Path, str, str]:
                                "vocab.json)") from None
     try:
         path = Path(snapshot_download(m["repo"], revision=m["revision"],
-                                      allow_patterns=list(FILES)))
+                                      allow_patterns=[f for f in FILES if f != TORCH_BIN]))
+        if not (path / SAFETENSORS).is_file():  # at the same commit (the snapshot's name)
+            path = Path(snapshot_download(m["repo"], revision=path.name,
+                                          allow_patterns=[TORCH_BIN]))
     except Exception as e:  # network, authorization, a missing repository: many types
         why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise ModelFolderError(f"{source}: no such folder, and as a Hub id it cannot be "

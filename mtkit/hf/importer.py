@@ -105,6 +105,11 @@ def _check_destination(run_dir: Path) -> None:
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise MtkitError.about("output", "exists and is not an empty folder; import into a new "
                                "folder (mtkit replaces only what it wrote)", value=run_dir)
+    # the folders to be made above it: the first that exists must be a folder
+    above = next(p for p in run_dir.absolute().parents if p.exists())
+    if not above.is_dir():
+        raise MtkitError.about("output", f"cannot be made: {above} is a file, not a folder",
+                               value=run_dir)
 
 
 def decode_fields(generation: dict[str, Any], config: dict[str, Any]
@@ -151,16 +156,29 @@ def decode_fields(generation: dict[str, Any], config: dict[str, Any]
     else:
         out["length_penalty"] = "average"
         unmapped["length_penalty"] = penalty
-    pad = config.get("pad_token_id")
+    # the padding and start symbols: mtkit's searches never produce them (`mtkit.hf.marian`)
+    never = {config.get("pad_token_id"), config.get("decoder_start_token_id",
+                                                    config.get("pad_token_id"))} - {None}
     for key, value in generation.items():
         if key in _SAME or key in out or value is None or key in (
                 "num_beams", "do_sample", "max_length", "max_new_tokens", "min_length",
                 "length_penalty", "temperature", "top_k", "top_p"):
             continue
-        if key == "bad_words_ids" and value == [[pad]]:
-            continue  # the padding symbol: never produced by mtkit's searches
+        if _only_ids(value, never, nested=key == "bad_words_ids") and key in (
+                "bad_words_ids", "suppress_tokens"):
+            continue  # what transformers bans there, mtkit never produces
         unmapped[key] = value
     return out, unmapped
+
+
+def _only_ids(value: Any, ids: set[int], *, nested: bool) -> bool:
+    """Whether `value` lists only ids in `ids`: [i, ...], or with nested [[i], ...] (banned
+    sequences of one token each)."""
+    if not isinstance(value, list) or not value:
+        return False
+    if nested:
+        return all(isinstance(w, list) and len(w) == 1 and w[0] in ids for w in value)
+    return all(i in ids for i in value)
 
 
 def _recipe(files: MarianFiles, fields: dict[str, Any], decode: dict[str, Any], *,

@@ -42,6 +42,13 @@ def test_generation_defaults_map_or_are_listed_as_not_mapped() -> None:
                       "min_len": 2, "length_penalty": "power", "alpha": 0.6}
     assert unmapped == {"no_repeat_ngram_size": 3, "bad_words_ids": [[7]]}
     assert decode_fields({"length_penalty": -1.0}, {})[1] == {"length_penalty": -1.0}
+    # what transformers bans that mtkit never produces (the padding and start symbols, as
+    # mtkit's Hugging Face export writes them) is no setting left out; other ids are
+    marian = {"pad_token_id": 0, "decoder_start_token_id": 2}
+    assert decode_fields({"suppress_tokens": [0, 2], "bad_words_ids": [[2], [0]]},
+                         marian)[1] == {}
+    assert decode_fields({"suppress_tokens": [0, 5], "bad_words_ids": [[0, 2]]}, marian)[1] == {
+        "suppress_tokens": [0, 5], "bad_words_ids": [[0, 2]]}
     sample, _ = decode_fields({"do_sample": True, "top_k": 20, "temperature": 0.7}, {})
     assert sample == {"method": "sample", "top_k": 20, "temperature": 0.7,
                       "length_penalty": "average"}
