@@ -223,10 +223,11 @@ def export(
         "int8, int8_float32, int16, float16 or bfloat16 (default: float32).")] = "float32",
     _help: HelpOpt = False,
 ) -> None:
-    """Export a trained Transformer for CTranslate2, with its sentencepiece model(s) and a
-    README; mtkit translate DIR then decodes with it (pip install mtkit[ctranslate2]). With
-    --engine hf: a Hugging Face folder (safetensors, config, tokenizer, model card) that
-    transformers' from_pretrained loads.
+    """Export a trained Transformer for CTranslate2 (mtkit translate DIR decodes it) or, with
+    --engine hf, as a Hugging Face folder that transformers' from_pretrained loads.
+
+    CTranslate2: the folder holds the sentencepiece model(s) and a README (pip install
+    mtkit[ctranslate2]). hf: safetensors weights, config, tokenizer and a model card.
 
     RUN_OR_CHECKPOINT is a run directory (its best.pt, else last.pt) or a checkpoint file.
 
