@@ -21,8 +21,6 @@ from mtkit.serve.batcher import BatchReport
 # a busy CPU.
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-# Each series' `_created` twin (a timestamp) doubles the exposition and no dashboard reads it.
-disable_created_metrics()
 
 
 class ServerMetrics:
@@ -30,6 +28,10 @@ class ServerMetrics:
     batch sizes and request latency."""
 
     def __init__(self, queued: Callable[[], int]) -> None:
+        # Each series' `_created` twin (a timestamp) doubles the exposition and no dashboard
+        # reads it. prometheus_client's switch is process-wide and has no per-registry form:
+        # flipped when a server makes its metrics, not by importing this module.
+        disable_created_metrics()
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("mtkit_requests", "HTTP requests answered",
