@@ -27,7 +27,10 @@ from mtkit.score.report import (
     ScoreReport,
 )
 
-METRICS = ("bleu", "chrf", "ter")
+# The corpus metrics sacreBLEU computes for `mtkit score`, in the order shown, and whether a
+# larger score is better; validation during training takes BLEU's and chrF's from here.
+HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "ter": False}
+METRICS = tuple(HIGHER_IS_BETTER)
 TESTS = ("bs", "ar")
 DEFAULT_BUCKETS = (10, 20, 30, 40, 50)
 STDIN = Path("-")

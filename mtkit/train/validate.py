@@ -23,11 +23,14 @@ from mtkit.data.store import ParallelData
 from mtkit.decode import decode_batch
 from mtkit.device import Amp
 from mtkit.models.base import Translator
+from mtkit.score.metrics import HIGHER_IS_BETTER as SCORE_HIGHER_IS_BETTER
 from mtkit.train.loss import label_smoothed_nll, perplexity
 from mtkit.train.step import to_device
 
-# Metrics for which a larger value is better; the others (loss, ppl) improve downwards.
-HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False, "ppl": False}
+# Validation's metrics (`train.valid_metric`) and whether a larger value is better: BLEU and
+# chrF as `mtkit score` has them; the teacher-forced loss and perplexity improve downwards.
+HIGHER_IS_BETTER = {**{m: SCORE_HIGHER_IS_BETTER[m] for m in ("bleu", "chrf")},
+                    "loss": False, "ppl": False}
 
 
 @dataclass(frozen=True)

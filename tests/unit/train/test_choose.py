@@ -113,3 +113,17 @@ def test_training_again_forgets_the_choice(run: Path, toy_run: Path) -> None:
     train(recipe, run, resume=True, console=Console(file=io.StringIO()))
     assert not (run / CHOICE).exists()  # no average_last this time: best.pt is the model
     assert resolve_checkpoint(run) == run / BEST
+
+
+def test_validation_metrics_are_the_recipe_s_choices_with_score_s_directions() -> None:
+    from typing import get_args, get_type_hints
+
+    from mtkit.config.sections import TrainConfig
+    from mtkit.score.metrics import HIGHER_IS_BETTER as SCORE
+    from mtkit.train.validate import HIGHER_IS_BETTER
+
+    choices = get_args(get_type_hints(TrainConfig)["valid_metric"])
+    assert sorted(HIGHER_IS_BETTER) == sorted(choices)
+    assert {m: HIGHER_IS_BETTER[m] for m in SCORE.keys() & HIGHER_IS_BETTER.keys()} == {
+        "bleu": True, "chrf": True}
+    assert SCORE["ter"] is False
