@@ -1,6 +1,6 @@
-"""R-Drop's loss alone: forward and backward of `mtkit.train.loss.rdrop_loss` on one batch's
-logits, against the plain label-smoothed loss of the same (2N, V) logits and against autograd
-through R-Drop's formula (what mtkit computed before `_RDrop`), at several block sizes.
+"""R-Drop's loss alone: forward and backward of `mtkit.train.loss.rdrop_loss` (autograd through
+R-Drop's formula) on one batch's logits, against the plain label-smoothed loss of the same
+(2N, V) logits.
 
     python bench/rdrop_loss.py --threads 2
     python bench/rdrop_loss.py --device cuda --tokens 25000
@@ -18,21 +18,9 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from mtkit.data.vocab import PAD_ID
-from mtkit.train import loss as loss_mod
 from mtkit.train.loss import LossSums, label_smoothed_nll, rdrop_loss
-
-
-def autograd_formula(logits: torch.Tensor, target: torch.Tensor, smoothing: float,
-                     weight: float) -> LossSums:
-    """R-Drop's loss as autograd computes it from the formula (rdrop_loss's docstring)."""
-    both = label_smoothed_nll(logits, target.repeat(2, 1), smoothing=smoothing)
-    lp1, lp2 = F.log_softmax(logits.float(), dim=-1).chunk(2)
-    sym = ((lp1.exp() - lp2.exp()) * (lp1 - lp2)).sum(-1)
-    kl = sym.masked_fill(target == PAD_ID, 0.0).sum()
-    return LossSums(both.loss / 2 + weight / 4 * kl, both.nll / 2)
 
 
 def main() -> None:
@@ -43,8 +31,6 @@ def main() -> None:
                     help="target tokens of the batch, each passed twice (default 3072)")
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--rows", default="32,256,1024",
-                    help="block sizes in rows to time besides the default")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -55,27 +41,11 @@ def main() -> None:
     target[:, width - 4:] = PAD_ID
     logits = torch.randn(2 * target.size(0), width, args.vocab, generator=g)
     target, logits = target.to(device), logits.to(device)
-    kind = "cpu" if device.type == "cpu" else "other"
-    default = loss_mod.BLOCK[kind]
-
-    def with_rows(rows: int) -> Callable[[torch.Tensor], LossSums]:
-        def run(x: torch.Tensor) -> LossSums:
-            loss_mod.BLOCK[kind] = rows * args.vocab
-            try:
-                return rdrop_loss(x, target, smoothing=0.1, weight=1.0)
-            finally:
-                loss_mod.BLOCK[kind] = default
-        return run
-
     configs: dict[str, Callable[[torch.Tensor], LossSums]] = {
         "plain loss, 2N rows": lambda x: label_smoothed_nll(x, target.repeat(2, 1),
                                                             smoothing=0.1),
-        "autograd formula": lambda x: autograd_formula(x, target, 0.1, 1.0),
-        f"rdrop_loss ({default // args.vocab} rows, default)": lambda x: rdrop_loss(
-            x, target, smoothing=0.1, weight=1.0),
+        "rdrop_loss": lambda x: rdrop_loss(x, target, smoothing=0.1, weight=1.0),
     }
-    for rows in (int(r) for r in args.rows.split(",") if r):
-        configs[f"rdrop_loss ({rows} rows)"] = with_rows(rows)
 
     def timed(fn: Callable[[torch.Tensor], LossSums]) -> float:
         x = logits.clone().requires_grad_()

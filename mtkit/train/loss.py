@@ -109,79 +109,17 @@ def rdrop_loss(logits: torch.Tensor, target: torch.Tensor, *, smoothing: float,
     label-smoothed losses: loss = (l1 + l2) / 2 + weight / 4 * (KL(p1||p2) + KL(p2||p1)), the
     paper's eq. 3 halved, so that the translation term is on the scale of one pass (the
     learning rate keeps its meaning) and `weight` is the paper's alpha. nll: the mean of the
-    two passes' NLL. See `_RDrop` for how it is computed."""
-    loss, nll = _RDrop.apply(logits.flatten(0, 1), target.flatten(), smoothing, weight)
-    return LossSums(loss, nll.detach())
-
-
-class _RDrop(torch.autograd.Function):
-    """`rdrop_loss` of (2N, V) logits (rows i and N + i: one target token, two passes) from one
-    log-softmax, with the gradient written out, as `_SmoothedNLL` does for one pass. Through
-    autograd (a second log-softmax, the exps, the differences, each a new (N, V) tensor kept
-    for backward), a batch of 3,072 target positions over 8,000 pieces took 6.2 times the plain
-    loss of its two passes on 2 CPU cores; this takes 2.0 times (bench/RESULTS.md, "R-Drop's
-    loss").
-
-    With d = log p1 - log p2, KL(p1||p2) + KL(p2||p1) = sum_v (p1 - p2) d, whose gradient is
-    p1 (d - E_p1[d]) + p1 - p2 for pass 1's logits and -p2 (d - E_p2[d]) - (p1 - p2) for pass
-    2's. Kept for backward: the log-softmax (the softmax alone would give d = -inf - -inf
-    where both underflow), made into the gradient in place. The (N, V) terms are computed
-    `_rows_at_once` rows at a time. Backward may run once."""
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, smoothing: float,
-                weight: float) -> tuple[torch.Tensor, torch.Tensor]:
-        lp = F.log_softmax(logits.float(), dim=-1)
-        n, real = target.size(0), target != PAD_ID
-        ce, nll = _smoothed_sums(lp, target.repeat(2), real.repeat(2), smoothing)
-        kl, rows = lp.new_zeros(()), _rows_at_once(lp)
-        for s in range(0, n, rows):
-            e = min(s + rows, n)
-            a, b = lp[s:e], lp[n + s:n + e]
-            sym = torch.linalg.vecdot(a.exp() - b.exp(), a - b)
-            kl += sym.masked_fill(~real[s:e], 0.0).sum()
-        ctx.save_for_backward(lp, target, real)
-        ctx.smoothing, ctx.weight, ctx.dtype = smoothing, weight, logits.dtype
-        ctx.mark_non_differentiable(nll)
-        return ce / 2 + weight / 4 * kl, nll / 2
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor | None
-                 ) -> tuple[torch.Tensor, None, None, None]:
-        grad, target, real = ctx.saved_tensors  # the log-softmax, becoming the gradient
-        n, c, rows = target.size(0), ctx.weight / 4, _rows_at_once(grad)
-        for s in range(0, n, rows):
-            e = min(s + rows, n)
-            a, b = grad[s:e], grad[n + s:n + e]
-            d = a - b
-            a.exp_()
-            b.exp_()  # a, b: p1, p2 from here on
-            e1 = torch.linalg.vecdot(a, d).unsqueeze(1)
-            e2 = torch.linalg.vecdot(b, d).unsqueeze(1)
-            diff = a - b
-            kl1 = (d - e1).mul_(a).add_(diff)  # pass 1's KL gradient
-            kl2 = d.sub_(e2).mul_(b).add_(diff)  # minus pass 2's
-            _smoothed_grad_(a, target[s:e], ctx.smoothing)
-            _smoothed_grad_(b, target[s:e], ctx.smoothing)
-            a.mul_(0.5).add_(kl1, alpha=c)
-            b.mul_(0.5).sub_(kl2, alpha=c)
-        grad.mul_((real.repeat(2) * grad_loss).unsqueeze(1))
-        return grad.to(ctx.dtype), None, None, None
-
-
-# R-Drop's (N, V) terms are computed in blocks of rows of this many elements. On a CPU, a fresh
-# (N, V) tensor costs more in page faults than its arithmetic; blocks of 1 MB of float32 are
-# reused by the allocator and held by the cache (3,072 target positions over 8,000 pieces, 2
-# cores: 1.9-2.0 times the plain loss in blocks of 32 or 256 rows, 2.6 times in blocks of
-# 1,024; bench/RESULTS.md, "R-Drop's loss"). On a GPU, 256 MB bound the temporaries of a big
-# batch in a few launches.
-BLOCK = {"cpu": 1 << 18, "other": 1 << 26}
-
-
-def _rows_at_once(lp: torch.Tensor) -> int:
-    """How many rows of `lp` (N, V) `_RDrop` computes at once."""
-    return max(1, BLOCK["cpu" if lp.device.type == "cpu" else "other"] // lp.size(1))
+    two passes' NLL. With d = log p1 - log p2, KL(p1||p2) + KL(p2||p1) = sum_v (p1 - p2) d,
+    from log-probabilities (probabilities alone would give d = -inf - -inf where both
+    underflow)."""
+    # Autograd through the formula: a hand-written gradient made this loss 3 times cheaper
+    # (bench/RESULTS.md, "R-Drop's loss"), not worth 70 lines for a lever that is off in every
+    # recipe and cost 10 BLEU at the CPU budget.
+    both = label_smoothed_nll(logits, target.repeat(2, 1), smoothing=smoothing)
+    lp1, lp2 = F.log_softmax(logits.float(), dim=-1).chunk(2)
+    sym = ((lp1.exp() - lp2.exp()) * (lp1 - lp2)).sum(-1)
+    kl = sym.masked_fill(target == PAD_ID, 0.0).sum()
+    return LossSums(both.loss / 2 + weight / 4 * kl, both.nll / 2)
 
 
 def perplexity(nll_per_token: float) -> float:
