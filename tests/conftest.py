@@ -21,9 +21,8 @@ import torch
 
 from mtkit.config import Recipe, load_recipe
 from mtkit.data.prep import PrepReport, prepare
+from tests.helpers import RECIPES, REPO, train_toy
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPES = REPO / "recipes"
 MULTI30K_FILES = ("train.en.gz", "train.de.gz", "val.en.gz", "val.de.gz",
                   "test_2016_flickr.en.gz", "test_2016_flickr.de.gz")
 
@@ -92,21 +91,6 @@ def multi30k_strict_run(mirror: Path, tmp_path_factory: pytest.TempPathFactory
         "data.clean.min_len=4", "data.clean.max_ratio=1.5", "data.clean.dedup=true"])
     run_dir = tmp_path_factory.mktemp("multi30k-strict")
     return recipe, run_dir, prepare(recipe, run_dir, mirror=mirror)
-
-
-def train_toy(toy_run: Path, run: Path, overrides: list[str]) -> Path:
-    """Train the toy recipe (with `overrides`) into `run`, reusing toy_run's prepared data."""
-    import io
-    import shutil
-
-    from rich.console import Console
-
-    from mtkit.train.session import train
-
-    shutil.copytree(toy_run, run)
-    recipe = load_recipe(RECIPES / "toy.yaml", ["train.max_time=null", *overrides])
-    train(recipe, run, console=Console(file=io.StringIO()))
-    return run
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Helpers shared by the test tiers: tiny models, synthetic batches, running the CLI, a
 `mtkit serve` process.
 
-Fixtures (seeds, the toy recipe and its prepared and trained runs, the Multi30k mirror) are in
+The repository's paths (REPO, RECIPES) and train_toy are here for every test module to import;
+fixtures (seeds, the toy recipe and its prepared and trained runs, the Multi30k mirror) are in
 conftest.py; the short training loop of the learning tests is tests/system/synthetic.py.
 """
 
@@ -16,14 +17,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from typer.testing import CliRunner
 
-from mtkit.config import ModelConfig
+from mtkit.config import ModelConfig, load_recipe
 from mtkit.data.batch import Batch, collate
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = REPO / "recipes"
 
 
 def tiny_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int | None = None, *,
@@ -163,3 +168,18 @@ def serving(*args: object) -> Iterator[Server]:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(log)
+
+
+def train_toy(toy_run: Path, run: Path, overrides: list[str]) -> Path:
+    """Train the toy recipe (with `overrides`) into `run`, reusing toy_run's prepared data."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from mtkit.train.session import train
+
+    shutil.copytree(toy_run, run)
+    recipe = load_recipe(RECIPES / "toy.yaml", ["train.max_time=null", *overrides])
+    train(recipe, run, console=Console(file=io.StringIO()))
+    return run

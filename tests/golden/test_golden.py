@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO
 from tests.golden import make_golden
+from tests.helpers import REPO
 
 GOLDEN = REPO / "tests" / "golden"
 VALUES = json.loads((GOLDEN / "values.json").read_text(encoding="utf-8"))

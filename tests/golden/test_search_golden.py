@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from tests.conftest import REPO
 from tests.golden import make_search_golden as golden
+from tests.helpers import REPO
 
 VALUES = json.loads((REPO / "tests" / "golden" / "search.json").read_text(encoding="utf-8"))
 CASES = [(name, search) for name, _, _ in golden.SYSTEMS for search in golden.SEARCHES]

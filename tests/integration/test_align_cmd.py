@@ -29,8 +29,7 @@ from mtkit.data.spm import Tokenizer
 from mtkit.decode import decode_batch
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, load_model, save_checkpoint
-from tests.conftest import REPO
-from tests.helpers import run_cli
+from tests.helpers import REPO, run_cli
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -10,8 +10,7 @@ import sys
 import pytest
 
 from mtkit import __version__
-from tests.conftest import REPO
-from tests.helpers import run_mtkit
+from tests.helpers import REPO, run_mtkit
 
 _mtkit = run_mtkit
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import RECIPES, REPO
+from tests.helpers import RECIPES, REPO
 
 
 def test_demo_script_runs_its_steps_on_a_trained_run(toy_model: Path, tmp_path: Path):

@@ -30,7 +30,7 @@ from mtkit.data.store import text_path
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, save_checkpoint
-from tests.conftest import RECIPES
+from tests.helpers import RECIPES
 
 ct2 = pytest.importorskip(
     "ctranslate2", reason="CTranslate2 is an optional extra: pip install 'mtkit[ctranslate2]' "

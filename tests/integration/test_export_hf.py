@@ -25,7 +25,7 @@ from mtkit.data.store import text_path
 from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, load_model, save_checkpoint
-from tests.conftest import RECIPES
+from tests.helpers import RECIPES
 
 transformers = pytest.importorskip(
     "transformers", reason="transformers is a test dependency: pip install -e '.[dev]'")

@@ -27,8 +27,7 @@ from pathlib import Path
 import pytest
 
 from mtkit.train import loop
-from tests.conftest import RECIPES
-from tests.helpers import default_signals, run_cli
+from tests.helpers import RECIPES, default_signals, run_cli
 
 TOY = RECIPES / "toy.yaml"
 FAST = ["--set", "train.max_time=null", "--set", "train.threads=1"]

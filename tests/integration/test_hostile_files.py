@@ -12,8 +12,7 @@ import sys
 import pytest
 
 from mtkit.config import load_recipe
-from tests.conftest import RECIPES
-from tests.helpers import run_cli
+from tests.helpers import RECIPES, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RECIPES
-from tests.helpers import run_cli
+from tests.helpers import RECIPES, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -21,7 +21,7 @@ import pytest
 
 from mtkit.data.store import text_path
 from mtkit.run import data_dir
-from tests.conftest import REPO, train_toy
+from tests.helpers import REPO, train_toy
 
 DEMO_RUN = "runs/en-de-multi30k"
 NAMES_DEMO_RUN = re.compile(re.escape(DEMO_RUN) + r"(?![\w-])")

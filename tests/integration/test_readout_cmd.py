@@ -26,8 +26,7 @@ from mtkit.config import (
 from mtkit.config.guided import GuidedAlignmentConfig
 from mtkit.models.build import build_model
 from mtkit.run import data_dir, load_checkpoint, save_checkpoint
-from tests.conftest import REPO
-from tests.helpers import run_cli
+from tests.helpers import REPO, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 N = 12  # toy test pairs used

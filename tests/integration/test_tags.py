@@ -14,8 +14,7 @@ from mtkit.data.spm import Tokenizer
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError
 from mtkit.run import data_dir
-from tests.conftest import RECIPES
-from tests.helpers import run_cli, serving
+from tests.helpers import RECIPES, run_cli, serving
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

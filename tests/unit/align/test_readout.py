@@ -22,8 +22,7 @@ from mtkit.data.batch import collate
 from mtkit.decode import decode_batch, forced
 from mtkit.errors import ConfigError, DataError, MtkitError
 from mtkit.translation.lines import pharaoh_aligner
-from tests.conftest import RECIPES
-from tests.helpers import tiny_model
+from tests.helpers import RECIPES, tiny_model
 
 # Decoder inputs BOS y1 y2 y3 (T = 3): row r is the step whose input is y_r; columns are the
 # source tokens x0 x1 x2 and the source EOS. Each row is one-hot, so a row's link shows which

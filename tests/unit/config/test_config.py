@@ -23,7 +23,7 @@ from mtkit.config import (
     updated_section,
 )
 from mtkit.errors import ConfigError
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 RECIPES = REPO / "recipes"
 MINIMAL = {"data": {"train": {"src": "a.src", "tgt": "a.tgt"},

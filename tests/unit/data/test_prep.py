@@ -34,7 +34,7 @@ from mtkit.data.stream import read_blocks
 from mtkit.errors import DataError
 from mtkit.fileio import InvalidUtf8
 from mtkit.run import data_dir
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TOY = REPO / "recipes" / "toy"
 

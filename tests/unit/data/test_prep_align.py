@@ -16,8 +16,7 @@ from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
 from mtkit.errors import DataError
 from mtkit.run import data_dir
-from tests.conftest import REPO
-from tests.helpers import run_cli
+from tests.helpers import REPO, run_cli
 
 TOY = REPO / "recipes" / "toy"
 

@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
-from tests.helpers import default_signals
+from tests.helpers import REPO, default_signals
 
 
 @functools.cache

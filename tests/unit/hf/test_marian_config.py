@@ -9,7 +9,7 @@ import pytest
 from mtkit.config import load_recipe
 from mtkit.hf.importer import decode_fields
 from mtkit.hf.marian import ModelFolderError, transformer_fields
-from tests.conftest import RECIPES
+from tests.helpers import RECIPES
 
 # Helsinki-NLP/opus-mt-en-de's config.json, as far as the architecture goes
 OPUS_EN_DE = {

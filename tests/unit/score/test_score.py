@@ -28,8 +28,7 @@ from mtkit.score import (
     score_files,
     score_texts,
 )
-from tests.conftest import REPO
-from tests.helpers import run_cli
+from tests.helpers import REPO, run_cli
 
 MULTI30K = Path(os.environ.get("MTKIT_DATA_MIRROR")
                 or REPO.parent / "shared" / "data" / "multi30k")

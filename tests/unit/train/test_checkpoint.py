@@ -20,7 +20,7 @@ from mtkit.config import load_recipe
 from mtkit.errors import CheckpointError
 from mtkit.train import checkpoint as ckpt
 from mtkit.train.session import train
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TOY = REPO / "recipes" / "toy.yaml"
 

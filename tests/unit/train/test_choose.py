@@ -15,7 +15,7 @@ from mtkit.api import load
 from mtkit.run import AVERAGED, BEST, CHOICE, read_choice, resolve_checkpoint
 from mtkit.train.choose import choose_model
 from mtkit.train.validate import ValidResult
-from tests.conftest import train_toy
+from tests.helpers import train_toy
 
 
 class _Rec:
@@ -105,7 +105,7 @@ def test_training_again_forgets_the_choice(run: Path, toy_run: Path) -> None:
 
     from mtkit.config import load_recipe
     from mtkit.train.session import train
-    from tests.conftest import RECIPES
+    from tests.helpers import RECIPES
 
     assert (run / CHOICE).is_file()
     recipe = load_recipe(RECIPES / "toy.yaml", ["train.max_time=null", "train.max_updates=32",

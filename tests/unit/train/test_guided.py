@@ -23,8 +23,7 @@ from mtkit.run import load_checkpoint, load_model
 from mtkit.train import session, step
 from mtkit.train.checkpoint import save_average, weights_digest
 from mtkit.train.loss import ALIGN_EPS, alignment_ce
-from tests.conftest import REPO
-from tests.helpers import run_cli
+from tests.helpers import REPO, run_cli
 
 TOY = REPO / "recipes" / "toy.yaml"
 GUIDED = ["data.train.align=toy/train.align", "train.guided_alignment.weight=0.05",

@@ -18,8 +18,7 @@ from mtkit.errors import CheckpointError, ConfigError, DataError
 from mtkit.run import load_checkpoint, recorded_init_from
 from mtkit.train import loop, session
 from mtkit.train.checkpoint import weights_digest
-from tests.conftest import REPO
-from tests.helpers import run_mtkit
+from tests.helpers import REPO, run_mtkit
 
 TOY = REPO / "recipes" / "toy.yaml"
 

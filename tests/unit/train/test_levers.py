@@ -23,8 +23,7 @@ from mtkit.train import session
 from mtkit.train.checkpoint import weights_digest
 from mtkit.train.loss import label_smoothed_nll, rdrop_loss
 from mtkit.train.step import forward_backward
-from tests.conftest import RECIPES
-from tests.helpers import TrainClock, reversal_batch
+from tests.helpers import RECIPES, TrainClock, reversal_batch
 
 TOY = RECIPES / "toy.yaml"
 

@@ -23,8 +23,7 @@ from mtkit.errors import CheckpointError, ConfigError
 from mtkit.run import load_checkpoint
 from mtkit.train import loop, session
 from mtkit.train.distributed import shared_store_warning
-from tests.conftest import REPO
-from tests.helpers import run_mtkit, wait_for_training
+from tests.helpers import REPO, run_mtkit, wait_for_training
 
 TOY = REPO / "recipes" / "toy.yaml"
 

@@ -38,8 +38,7 @@ from mtkit.train.distributed import Dist
 from mtkit.train.loss import LossSums, label_smoothed_nll, perplexity
 from mtkit.train.optim import Schedule, build_optimizer, optimizer_step
 from mtkit.train.progress import TrainResult
-from tests.conftest import REPO
-from tests.helpers import TrainClock, default_signals, wait_for_training
+from tests.helpers import REPO, TrainClock, default_signals, wait_for_training
 
 TOY = REPO / "recipes" / "toy.yaml"
 

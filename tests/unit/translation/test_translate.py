@@ -29,7 +29,7 @@ from mtkit.translation.lines import (
     load_translator,
     pharaoh_aligner,
 )
-from tests.conftest import train_toy
+from tests.helpers import train_toy
 
 # One torch thread (see the `one_thread` fixture in conftest.py).
 pytestmark = pytest.mark.usefixtures("one_thread")
