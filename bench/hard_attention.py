@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RECIPE = REPO / "recipes" / "en-de-rnn.yaml"
-MIRROR = Path(os.environ.get("MTKIT_DATA_MIRROR", REPO.parent / "shared" / "data" / "multi30k"))
+from bench.quality import run_mtkit  # noqa: E402 (after the path is set)
 
 # The GPU recipe on a CPU: smaller batches (more updates in the minutes), validation on a
 # sample, a log record every few updates (tokens/s of the slow exact model), one thread (on
@@ -54,14 +53,6 @@ VARIANTS: dict[str, list[str]] = {
     "sparsemax": ["model.attention_normalizer=sparsemax"],
     "entmax15": ["model.attention_normalizer=entmax15"],
 }
-
-
-def _mtkit(*args: str, log: Path) -> None:
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(f"$ mtkit {' '.join(args)}\n")
-        f.flush()
-        subprocess.run([sys.executable, "-m", "mtkit", *args], stdout=f, stderr=f, check=True,
-                       env={**os.environ, "MTKIT_DATA_MIRROR": str(MIRROR)})
 
 
 def _tokens_per_s(run: Path) -> float:
@@ -94,7 +85,7 @@ def _multi30k(work: Path, data: Path, name: str, minutes: float) -> dict:
     log = work / f"{name}.log"
     load0 = os.getloadavg()[0]
     sets = [*COMMON, *VARIANTS[name], f"train.max_time={minutes * 60:.0f}s"]
-    _mtkit("train", str(RECIPE), "--run-dir", str(run), *[a for s in sets for a in ("--set", s)],
+    run_mtkit("train", str(RECIPE), "--run-dir", str(run), *[a for s in sets for a in ("--set", s)],
            log=log)
     src = read_lines(run / "data" / "test2016.src.txt")
     refs = read_lines(run / "data" / "test2016.tgt.txt")
@@ -193,7 +184,7 @@ def main() -> None:
     prep = a.work / "prep"
     if not a.toy_only and not (prep / "data" / "manifest.json").is_file():
         shutil.rmtree(prep, ignore_errors=True)
-        _mtkit("prep", str(RECIPE), "--run-dir", str(prep), log=a.work / "prep.log")
+        run_mtkit("prep", str(RECIPE), "--run-dir", str(prep), log=a.work / "prep.log")
     started = datetime.datetime.now(datetime.timezone.utc)
     print(f"hard_attention.py: {started:%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()}, {a.minutes:g} min per variant",

@@ -56,7 +56,8 @@ LEVERS: dict[str, list[str]] = {
 }
 
 
-def _mtkit(*args: str, log: Path) -> None:
+def run_mtkit(*args: str, log: Path) -> None:
+    """`mtkit ARGS` in a child process reading the mirror, its output appended to `log`."""
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"$ mtkit {' '.join(args)}\n")
         f.flush()
@@ -79,7 +80,7 @@ def _score(run: Path, hyp: Path) -> dict:
 
 def _scored(run: Path, log: Path, threads: int) -> dict:
     """Score the run's model on test2016 with the run's decoding; the record of that."""
-    _mtkit("score", "--run", str(run), "--split", "test2016", "--metrics", "bleu,chrf",
+    run_mtkit("score", "--run", str(run), "--split", "test2016", "--metrics", "bleu,chrf",
            "--threads", str(threads), log=log)
     # the newest: this decoding's, or the one it reused when tune-length kept the recipe's
     made = max((run / "translations").glob("test2016.*.txt"), key=lambda f: f.stat().st_mtime)
@@ -100,7 +101,7 @@ def _one(work: Path, data: Path, name: str, sets: list[str], *, seed: int, minut
     t0 = time.monotonic()
     args = [a for s in [*sets, f"train.seed={seed}", f"train.max_time={minutes * 60:.0f}s",
                         f"train.threads={threads}"] for a in ("--set", s)]
-    _mtkit("train", str(RECIPE), "--run-dir", str(run), *args, log=log)
+    run_mtkit("train", str(RECIPE), "--run-dir", str(run), *args, log=log)
     trained = time.monotonic() - t0
     load1 = os.getloadavg()
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -109,7 +110,7 @@ def _one(work: Path, data: Path, name: str, sets: list[str], *, seed: int, minut
               "load_before": [round(x, 2) for x in load0],
               "load_after": [round(x, 2) for x in load1]}
     plain = {"config": name, **common, **_scored(run, log, threads)}
-    _mtkit("tune-length", str(run), "--alphas", alphas, "--threads", str(threads), log=log)
+    run_mtkit("tune-length", str(run), "--alphas", alphas, "--threads", str(threads), log=log)
     tuned = {"config": f"{name} +length", **common, **_scored(run, log, threads)}
     return [plain, tuned]
 
@@ -174,7 +175,7 @@ def main() -> None:
     prep = a.work / "prep"
     if not (prep / "data" / "manifest.json").is_file():
         shutil.rmtree(prep, ignore_errors=True)
-        _mtkit("prep", str(RECIPE), "--run-dir", str(prep), log=a.work / "prep.log")
+        run_mtkit("prep", str(RECIPE), "--run-dir", str(prep), log=a.work / "prep.log")
     started = datetime.datetime.now(datetime.timezone.utc)
     print(f"quality.py: {started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} "
           f"CPUs, load {os.getloadavg()}, {a.minutes:g} min per run, seeds {seeds}",
