@@ -27,7 +27,8 @@ from mtkit.decode.shortlist import InColumns, OutputShortlist, to_columns, to_id
 from mtkit.models.base import Encoded, Translator
 
 __all__ = ["NEW_WORD", "Hypothesis", "OutputShortlist", "beam_search", "decode_batch",
-           "force_prefix", "forced", "greedy", "length_penalty", "max_lengths", "sample"]
+           "force_prefix", "forced", "greedy", "length_penalty", "max_lengths", "output_limits",
+           "sample"]
 
 
 @torch.no_grad()
@@ -51,9 +52,7 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
     sampling, one for greedy.
     """
     enc = model.encode(batch.src, batch.src_lens)
-    max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
-    if model.max_target_len is not None:  # e.g. learned positions: EOS by the last one
-        max_len = max_len.clamp(max=model.max_target_len - 1)
+    max_len = output_limits(model, batch, cfg)
     if prefix is not None:
         prefix = prefix.to(batch.src.device)
         max_len = torch.maximum(max_len, (prefix > PAD_ID).sum(1))
@@ -66,6 +65,15 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
         return to_ids(_search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing),
                       rows)
     return _search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing)
+
+
+def output_limits(model: Translator, batch: Batch, cfg: DecodeConfig) -> torch.Tensor:
+    """(B,) each sentence's output limit on batch.src's device: `max_lengths`, within the
+    model's `max_target_len`."""
+    max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
+    if model.max_target_len is not None:  # e.g. learned positions: EOS by the last one
+        max_len = max_len.clamp(max=model.max_target_len - 1)
+    return max_len
 
 
 def _search(model: Translator, enc: Encoded, cfg: DecodeConfig, batch: Batch,

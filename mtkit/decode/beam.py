@@ -104,20 +104,21 @@ class _Beam:
     prefix: torch.Tensor | None = None  # (Ba*K, P) forced first tokens, PAD after each
 
 
-def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+def select_candidates(scores: torch.Tensor, lp: torch.Tensor, k: int
+                      ) -> tuple[torch.Tensor, ...]:
     """Expand every active hypothesis by every token and pick candidates.
 
-    lp: (Ba*K, V) masked log-probs. Returns the top 2K candidates' scores, source rows and
-    tokens, each (Ba, 2K), and the K best non-EOS among them: their scores and their
-    indices into the 2K, each (Ba, K), best first.
+    scores: (Ba, K) of the active hypotheses; lp: (Ba*K, V) masked log-probs. Returns the
+    top 2K candidates' scores, source rows and tokens, each (Ba, 2K), and the K best non-EOS
+    among them: their scores and their indices into the 2K, each (Ba, K), best first.
     """
-    n_alive = beam.scores.size(0)
+    n_alive = scores.size(0)
     # The 2K best of a sentence's K x V sums are among the 2K best tokens of each row (a
     # row's score is the same for all its tokens), so the sums are formed for K x 2K tokens
     # only: no (Ba, K x V) tensor is written and read again (bench/RESULTS.md).
     width = min(2 * k, lp.size(1))
     row_lp, row_tok = row_topk(lp, width)  # (Ba*K, W)
-    cand = (row_lp.view(n_alive, k, width) + beam.scores.unsqueeze(2)).view(n_alive, -1)
+    cand = (row_lp.view(n_alive, k, width) + scores.unsqueeze(2)).view(n_alive, -1)
     top_score, top_idx = cand.topk(2 * k, dim=1)
     base = torch.arange(n_alive, device=lp.device).unsqueeze(1) * k
     top_row = base + top_idx // width
@@ -171,7 +172,7 @@ def _advance(beam: _Beam, lp: torch.Tensor, attn: torch.Tensor | None, t: int,
     Returns the new active scores (Ba, K), their parent rows (Ba*K,) and tokens (Ba*K,).
     """
     k = cfg.beam_size
-    top_score, top_row, top_tok, new_scores, keep = _select(beam, lp, k)
+    top_score, top_row, top_tok, new_scores, keep = select_candidates(beam.scores, lp, k)
     # Only EOS among the K best candidates finishes: one ranked lower would not have been
     # in a K-wide beam (this is also what makes beam size 1 exactly greedy).
     first_score, first_row = top_score[:, :k], top_row[:, :k]

@@ -201,6 +201,8 @@ class Translator(nn.Module):
     source_len_key: str = ""
     # The cross-attention views (`AttentionView`) `attention_maps` can give.
     views: tuple[str, ...] = ("chosen", "prior")
+    # Whether `join` can add rows to a search under way (the server's refilled batches).
+    joins: bool = False
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> Encoded:
         """src: (B, S) token ids, padded; src_lens: (B,) lengths (incl. EOS), on the host
@@ -228,6 +230,14 @@ class Translator(nn.Module):
         and the returned logits may live in the returned state's memory, valid until it is
         stepped in turn.
         """
+        raise NotImplementedError
+
+    def join(self, state: State, enc: Encoded, new: Encoded) -> tuple[State, Encoded]:
+        """The rows of `new` (as `expand` made it, with enc's group) appended after those of
+        `enc` (B rows) and of `state` (B decoder rows, stepped any number of times, spent
+        here), each new row's state as `init_state` starts one: its next step is its first,
+        and it gives what that row would give decoded alone. Only for a model whose `joins`
+        is True (a model with a per-row clock; the others' searches cannot take rows)."""
         raise NotImplementedError
 
     def forward(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,

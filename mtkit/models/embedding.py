@@ -64,6 +64,15 @@ class ScaledEmbedding(nn.Module):
                              ).to(self.table)
         return self.table[start:end]
 
+    def at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One token per row at its own position: tokens, positions (B,) -> (B, 1, d), what
+        `forward` gives row b of ``tokens[b:b+1, None]`` at ``start=positions[b]`` (rows
+        that joined a search at different steps: `Transformer.join`)."""
+        last = int(positions.max()) + 1 if positions.numel() else 0
+        table = self.positions(0, last)
+        x = self.tokens(tokens) * self.scale + table.index_select(0, positions)
+        return self.dropout(x.unsqueeze(1))
+
     def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """tokens (B, T) at positions start.. -> (B, T, d)."""
         x = self.tokens(tokens) * self.scale + self.positions(start, tokens.size(1))

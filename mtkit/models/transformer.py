@@ -111,15 +111,17 @@ class SelfAttention(_Attention):
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
         return self._attend(q, k, v, mask, causal=causal, need_weights=need_weights)
 
-    def step(self, x: torch.Tensor, cache: Cache, order: torch.Tensor | None
-             ) -> tuple[torch.Tensor, Cache]:
+    def step(self, x: torch.Tensor, cache: Cache, order: torch.Tensor | None,
+             mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Cache]:
         """x (B', 1, d); cache: keys, values (B, h, t, dh) and their spares; order (B',) the
         cache row each row continues, or None -> (B', 1, d), the cache one position longer
-        (`kv_cache.extend`). The one new query may see every cached position: no mask."""
+        (`kv_cache.extend`). The one new query may see every cached position (mask None)
+        or, for rows that joined late (`Transformer.join`), those mask (B', 1, 1, t+1)
+        marks True."""
         q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
         keys, key_spare = kv_cache.extend(cache[0], cache[2], k, order)
         values, value_spare = kv_cache.extend(cache[1], cache[3], v, order)
-        out, _ = self._attend(q, keys, values, None, causal=False, need_weights=False,
+        out, _ = self._attend(q, keys, values, mask, causal=False, need_weights=False,
                               incremental=True)
         return out, (keys, values, key_spare, value_spare)
 
@@ -228,13 +230,15 @@ class DecoderLayer(_Sublayers):
 
     def step(self, x: torch.Tensor, cache: Cache, order: torch.Tensor | None,
              k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *, group: int,
-             cross_weights: bool) -> tuple[torch.Tensor, Cache, Weights]:
+             cross_weights: bool, self_mask: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, Cache, Weights]:
         """One position: x (B', 1, d) -> (B', 1, d), the cache one position longer (see
         `SelfAttention.step`), cross weights (B'/g, h, g, S). k/v (B'/g, h, S, dh) and mask
         hold a row per g rows of x (`Encoded.group`): a beam's hypotheses of one sentence
         query its source together, as the g queries of one row, reading it once, not g times
-        (cross-attention took 10% of a beam's time tiled, half that grouped)."""
-        y, cache = self.self_attn.step(self.inp(0, x), cache, order)
+        (cross-attention took 10% of a beam's time tiled, half that grouped). self_mask:
+        see `SelfAttention.step`."""
+        y, cache = self.self_attn.step(self.inp(0, x), cache, order, self_mask)
         x = self.res(0, x, y)
         y, cw = self.cross_attn(self.inp(1, x).reshape(-1, group, x.size(-1)), k, v, mask,
                                 need_weights=cross_weights, incremental=True)
@@ -299,6 +303,26 @@ def _generate(generator: nn.Linear, h: torch.Tensor, spare: torch.Tensor
     return out, kv_cache.spare_of(out, h.size(0))
 
 
+def _joined_sources(enc: Encoded, new: Encoded) -> Encoded:
+    """`enc`'s rows, then `new`'s, over the longest source either holds: memory (B, S, H),
+    mask (B, S) and the cross keys/values (B, h, S, dh) padded (masked) or cut to it."""
+    s = max(int(m.sum(1).max()) for m in (enc.src_mask, new.src_mask) if m.size(0))
+
+    def fit(x: torch.Tensor, dim: int) -> torch.Tensor:
+        if x.size(dim) >= s:
+            return x.narrow(dim, 0, s)
+        pad = list(x.shape)
+        pad[dim] = s - x.size(dim)
+        return torch.cat([x, x.new_zeros(pad)], dim)
+
+    def both(a: torch.Tensor, b: torch.Tensor, dim: int) -> torch.Tensor:
+        return torch.cat([fit(a, dim), fit(b, dim)]).contiguous()
+
+    extras = {k: both(v, new.extras[k], 2) for k, v in enc.extras.items()}
+    return Encoded(both(enc.memory, new.memory, 1), both(enc.src_mask, new.src_mask, 1),
+                   extras, enc.group)
+
+
 def _pick_head(weights: torch.Tensor, head: int | None) -> torch.Tensor:
     """(B, h, T, S) -> (B, T, S): one head, or the mean over heads (rows still sum to 1)."""
     return weights.mean(dim=1) if head is None else weights[:, head]
@@ -308,6 +332,8 @@ class Transformer(Translator):
     """Encoder-decoder Transformer. Cross-attention weights for alignment come from decoder
     layer `align_layer` (negative counts from the top), head `align_head` or the head mean;
     they are computed only when a caller asks (need_attn / return_attn)."""
+
+    joins = True
 
     def __init__(self, src_embed: ScaledEmbedding, tgt_embed: ScaledEmbedding, encoder: Encoder,
                  decoder: Decoder, generator: nn.Linear, *, align_layer: int,
@@ -356,12 +382,44 @@ class Transformer(Translator):
         assert enc.group == 1, enc.group
         return Encoded(enc.memory, enc.src_mask, enc.extras, group=k)
 
+    def join(self, state: State, enc: Encoded, new: Encoded) -> tuple[State, Encoded]:
+        """A joining row's cache is left-padded to the others' t positions, masked out, and
+        its positions count from its first step: state "start" (B,) the cache column of each
+        row's position 0. Cache columns no row reads any more, and source columns beyond the
+        longest source, are cut; the cross keys/values are padded to the longest source."""
+        assert enc.group == new.group, (enc.group, new.group)
+        t = state["self_k0"].size(2)
+        old = state["self_k0"].size(0)
+        device = new.src_mask.device
+        start = torch.cat([state.get("start", torch.zeros(old, dtype=torch.long,
+                                                          device=device)),
+                           torch.full((new.src_mask.size(0) * new.group,), t,
+                                      dtype=torch.long, device=device)])
+        cut = int(start.min())
+        joined: State = {"start": start - cut}
+        for i in range(len(self.decoder.layers)):
+            for kv in "kv":
+                cache = state[f"self_{kv}{i}"]
+                pad = cache.new_zeros(start.numel() - old, *cache.shape[1:])
+                joined[f"self_{kv}{i}"] = torch.cat([cache, pad])[:, :, cut:].contiguous()
+                joined[f"spare_{kv}{i}"] = cache.new_empty(start.numel(), 0)
+        joined["spare_logits"] = enc.memory.new_empty(start.numel(), 0)
+        return joined, _joined_sources(enc, new)
+
     def step(self, prev: torch.Tensor, state: State, enc: Encoded, *,
              need_attn: bool = True, order: torch.Tensor | None = None) -> Step:
         t = state["self_k0"].size(2)  # positions already decoded
-        x = self.tgt_embed(prev.unsqueeze(1), start=t)
-        mask = enc.src_mask[:, None, None, :]
         new: State = {}
+        self_mask = None
+        if "start" in state:  # rows that joined late (`join`): each at its own position
+            start = state["start"] if order is None else state["start"].index_select(0, order)
+            new["start"] = start
+            x = self.tgt_embed.at(prev, t - start)
+            self_mask = (torch.arange(t + 1, device=prev.device) >= start.unsqueeze(1)
+                         )[:, None, None, :]
+        else:
+            x = self.tgt_embed(prev.unsqueeze(1), start=t)
+        mask = enc.src_mask[:, None, None, :]
         attn = None
         for i, layer in enumerate(self.decoder.layers):
             names = (f"self_k{i}", f"self_v{i}", f"spare_k{i}", f"spare_v{i}")
@@ -369,7 +427,7 @@ class Transformer(Translator):
             x, cache, cw = layer.step(
                 x, cached, order,
                 enc.extras[f"cross_k{i}"], enc.extras[f"cross_v{i}"], mask, group=enc.group,
-                cross_weights=need_attn and i == self.align_layer)
+                cross_weights=need_attn and i == self.align_layer, self_mask=self_mask)
             new.update(zip(names, cache, strict=True))
             if cw is not None:  # (B'/g, g, S) -> (B', S)
                 attn = _pick_head(cw, self.align_head).reshape(x.size(0), -1)
