@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from mtkit.data.hypothesis import Hypothesis
     from mtkit.documents.formats import DocumentResult
     from mtkit.models.base import AttentionChoice
+    from mtkit.translation.refill import LineRefill
     from mtkit.translation.terms import Glossary
 
 log = logging.getLogger(__name__)
@@ -295,6 +296,21 @@ class TranslationModel:
                              forced=None if forced is None else forced[n])
                 for n, it in enumerate(items)]
 
+    def refilling(self, cfg: DecodeConfig, extras: Extras, *, tag: str | None = None,
+                  max_output: int | None = None) -> Refilling | None:
+        """A search with `cfg` (from `options`) that takes lines while it runs, each line
+        getting what `decode` gives it alone: a server's batches kept full. None where
+        there is none: an export, an ensemble, a model without a per-row clock (an RNN),
+        sampling, a shortlist, or a chosen attention layer or head (its teacher-forced pass
+        is made per batch); lines with prefixes or glossary terms go through `decode`."""
+        if extras.layer is not None or extras.head is not None:
+            return None
+        translator = self.translator(cfg, align_fn=self._aligner(extras),
+                                     attention=extras.attention, tag=tag,
+                                     max_output=max_output)
+        lines = translator.refill()
+        return None if lines is None else Refilling(self, translator, lines, extras.attention)
+
     def attention_choice(self, layer: int | None, head: int | Literal["mean"] | None
                          ) -> AttentionChoice | None:
         """The checked cross-attention a caller chose (None: the search's own)."""
@@ -390,6 +406,38 @@ class TranslationModel:
             return "cross-attention"
         head = "mean" if tf.align_head is None else tf.align_head
         return f"cross-attention, layer {tf.align_layer}, head {head}"
+
+
+class Refilling:
+    """`TranslationModel.refilling`'s search: lines in with a handle each (`join`),
+    `Translation`s out as each line is done (`step`)."""
+
+    def __init__(self, model: TranslationModel, translator: LineTranslator, lines: LineRefill,
+                 attention: bool) -> None:
+        self._model, self._translator, self._lines = model, translator, lines
+        self._attention = attention
+
+    @property
+    def size(self) -> int:
+        """Lines searching."""
+        return self._lines.size
+
+    def join(self, lines: list[str], handles: list[Hashable]) -> list[tuple[Hashable,
+                                                                           Translation]]:
+        """Start decoding `lines`; blank ones come back at once."""
+        return [(h, self._result(it)) for h, it in self._lines.join(lines, handles)]
+
+    def step(self) -> list[tuple[Hashable, Translation]]:
+        """One step; the lines it finished."""
+        return [(h, self._result(it)) for h, it in self._lines.step()]
+
+    def drop(self, handles: set[Hashable]) -> None:
+        """Stop decoding these lines."""
+        self._lines.drop(handles)
+
+    def _result(self, item: Item) -> Translation:
+        return self._model._result(self._translator, item, attention=self._attention,
+                                   choice=None, forced=None)
 
 
 def checked_text(value: Any, name: str) -> str:

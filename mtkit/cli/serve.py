@@ -106,6 +106,12 @@ def serve(
         help="The longest a request waits for others to be batched with it; decoding starts "
         f"sooner once no request has come for a fifth of it (default: {_S.max_wait_ms:g}).")]
     = int(_S.max_wait_ms),
+    refill: Annotated[bool, typer.Option(
+        "--refill/--no-refill", show_default=False,
+        help="Whether a decoding pass takes waiting sentences while it runs (beam and greedy "
+        "search of a Transformer, without prefixes or terms), answering each request once "
+        "its sentences are done, with what it would get alone; --no-refill decodes in whole "
+        f"passes (default: {'--refill' if _S.refill else '--no-refill'}).")] = _S.refill,
     timeout: Annotated[int, typer.Option(
         "--timeout", metavar="SECONDS", parser=at_least(1), show_default=False,
         help="A request not answered by then gets 504; also the longest wait for requests in "
@@ -149,7 +155,7 @@ def serve(
     settings = ServeSettings(  # checked before a model is loaded
         max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
         max_beam=max_beam, max_output=max_output, queue_size=queue_size,
-        max_wait_ms=max_wait_ms, timeout=timeout, read_timeout=read_timeout,
+        max_wait_ms=max_wait_ms, refill=refill, timeout=timeout, read_timeout=read_timeout,
         max_connections=max_connections, token=token,
         log_format=choice("log_format", log_format, LogFormat))
     groups = model_groups(models or [], more or [])

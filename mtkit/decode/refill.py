@@ -202,6 +202,12 @@ class BeamStepper:
         self._keep((~done).nonzero().squeeze(1))
         return out
 
+    def drop(self, handles: set[Hashable]) -> None:
+        """Stop searching the sentences of `handles` (their results are not wanted)."""
+        if any(h in handles for h in self.handles):
+            keep = [i for i, h in enumerate(self.handles) if h not in handles]
+            self._keep(torch.tensor(keep, dtype=torch.long, device=self.scores.device))
+
     def _keep(self, keep: torch.Tensor) -> None:
         """Only the sentences `keep` (Ba',) stay, in order."""
         k = self.k
@@ -211,7 +217,8 @@ class BeamStepper:
             return
         self.scores, self.fin, self.start = self.scores[keep], self.fin[keep], self.start[keep]
         self.fin_tok, self.fin_lps = self.fin_tok[keep], self.fin_lps[keep]
-        self.limit, self.prev, self.order = self.limit[rows], self.prev[rows], self.order[rows]
+        self.limit, self.prev = self.limit[rows], self.prev[rows]
+        self.order = rows if self.order is None else self.order[rows]
         self.tok, self.lps = self.tok[rows], self.lps[rows]
         self.enc = self.enc.index_select(rows)
         if self.attn is not None:

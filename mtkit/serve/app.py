@@ -106,7 +106,8 @@ def create_app(models: ModelSet, settings: ServeSettings) -> FastAPI:
     metrics = ServerMetrics(lambda: state.models.queued)
     state = Served(ServedModels(models, lambda model, on_batch: Batcher(
         model, max_wait=settings.max_wait_ms / 1000, max_queue=settings.queue_size,
-        max_output=settings.max_output, on_batch=on_batch), on_batch=metrics.batch),
+        max_output=settings.max_output, refill=settings.refill, on_batch=on_batch),
+        on_batch=metrics.batch),
         settings, metrics)
     metrics.registry.register(ModelMetrics(state.models))
     app.state.served = state

@@ -18,6 +18,15 @@ only. The queue is bounded in sentences: a job that would overflow it is refused
 A caller that gives up (its timeout, or gone) cancels its job: one still waiting is dropped,
 and a pass whose callers have all given up is told to stop (`TranslationModel.decode`'s
 `stop`), which its search does at its next step.
+
+Refilling (`refill`, on unless the operator turns it off): a pass is one search that takes
+more jobs while it runs (`TranslationModel.refilling`): after every step, jobs with the pass's
+options join it while its sentences hold fewer source tokens than a batch, and each job is
+answered as soon as its own sentences are done, not when the pass is, with what it would get
+decoded alone. Once a job of other options has waited `max_wait`, the pass takes no more and
+ends when its sentences do. Jobs with prefixes or glossary terms, and options or models that
+such a search cannot take (`refilling`'s None), decode in passes as above; a given-up job's
+sentences leave the search at its next step.
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from mtkit.api import Extras, Translation, TranslationModel
+from mtkit.api.model import Refilling
 from mtkit.config import DecodeConfig
+from mtkit.translation.lines import Stopped
 from mtkit.translation.terms import Glossary
 
 
@@ -79,10 +90,12 @@ class Batcher:
 
     def __init__(self, model: TranslationModel, *, max_wait: float, max_queue: int,
                  gap: float | None = None, max_output: int | None = None,
+                 refill: bool = True,
                  on_batch: Callable[[BatchReport], None] | None = None) -> None:
         """gap: default a fifth of `max_wait`; max_output: a cap on every output, in tokens,
-        below the model's own."""
+        below the model's own; refill: passes take jobs while they run (module doc)."""
         self.model = model
+        self.refill = refill
         self.max_output = max_output
         self.max_wait = max_wait
         self.gap = max_wait / 5 if gap is None else min(gap, max_wait)
@@ -95,6 +108,7 @@ class Batcher:
         self._free_since = 0.0  # when the last pass ended (monotonic)
         self._serials = itertools.count(1)
         self._running: tuple[list[Job], threading.Event] = ([], threading.Event())
+        self._refilling_pass = False  # whether the pass running is a refilling one
         self._thread = threading.Thread(target=self._loop, name="mtkit-batcher", daemon=True)
         self._thread.start()
 
@@ -136,6 +150,8 @@ class Batcher:
             if job not in running:
                 return False
             job.given_up = True
+            if self._refilling_pass:  # its sentences leave the search at its next step
+                return True
             if all(j.given_up for j in running):
                 stop.set()
                 return True
@@ -153,7 +169,13 @@ class Batcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._decode(batch)
+            search = self._refilling(batch)
+            if search is None:
+                self._decode(batch)
+            else:
+                self._refilling_pass = True
+                _Refill(self, search, batch).run()
+                self._refilling_pass = False
             with self._cond:
                 self._running = ([], threading.Event())
             self._free_since = time.monotonic()
@@ -183,6 +205,36 @@ class Batcher:
                 self._queued -= len(job.lines)
             return batch
 
+    def _refilling(self, batch: list[Job]) -> Refilling | None:
+        """A search that takes jobs like these while it runs, or None (module doc)."""
+        first = batch[0]
+        if not self.refill or first.terms is not None or any(j.prefixes for j in batch):
+            return None
+        return self.model.refilling(first.cfg, first.extras, tag=first.tag,
+                                    max_output=self.max_output)
+
+    def _more(self, key: tuple[object, ...], room: int) -> list[Job]:
+        """Waiting jobs a refilling pass of `key` takes now: in order, while their tokens fit
+        in `room` (one at least when room is all a batch); none once a job of another key
+        has waited `max_wait`."""
+        with self._cond:
+            now = time.monotonic()
+            if any(j.key() != key and now - max(j.arrived, self._free_since) >= self.max_wait
+                   for j in self._jobs):
+                return []
+            taken: list[Job] = []
+            for job in self._jobs:
+                if job.key() != key or job.prefixes:
+                    continue
+                if job.tokens > room and (taken or room < job.cfg.batch_tokens):
+                    break
+                taken.append(job)
+                room -= job.tokens
+            for job in taken:
+                self._jobs.remove(job)
+                self._queued -= len(job.lines)
+            return taken
+
     def _decode(self, batch: list[Job]) -> None:
         start = time.perf_counter()
         stop = threading.Event()
@@ -211,3 +263,81 @@ class Batcher:
             tokens = sum(len(r.candidates[0].tokens) for r in results)
             self.on_batch(BatchReport(len(live), len(lines), tokens,
                                       time.perf_counter() - start))
+
+
+class _Refill:
+    """One refilling pass of a `Batcher` (module doc): its search, and the jobs in it."""
+
+    def __init__(self, batcher: Batcher, search: Refilling, batch: list[Job]) -> None:
+        self.batcher, self.search = batcher, search
+        self.key = batch[0].key()
+        self.first = batch
+        self.jobs: dict[int, tuple[Job, list[Translation | None]]] = {}  # by serial
+        self.left: dict[int, int] = {}  # sentences still decoding, by serial
+        self.served = self.sentences = self.tokens = 0
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        try:
+            self._admit(self.first)
+            while self.jobs:
+                self._drop_given_up()
+                for handle, result in self.search.step():
+                    self._deliver(handle, result)
+                tokens = sum(job.tokens for job, _ in self.jobs.values())
+                self._admit(self.batcher._more(self.key, self.first[0].cfg.batch_tokens
+                                               - tokens))
+        except Exception as e:  # each caller waiting gets the error
+            for job, _ in self.jobs.values():
+                job.future.set_exception(e)
+            return
+        if self.batcher.on_batch is not None and self.served:
+            self.batcher.on_batch(BatchReport(self.served, self.sentences, self.tokens,
+                                              time.perf_counter() - start))
+
+    def _admit(self, jobs: list[Job]) -> None:
+        """Jobs join the search (all their lines in one call: one encoder batch)."""
+        with self.batcher._cond:
+            live = [j for j in jobs if j.future.set_running_or_notify_cancel()]
+            running, stop = self.batcher._running
+            self.batcher._running = (running + live, stop)
+        if not live:
+            return
+        lines, handles = [], []
+        for job in live:
+            self.jobs[job.serial] = (job, [None] * len(job.lines))
+            self.left[job.serial] = len(job.lines)
+            lines += job.lines
+            handles += [(job.serial, i) for i in range(len(job.lines))]
+        for handle, result in self.search.join(lines, handles):
+            self._deliver(handle, result)
+
+    def _deliver(self, handle: object, result: Translation) -> None:
+        serial, i = handle  # type: ignore[misc]
+        if serial not in self.jobs:
+            return
+        job, results = self.jobs[serial]
+        results[i] = result
+        self.left[serial] -= 1
+        self.sentences += 1
+        self.tokens += len(result.candidates[0].tokens)
+        if self.left[serial] == 0:
+            self._leave(job)
+            self.served += 1
+            job.future.set_result([r for r in results if r is not None])
+
+    def _leave(self, job: Job) -> None:
+        del self.jobs[job.serial], self.left[job.serial]
+        with self.batcher._cond:
+            running, stop = self.batcher._running
+            self.batcher._running = ([j for j in running if j is not job], stop)
+
+    def _drop_given_up(self) -> None:
+        """Sentences of jobs whose callers gave up leave the search."""
+        gone = [job for job, _ in self.jobs.values() if job.given_up]
+        if not gone:
+            return
+        self.search.drop({(job.serial, i) for job in gone for i in range(len(job.lines))})
+        for job in gone:
+            self._leave(job)
+            job.future.set_exception(Stopped())

@@ -26,6 +26,8 @@ class ServeSettings:
     max_output: int = 512  # tokens an output may have (below the model's own cap)
     queue_size: int = 2048  # sentences waiting; more is a 503
     max_wait_ms: float = 50  # the longest a request waits for others to batch with
+    # a pass takes waiting sentences while it runs, each answered once it is done (batcher)
+    refill: bool = True
     timeout: float = 60  # seconds a request may take; then a 504
     # seconds a client has to send a request's headers, and then its body; then a 408 and the
     # connection is closed (a client that never finishes would hold its socket for ever)

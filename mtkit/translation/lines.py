@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from mtkit.align import Words
     from mtkit.decode.shortlist import OutputShortlist
     from mtkit.models.base import Translator
+    from mtkit.translation.refill import LineRefill
     from mtkit.translation.terms import Glossary, Match
 
 OutputFormat = Literal["text", "jsonl"]
@@ -420,6 +421,20 @@ class LineTranslator:
                 on_batch(len(batch))
         started.clear()  # all consumed: their results are the items' now
 
+    def prepared(self, lines: list[str], stats: TranslateStats) -> list[Item]:
+        """`lines` as `decoded` would search them (ids, tag, truncation), counted in `stats`,
+        without their search."""
+        items = self._prepare(lines, stats.sentences, stats)
+        stats.sentences += len(items)
+        stats.empty += sum(1 for it in items if not it.ids)
+        return items
+
+    def refill(self) -> LineRefill | None:
+        """A search that takes lines while it runs (`mtkit.translation.refill`) with this
+        translator's options, or None where there is none: an engine's, and see
+        `StreamTranslator.refill`."""
+        return None
+
     def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats,
                  prefixes: list[str] | None = None) -> list[Item]:
         encoded = self.tok.encode_src_lines(chunk)  # a blank line encodes to no ids
@@ -575,6 +590,16 @@ class StreamTranslator(LineTranslator):
             searched = _Searched(self.model, stop, max_target_len=self.max_out_len + 1)
             return decode_batch(searched, b, self.cfg, need_attn=self.need_attn, prefix=prefix,
                                 continuing=continuing, shortlist=self.shortlist)
+
+    def refill(self) -> LineRefill | None:
+        """None for sampling (its draws follow a batch's lines), a shortlist (its columns are
+        a batch's union), an ensemble and models without a per-row clock
+        (`Translator.joins`: the RNNs)."""
+        if self.cfg.method == "sample" or self.shortlist is not None or not self.model.joins:
+            return None
+        from mtkit.translation.refill import LineRefill
+
+        return LineRefill(self)
 
     def _continuing(self) -> torch.Tensor:
         """(V,) bool: the target pieces that continue a word (no word-start mark, and a

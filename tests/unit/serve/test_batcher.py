@@ -1,5 +1,6 @@
 """The server's batcher with a stand-in model (no torch, no HTTP): which jobs are decoded
-together, when a pass starts, the queue's bound, cancelling, and errors."""
+together, when a pass starts, the queue's bound, cancelling, and errors; and a refilling
+pass, with a stand-in search whose steps the test releases one by one."""
 
 from __future__ import annotations
 
@@ -37,6 +38,63 @@ class FakeModel:
 
         return [Translation(line, [], [Candidate(line.upper(), 0.0, 0.0, [], [])])
                 for line in lines]
+
+    def refilling(self, cfg, extras, *, tag=None, max_output=None):
+        return None  # decoded in passes
+
+
+class FakeSearch:
+    """A refilling search (`Refilling`): a line of n characters is done n steps after it
+    joins, upper-cased; each step waits for the test to release it."""
+
+    def __init__(self) -> None:
+        self.rows: dict = {}  # handle -> [steps left, line]
+        self.release = threading.Semaphore(0)
+        self.joined: list[list[str]] = []
+        self.changed = threading.Condition()
+        self.dropped: set = set()
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def join(self, lines, handles):
+        with self.changed:
+            self.joined.append(list(lines))
+            self.rows.update((h, [len(line), line]) for h, line in zip(handles, lines, strict=True))
+            self.changed.notify_all()
+        return []
+
+    def step(self):
+        assert self.release.acquire(timeout=10)
+        out = []
+        for h, row in list(self.rows.items()):
+            row[0] -= 1
+            if row[0] == 0:
+                from mtkit.api import Candidate
+
+                del self.rows[h]
+                out.append((h, Translation(row[1], [], [Candidate(row[1].upper(), 0.0, 0.0,
+                                                                  [], [])])))
+        return out
+
+    def drop(self, handles):
+        self.dropped |= handles
+        for h in handles:
+            self.rows.pop(h, None)
+
+    def wait_joined(self, n: int) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.joined) >= n, timeout=10)
+
+
+class RefillModel(FakeModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.search = FakeSearch()
+
+    def refilling(self, cfg, extras, *, tag=None, max_output=None):
+        return self.search
 
 
 CFG = DecodeConfig()
@@ -153,4 +211,47 @@ def test_an_error_reaches_every_caller_of_the_pass_and_the_batcher_goes_on(model
             job.future.result(10)
     model.fail = False
     assert _texts(b.submit(["c"], CFG, Extras())) == ["C"]
+    b.close()
+
+
+def test_a_refilling_pass_takes_jobs_while_it_runs_and_answers_each_when_done():
+    model = RefillModel()
+    b = Batcher(model, max_wait=60.0, max_queue=100, gap=0.01)
+    long = b.submit(["x" * 6, "yy"], CFG, Extras())
+    model.search.wait_joined(1)
+    short = b.submit(["ab"], CFG, Extras())
+    model.search.release.release()  # step 1: the short job joins after it
+    model.search.wait_joined(2)
+    assert model.search.joined == [["xxxxxx", "yy"], ["ab"]]
+    for _ in range(2):  # steps 2 and 3: "yy" and then "ab" are done
+        model.search.release.release()
+    assert _texts(short) == ["AB"]
+    assert not long.future.done()  # its first line has 3 steps to go
+    for _ in range(3):
+        model.search.release.release()
+    assert _texts(long) == ["XXXXXX", "YY"]
+    assert model.passes == []  # no whole pass was decoded
+    b.close()
+
+
+def test_a_given_up_job_leaves_the_refilling_search():
+    model = RefillModel()
+    b = Batcher(model, max_wait=60.0, max_queue=100, gap=0.01)
+    gone = b.submit(["z" * 50], CFG, Extras())
+    model.search.wait_joined(1)
+    kept = b.submit(["ab"], CFG, Extras())
+    assert b.cancel(gone)
+    for _ in range(3):
+        model.search.release.release()
+    assert _texts(kept) == ["AB"]
+    assert model.search.dropped == {(gone.serial, 0)}
+    b.close()
+
+
+def test_jobs_with_prefixes_decode_in_passes_when_refilling():
+    model = RefillModel()
+    b = Batcher(model, max_wait=60.0, max_queue=100, gap=0.01)
+    job = b.submit(["c"], CFG, Extras(), prefixes=["Ein"])
+    assert _texts(job) == ["C"]
+    assert model.passes == [["c"]] and model.search.joined == []
     b.close()
