@@ -14,6 +14,11 @@ same outputs, on Multi30k test2016 with a trained run (make demo's by default).
    p50/p95/p99 latency, failed requests. The 32-client phase is the load test.
 4. Memory: the server's RSS after the first 1,000 requests and after 10,000 (32 clients).
 
+With `--refill`, only the comparison of refilled passes (the server's default) with whole
+passes (`--no-refill`): a server of each, alternating, twice each, 32 one-sentence clients for
+`--seconds` each: sentences/s, p50 latency, and p50 of the sentences under 10 words
+(issue 45: target >= 1.25x the whole passes' sentences/s, and a lower short-sentence p50).
+
 With `--second RUN` (a model of another source language, e.g. de -> en beside en -> de) only
 the several-model comparison runs, alternating, twice each: 32 clients on one server of
 `run` alone, and 32 clients split 16/16 across two models in one process, in sentences/s.
@@ -63,6 +68,8 @@ def _args() -> argparse.Namespace:
                     help="the 32-client load test (default 60)")
     ap.add_argument("--requests", type=int, default=10_000, help="for the memory check")
     ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--refill", action="store_true",
+                    help="only the refilled against whole passes comparison")
     ap.add_argument("--second", type=Path, default=None,
                     help="a second run (another source language): the several-model run only")
     return ap.parse_args()
@@ -73,9 +80,10 @@ def _test2016(mirror: Path, lang: str = "en") -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def _start(run: Path | list[str], beam: int) -> tuple[subprocess.Popen, str]:
+def _start(run: Path | list[str], beam: int, *flags: str) -> tuple[subprocess.Popen, str]:
     models = [str(run)] if isinstance(run, Path) else run
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", *models, "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", *models, *flags,
+                             "--port", "0",
                              "--set", f"decode.beam_size={beam}", "--log-format", "json",
                              "--queue-size", "100000", "--max-sentences", "1000"],
                             stderr=subprocess.PIPE, text=True)
@@ -120,6 +128,7 @@ def _clients(url: str, lines: list[str], clients: int, *, seconds: float | None 
     `requests` are sent in all; `ask(client, line)`: the path and body of a request (default
     POST /v1/translate of the line)."""
     lock, latencies, failed, sent = threading.Lock(), [], [0], [0]
+    short: list[float] = []  # latencies of sentences under 10 words
     stop_at = None if seconds is None else time.monotonic() + seconds
 
     def client(k: int) -> None:
@@ -143,6 +152,8 @@ def _clients(url: str, lines: list[str], clients: int, *, seconds: float | None 
                 took = time.perf_counter() - t
                 with lock:
                     latencies.append(took)
+                    if len(lines[i % len(lines)].split()) < 10:
+                        short.append(took)
                     failed[0] += not ok
                 if on_count is not None:
                     on_count(n)
@@ -155,7 +166,8 @@ def _clients(url: str, lines: list[str], clients: int, *, seconds: float | None 
     q = statistics.quantiles(latencies, n=100)
     return {"clients": clients, "requests": len(latencies), "failed": failed[0],
             "sent/s": len(latencies) / wall, "p50": statistics.median(latencies),
-            "p95": q[94], "p99": q[98]}
+            "p95": q[94], "p99": q[98],
+            "p50 short": statistics.median(short) if short else float("nan")}
 
 
 def _check_outputs(tr: mtkit.TranslationModel, url: str, run: Path, lines: list[str]) -> None:
@@ -241,11 +253,41 @@ def _detection_cost(a: argparse.Namespace, lines: list[str], other: list[str],
           f"given {given * 1000:.1f} ms (median): {(auto - given) * 1000:+.1f} ms")
 
 
+def _refill(a: argparse.Namespace, lines: list[str]) -> None:
+    """32 one-sentence clients on a refilling server against one of whole passes,
+    alternating, twice each."""
+    rows: dict[str, list[dict]] = {"refill": [], "whole": []}
+    for _ in range(2):
+        for label, flag in (("whole", "--no-refill"), ("refill", "--refill")):
+            proc, url = _start(a.run, a.beam, flag)
+            try:
+                r = _clients(url, lines, 32, seconds=a.seconds)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(120)
+            rows[label].append(r)
+            print(f"{label}: {r['requests']} requests, {r['failed']} failed, "
+                  f"{r['sent/s']:.1f} sentences/s, p50 {r['p50'] * 1000:.0f} ms, p50 under 10 "
+                  f"words {r['p50 short'] * 1000:.0f} ms, p95 {r['p95'] * 1000:.0f} ms "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    mean = {k: {m: statistics.mean(r[m] for r in v) for m in ("sent/s", "p50", "p50 short")}
+            for k, v in rows.items()}
+    w, r = mean["whole"], mean["refill"]
+    print(f"32 clients, mean of 2: refill {r['sent/s']:.1f} sentences/s, whole passes "
+          f"{w['sent/s']:.1f}: {r['sent/s'] / w['sent/s']:.2f}x; p50 {r['p50'] * 1000:.0f} "
+          f"against {w['p50'] * 1000:.0f} ms; under 10 words {r['p50 short'] * 1000:.0f} "
+          f"against {w['p50 short'] * 1000:.0f} ms")
+
+
 def main() -> None:
     a = _args()
     lines = _test2016(a.mirror)
     print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; run {a.run}, beam {a.beam}")
+    if a.refill:
+        _refill(a, lines)
+        print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     if a.second is not None:
         _two_models(a, lines)
         print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -103,7 +103,7 @@ def create_app(models: ModelSet, settings: ServeSettings) -> FastAPI:
     app = FastAPIOffline(title="mtkit", version=_version(), lifespan=_lifespan,
                          description=f"Translation with {description}.",
                          responses={422: {"model": ErrorOut}})
-    metrics = ServerMetrics(lambda: state.models.queued)
+    metrics = ServerMetrics(lambda: state.models.queued, lambda: state.models.decoding)
     state = Served(ServedModels(models, lambda model, on_batch: Batcher(
         model, max_wait=settings.max_wait_ms / 1000, max_queue=settings.queue_size,
         max_output=settings.max_output, refill=settings.refill, on_batch=on_batch),

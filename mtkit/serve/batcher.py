@@ -117,6 +117,11 @@ class Batcher:
         """Sentences waiting to be decoded."""
         return self._queued
 
+    @property
+    def decoding(self) -> int:
+        """Sentences of the jobs being decoded (a refilling pass's: those not answered yet)."""
+        return sum(len(job.lines) for job in self._running[0])
+
     def submit(self, lines: list[str], cfg: DecodeConfig, extras: Extras,
                prefixes: list[str] | None = None, terms: Glossary | None = None,
                tag: str | None = None) -> Job:

@@ -25,9 +25,9 @@ SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 class ServerMetrics:
     """Requests by endpoint and status, sentences and tokens translated, the queue's depth,
-    batch sizes and request latency."""
+    the sentences being decoded, batch sizes and request latency."""
 
-    def __init__(self, queued: Callable[[], int]) -> None:
+    def __init__(self, queued: Callable[[], int], decoding: Callable[[], int]) -> None:
         # Each series' `_created` twin (a timestamp) doubles the exposition and no dashboard
         # reads it. prometheus_client's switch is process-wide and has no per-registry form:
         # flipped when a server makes its metrics, not by importing this module.
@@ -48,6 +48,9 @@ class ServerMetrics:
                                  "request", ["path"], buckets=LATENCY, registry=r)
         depth = Gauge("mtkit_queue_sentences", "sentences waiting to be decoded", registry=r)
         depth.set_function(queued)
+        running = Gauge("mtkit_decoding_sentences", "sentences of the requests being decoded",
+                        registry=r)
+        running.set_function(decoding)
 
     def batch(self, report: BatchReport) -> None:
         self.sentences.inc(report.sentences)

@@ -43,6 +43,12 @@ class ServedModels:
         with self._lock:
             return sum(b.queued for b in self._batchers.values())
 
+    @property
+    def decoding(self) -> int:
+        """Sentences of the passes running, over every model."""
+        with self._lock:
+            return sum(b.decoding for b in self._batchers.values())
+
     async def acquire(self, name: str) -> tuple[TranslationModel, Batcher]:
         """The model called `name` and its batcher, held until `release(name)`: at once when
         it is loaded, else after its load (in a thread: the event loop goes on)."""

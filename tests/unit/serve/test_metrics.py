@@ -14,7 +14,7 @@ def created():
     Counter("probe", "a probe", registry=r).inc()
     return b"probe_created" in generate_latest(r)
 before = created()
-body, _ = m.ServerMetrics(lambda: 0).text()
+body, _ = m.ServerMetrics(lambda: 0, lambda: 0).text()
 print(before, b"_created" in body)
 """
 
