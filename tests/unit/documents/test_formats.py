@@ -169,6 +169,21 @@ def test_markdown_keeps_its_block_structure_and_inline_markup():
     assert "\\*\\*BOLD UNCLOSED" in out  # unclosed emphasis is text, escaped as such
 
 
+def test_markdown_front_matter_kept_and_html_blocks_translated_as_html():
+    front = "---\ntitle: Hello world\ntags: [a, b]\n---\n"
+    body = ("\n# Head line\n\n<div class=\"box\">\n<p>Some <b>html</b> text.</p>\n"
+            "<img alt=\"a cat\" src=\"c.png\">\n<script>x < y</script>\n</div>\n\n"
+            "Para *one* two.\n")
+    out = _translated(MarkdownDocument(front + body))
+    assert out == (front + "\n# LINE HEAD\n\n<div class=\"box\">\n<p>TEXT. <b>HTML</b> "
+                   "SOME</p>\n<img alt=\"CAT A\" src=\"c.png\">\n<script>x < y</script>\n"
+                   "</div>\n\nTWO. *ONE* PARA\n")
+    toml = "+++\ntitle = 'x'\n+++\nText here.\n"
+    assert _translated(MarkdownDocument(toml)) == "+++\ntitle = 'x'\n+++\nHERE. TEXT\n"
+    # an unclosed opening rule is no front matter: CommonMark's rule, then the text
+    assert _translated(MarkdownDocument("---\nSome text\n")) == "---\nTEXT SOME\n"
+
+
 def test_markdown_text_is_escaped_where_it_would_read_as_markup():
     def starred(sentences):
         return [("- 1. *" + s, []) for s in sentences]
