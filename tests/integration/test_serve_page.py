@@ -232,8 +232,9 @@ def test_the_heatmap_in_view(browser, toy_model: Path):
     geometry = """
         const wrap = document.getElementById('heatmap-wrap'), r = wrap.getBoundingClientRect();
         const cell = document.querySelector('#heatmap td.cell').getBoundingClientRect();
+        const list = document.getElementById('nbest-list').getBoundingClientRect();
         return {cell: cell.bottom, inner: innerHeight, height: r.height, scroll: wrap.scrollWidth,
-                client: wrap.clientWidth, right: r.right};"""
+                client: wrap.clientWidth, right: r.right, top: r.top, list: list.bottom};"""
     with serving(toy_model) as server:
         try:
             browser.set_window_size(1280, 720)
@@ -242,6 +243,7 @@ def test_the_heatmap_in_view(browser, toy_model: Path):
             _translate_in_page(browser, "sa sa gu mir")
             g = browser.execute_script(geometry)
             assert g["cell"] <= g["inner"], g
+            assert g["top"] < g["list"], g  # beside the hypotheses, not below them
             assert not browser.find_element(By.ID, "more-columns").is_displayed()
             browser.set_window_size(800, 720)
             browser.find_element(By.CSS_SELECTOR, "#level option[value=subword]").click()
