@@ -30,7 +30,6 @@ from mtkit.config.guided import Readout
 from mtkit.data.batching import parallel_batches
 from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.spm import Tokenizer
-from mtkit.data.vocab import NEW_WORD
 from mtkit.errors import CheckpointError, DataError, Problem
 from mtkit.process.pipes import watching_reader
 
@@ -349,8 +348,8 @@ class LineTranslator:
                                     1):
             batch = [items[i] for i in idx]
             ids, where = [it.ids for it in batch], [it.index for it in batch]
-            prefixes = [it.prefix + [NEW_WORD] if it.closed else it.prefix for it in batch]
-            found = self._search(ids, stop, where, prefixes)
+            found = self._search(ids, stop, where, [it.prefix for it in batch],
+                                 [it.closed for it in batch])
             for it, nbest in zip(batch, found, strict=True):
                 it.nbest = nbest
 
@@ -460,12 +459,14 @@ class LineTranslator:
         return out
 
     def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
-                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+                prefixes: list[list[int]] | None = None,
+                new_word: list[bool] | None = None) -> list[list[Hypothesis]]:
         """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first;
         `lines`: their 0-based lines in the input (sampling draws a batch's own random stream
         from the first); `prefixes`: each sentence's forced first target ids (empty: none),
-        or None when no sentence has one; one may end with NEW_WORD (`force_prefix`), which
-        an engine that cannot honour it drops. Called from `workers` threads at once: it may not
+        or None when no sentence has one; `new_word`: with `prefixes`, the sentences whose
+        next token after the prefix must begin a word (`force_prefix`; None: none), which an
+        engine that cannot honour it ignores. Called from `workers` threads at once: it may not
         change the translator. Once `stop` is set, the search may end early by raising
         `Stopped` (its result is not wanted)."""
         raise NotImplementedError
@@ -559,18 +560,19 @@ class StreamTranslator(LineTranslator):
         self._continues: torch.Tensor | None = None  # made once (`_continuing`)
 
     def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
-                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+                prefixes: list[list[int]] | None = None,
+                new_word: list[bool] | None = None) -> list[list[Hypothesis]]:
         import torch
 
-        from mtkit.data.batch import collate, padded_ids
-        from mtkit.decode import decode_batch
+        from mtkit.data.batch import collate
+        from mtkit.decode import Prefix, decode_batch
 
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                     enabled=self.dtype is not None):
             b = collate(ids, None, lines).to(self.device, non_blocking=True)
-            prefix = None if prefixes is None else padded_ids(prefixes).to(self.device)
+            prefix = None if prefixes is None else Prefix.of(prefixes, new_word).to(self.device)
             continuing = None
-            if prefixes is not None and any(p and p[-1] == NEW_WORD for p in prefixes):
+            if prefixes is not None and new_word is not None and any(new_word):
                 continuing = self._continuing()
             searched = _Searched(self.model, stop, max_target_len=self.max_out_len + 1)
             return decode_batch(searched, b, self.cfg, need_attn=self.need_attn, prefix=prefix,
@@ -578,7 +580,7 @@ class StreamTranslator(LineTranslator):
 
     def _continuing(self) -> torch.Tensor:
         """(V,) bool: the target pieces that continue a word (no word-start mark, and a
-        letter or digit first), which may not follow a prefix that ends with NEW_WORD."""
+        letter or digit first), which may not follow a `new_word` prefix."""
         import torch
 
         if self._continues is None:
