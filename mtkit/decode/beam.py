@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import torch
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode.scoring import (
     Hypothesis,
     Prefix,
@@ -33,6 +32,7 @@ from mtkit.decode.scoring import (
     to_hypotheses,
 )
 from mtkit.models.base import Encoded, State, Translator
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 # Finished sentences leave the batch once they are at least 1/PRUNE_SHARE of it: dropping them
 # copies the encoder's tensors (the state's rows go with the next step's `order`), which at

@@ -10,7 +10,6 @@ from collections.abc import Callable
 import torch
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode.scoring import (
     Hypothesis,
     Prefix,
@@ -22,6 +21,7 @@ from mtkit.decode.scoring import (
     to_hypotheses,
 )
 from mtkit.models.base import Encoded, Translator
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 # Picks the next token of every row from masked log-probabilities: (B, V) -> (B,) long.
 Chooser = Callable[[torch.Tensor], torch.Tensor]

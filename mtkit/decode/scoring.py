@@ -16,7 +16,7 @@ import torch
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import padded_ids
 from mtkit.data.hypothesis import Hypothesis
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["Hypothesis", "Prefix", "Scratch", "as_lengths", "force_prefix", "length_penalty",
            "max_lengths", "source_lengths", "step_logprobs", "to_hypotheses"]

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from mtkit.data.hypothesis import Hypothesis
-from mtkit.data.vocab import EOS_ID, PAD_ID
 from mtkit.models.base import Step, Translator
+from mtkit.models.vocab import EOS_ID, PAD_ID
 
 SPECIALS = EOS_ID + 1  # ids 0..EOS_ID: pad, unk, bos, eos
 

@@ -46,10 +46,10 @@ from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
 from mtkit.data.hypothesis import Hypothesis
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import CheckpointError, OptionError, Problem
 from mtkit.export.ct2_dir import Export, engine_length_penalty
 from mtkit.export.engine import ctranslate2
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,

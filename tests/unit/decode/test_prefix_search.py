@@ -11,8 +11,8 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode import Prefix, decode_batch, forced
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 from tests.unit.decode.test_search import SOURCES, TINY, ToyGRU, assert_same
 
 torch.set_num_threads(1)
