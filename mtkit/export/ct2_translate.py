@@ -50,13 +50,8 @@ from mtkit.errors import CheckpointError, OptionError, Problem
 from mtkit.export.ct2_dir import Export, engine_length_penalty
 from mtkit.export.engine import ctranslate2
 from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.translation.lines import (
-    CHUNK_LINES,
-    AlignFn,
-    LineTranslator,
-    OutputFormat,
-    Stopped,
-)
+from mtkit.translation.formats import OutputFormat
+from mtkit.translation.lines import CHUNK_LINES, AlignFn, LineTranslator, Stopped
 
 # Source pieces per search call to the engine on a CPU (counting a sampled source's nbest
 # copies). translate_batch cannot be interrupted, and a whole 8,000-token batch kept Ctrl-C

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import copy
 import errno
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, get_args
+from typing import IO, TYPE_CHECKING, Any
 
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
@@ -32,6 +31,7 @@ from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.spm import Tokenizer
 from mtkit.errors import CheckpointError, DataError, Problem
 from mtkit.process.pipes import watching_reader
+from mtkit.translation.formats import FORMATS, OutputFormat, record
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from mtkit.models.base import Translator
     from mtkit.translation.terms import Glossary, Match
 
-OutputFormat = Literal["text", "jsonl"]
-FORMATS: tuple[str, ...] = get_args(OutputFormat)
 # Maps (source pieces, target pieces, attention (T, S), the source line's words or None) to
 # Pharaoh word links "i-j ...".
 AlignFn = Callable[[list[str], list[str], "torch.Tensor", "Words | None"], str]
@@ -127,7 +125,7 @@ class Item:
     prefix: list[int] = field(default_factory=list)  # target ids every output starts with
     terms: list[Match] = field(default_factory=list)  # glossary terms found in the line
     # the prefix ends with a term: the output's next token must begin a new word
-    closed: bool = False
+    new_word: bool = False
     tagged: int = 0  # source pieces of the language tag put before the line's own
 
 
@@ -349,7 +347,7 @@ class LineTranslator:
             batch = [items[i] for i in idx]
             ids, where = [it.ids for it in batch], [it.index for it in batch]
             found = self._search(ids, stop, where, [it.prefix for it in batch],
-                                 [it.closed for it in batch])
+                                 [it.new_word for it in batch])
             for it, nbest in zip(batch, found, strict=True):
                 it.nbest = nbest
 
@@ -503,35 +501,10 @@ class LineTranslator:
         # An empty line has no hypotheses: it is written as one empty one scoring 0.
         hyps: list[Hypothesis | None] = list(it.nbest) or [None]
         texts = [self.tok.decode_tgt(h.tokens) if h else "" for h in hyps]
-        scores = [h.score if h else 0.0 for h in hyps]
-        if self.fmt == "jsonl":
-            return self._jsonl(it, hyps, texts, scores)
-        if self.cfg.nbest > 1:
-            # Moses n-best: id ||| hypothesis ||| features ||| total, the one feature (F0, as
-            # Marian names it) being the score; links go last, as Moses's
-            # -print-alignment-info-in-n-best puts them (Marian puts them third)
-            links = [f" ||| {self.alignment(it, h, t)}" if self.align_fn else ""
-                     for h, t in zip(hyps, texts, strict=True)]
-            return "".join(f"{it.index} ||| {t} ||| F0= {s:.4f} ||| {s:.4f}{a}\n"
-                           for t, s, a in zip(texts, scores, links, strict=True))
-        if self.align_fn is not None:
-            return f"{texts[0]} ||| {self.alignment(it, hyps[0], texts[0])}\n"
-        return texts[0] + "\n"
-
-    def _jsonl(self, it: Item, hyps: list[Hypothesis | None], texts: list[str],
-               scores: list[float]) -> str:
-        counts = [len(h.tokens) if h else 0 for h in hyps]
-        rec: dict[str, Any] = {"id": it.index, "source": it.line, "hypothesis": texts[0],
-                               "score": scores[0], "tokens": counts[0]}
-        if self.cfg.nbest > 1:
-            rec["nbest"] = [{"hypothesis": t, "score": s, "tokens": n}
-                            for t, s, n in zip(texts, scores, counts, strict=True)]
-            if self.align_fn is not None:  # each hypothesis has its own attention
-                for entry, h, t in zip(rec["nbest"], hyps, texts, strict=True):
-                    entry["alignment"] = self.alignment(it, h, t)
-        if self.align_fn is not None:
-            rec["alignment"] = self.alignment(it, hyps[0], texts[0])
-        return json.dumps(rec, ensure_ascii=False) + "\n"
+        link = None if self.align_fn is None else \
+            (lambda k: self.alignment(it, hyps[k], texts[k]))
+        return record(self.fmt, it.index, it.line, hyps, texts, nbest=self.cfg.nbest > 1,
+                      link=link)
 
 
 class StreamTranslator(LineTranslator):
