@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.helpers import Server, serving
+from tests.helpers import Server, headless_chromium, serving
 
 httpx = pytest.importorskip("httpx", reason="the serve tests need httpx (make install)")
 pytest.importorskip("fastapi", reason="mtkit serve needs the serve extra (make install)")
@@ -84,6 +85,29 @@ def test_the_api_docs_load_nothing_from_elsewhere(server):
             assert asset.status_code == 200 and asset.content, (page, url)
     openapi = server.client.get("/openapi.json").json()
     assert "/v1/translate" in openapi["paths"]
+
+
+@pytest.mark.skipif(not ((shutil.which("chromium") or shutil.which("chromium-browser"))
+                         and shutil.which("chromedriver")),
+                    reason="no headless browser: apt-get install chromium chromium-driver")
+def test_the_api_docs_render_in_a_browser_without_network(server):
+    """Swagger UI and ReDoc draw the API in headless chromium, which reaches nothing but
+    the server here (ReDoc's footer logo, from its own CDN, is the one thing that fails): the
+    operations of /openapi.json are on both pages."""
+    pytest.importorskip("selenium", reason="selenium is not installed (make install)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def shown(driver) -> str:  # Swagger UI breaks a path with zero-width spaces
+        return driver.find_element(By.TAG_NAME, "body").text.replace("\u200b", "")
+
+    with headless_chromium() as driver:
+        # Swagger UI lists the paths, ReDoc the operations' names
+        for page, first, last in (("/docs", "/v1/translate", "/metrics"),
+                                  ("/redoc", "V1 Translate", "Prometheus")):
+            driver.get(server.url.rstrip("/") + page)
+            WebDriverWait(driver, 30).until(lambda d, first=first: first in shown(d))
+            assert last in shown(driver), page
 
 
 def _raw(server: Server) -> socket.socket:
