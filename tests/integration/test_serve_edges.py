@@ -268,8 +268,9 @@ def test_libretranslate_checks_the_key_before_the_body(toy_model, tmp_path):
         assert form.status_code == 403, form.text
         right = s.post("/translate", {"q": 3, "api_key": "s3cret"})
         assert right.status_code == 422 and "q" in right.json()["error"], right.text
-        none = s.post("/translate", {"q": 3})
-        assert none.status_code == 401, none.text
+        for body in ({"q": 3}, {"q": 3, "api_key": ""}):
+            none = s.post("/translate", body)
+            assert none.status_code == 401, (body, none.text)
         bearer = s.post("/translate", {"q": 3}, headers={"Authorization": "Bearer s3cret"})
         assert bearer.status_code == 422, bearer.text
 
