@@ -150,8 +150,9 @@ def test_requests_never_finished_are_timed_out(toy_model):
 
 def test_connections_past_the_cap_are_refused(toy_model):
     """--max-connections 4: of 10 connections open at once, at least 6 get a 503 and are
-    closed at once; once they are gone the server answers again."""
-    with serving(toy_model, "--max-connections", "4") as s:
+    closed at once; once they are gone the server answers again. (The read deadline is past
+    the test's end, so that only the cap closes a connection.)"""
+    with serving(toy_model, "--max-connections", "4", "--read-timeout", "600") as s:
         socks = [_raw(s) for _ in range(10)]
         refused: dict[socket.socket, bytes] = {}
         deadline = time.monotonic() + CLOSED_WITHIN
