@@ -155,11 +155,12 @@ def check_token(request: Request, token: str | None, api_key: object = None) -> 
     """Refuse `request` unless it carries `token` (compared in constant time) as a bearer
     token, or as LibreTranslate's `api_key`; everything passes where `token` is None.
     Without either: 401; an `api_key` (without a bearer token) that is not the token: 403
-    `Invalid API key`, LibreTranslate's answer."""
+    `Invalid API key`, LibreTranslate's answer (its access check takes an empty key for
+    none)."""
     if token is None:
         return
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" and api_key is not None:
+    if scheme.lower() != "bearer" and api_key not in (None, ""):
         if not (isinstance(api_key, str) and _same(api_key, token)):
             raise ApiError(403, "Invalid API key")
         return
