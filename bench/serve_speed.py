@@ -94,7 +94,12 @@ def _start(run: Path | list[str], beam: int, *flags: str) -> tuple[subprocess.Po
     else:
         raise SystemExit("the server did not start")
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-    while httpx.get(url + "ready").status_code != 200:
+    while True:  # under a heavy load a first answer may take longer than httpx's 5 s
+        try:
+            if httpx.get(url + "ready", timeout=60).status_code == 200:
+                break
+        except httpx.TimeoutException:
+            pass
         time.sleep(0.1)
     return proc, url
 

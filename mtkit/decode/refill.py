@@ -23,10 +23,10 @@ from collections.abc import Hashable
 import torch
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode.beam import select_candidates
 from mtkit.decode.scoring import Hypothesis, length_penalty, step_logprobs, to_hypotheses
 from mtkit.models.base import Encoded, Translator
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def stepper_config(cfg: DecodeConfig) -> DecodeConfig:
