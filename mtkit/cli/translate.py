@@ -301,11 +301,17 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None,
             sys.stdout.reconfigure(encoding="utf-8")
         raw = stack.enter_context(fio.open_binary(input)) if input else fio.stdin_binary()
         prefixes = None if prefix is None else fio.decode_lines(
-            stack.enter_context(fio.open_binary(prefix)), invalid_prefix)
+            stack.enter_context(fio.open_binary(prefix)), invalid_prefix, refuse_binary=True)
         out = stack.enter_context(fio.atomic_write(output)) if output else sys.stdout
         try:
-            stats = worker.run(fio.decode_lines(raw, invalid), out,
+            stats = worker.run(fio.decode_lines(raw, invalid, refuse_binary=True), out,
                                on_batch=_progress(stack, input, output), prefixes=prefixes)
+        except fio.NotText as e:
+            from mtkit.documents.formats import DOCUMENT_FORMATS
+
+            formats = ", ".join(f for f in DOCUMENT_FORMATS if f != "lines")
+            raise DataError(f"{e}; mtkit translates UTF-8 text, and documents chosen by their "
+                            f"extension or --input-format ({formats})") from None
         except PrefixError as e:
             raise DataError(f"--prefix {prefix}: {e.reason}") from None
         except OSError as e:  # a full disk under `> file` (no other error means a write)
