@@ -277,8 +277,15 @@ def _glossary(loaded: Any, path: Path, method: str) -> Any:
     from mtkit.translation.terms import parse_tsv
 
     name = f"--terms {path}"
-    pairs = parse_tsv(read_lines(path, InvalidUtf8(str(path))), name)
-    return loaded.glossary(pairs, method, name=name)
+    report = InvalidUtf8(str(path))
+    lines = read_lines(path, report)
+    # refused, not warned of: a term with U+FFFD in it would be forced into the translations
+    for count, first, what in ((report.lines, report.first, "invalid UTF-8"),
+                               (report.nul_lines, report.nul_first, "a NUL byte")):
+        if count:
+            more = f" ({count} lines in all)" if count > 1 else ""
+            raise DataError(f"{name}: line {first}: {what}{more}; a glossary is UTF-8 text")
+    return loaded.glossary(parse_tsv(lines, name), method, name=name)
 
 
 def _run_translation(worker: Any, input: Path | None, output: Path | None,
