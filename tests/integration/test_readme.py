@@ -71,10 +71,11 @@ def test_readme_lines_are_found() -> None:
 
 @pytest.fixture(scope="module")
 def demo_folder(toy_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder as `make demo` leaves it: the run (the toy, with three numbered checkpoints
-    for `average --last 3`) at runs/en-de-multi30k, and the files the README's lines read."""
+    """A folder as `make demo` leaves it: the run (the toy, with two numbered checkpoints
+    under train.keep_last 3, as the CPU demo's ten minutes write) at runs/en-de-multi30k, and
+    the files the README's lines read."""
     root = tmp_path_factory.mktemp("readme")
-    run = train_toy(toy_run, root / DEMO_RUN, ["train.max_updates=60", "train.valid_every=20",
+    run = train_toy(toy_run, root / DEMO_RUN, ["train.max_updates=40", "train.valid_every=20",
                                                "train.keep_last=3"])
     src = text_path(data_dir(run), "test", "src")
     tgt = text_path(data_dir(run), "test", "tgt")
