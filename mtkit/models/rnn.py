@@ -24,6 +24,8 @@ The RNN modules take (L, B, Hd); we transpose only at that call.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -446,6 +448,10 @@ class RNNTranslator(Translator):
         self.has_attention = decoder.attention is not None
         if decoder.scores_positions:
             self.views = ("chosen", "prior", "posterior")
+
+    def drawing_positions(self, generator: torch.Generator) -> AbstractContextManager:
+        hard = self.decoder.hard
+        return nullcontext() if hard is None else hard.drawing(generator)
 
     def restricted(self, rows: torch.Tensor) -> RNNTranslator:
         decoder = with_child(self.decoder, "generator",

@@ -10,9 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtkit.config import ModelConfig, RNNConfig, recipe_from_dict
+from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, recipe_from_dict
 from mtkit.config.attention import HardAttentionConfig
 from mtkit.data.vocab import PAD_ID
+from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, OptionError
 from mtkit.models.base import AttentionChoice
 from mtkit.models.hard import Draw
@@ -171,6 +172,42 @@ def test_decoding_attends_to_the_argmax_position_one_hot(placement, feeding):
     if placement == "bahdanau" or feeding:
         with pytest.raises(OptionError, match="posterior"):
             model.choose_view(choice, "posterior")
+
+
+@pytest.mark.parametrize("placement,feeding", [("bahdanau", True), ("luong", False)])
+def test_sampling_draws_the_position_too_reproducibly(placement, feeding):
+    model = tiny_model(_cfg("reinforce", placement=placement, input_feeding=feeding), VOCAB)
+    b = _batch(n=4, seed=3)
+    cfg = DecodeConfig(method="sample", nbest=16, max_len_b=4, max_len_a=0.0, seed=11)
+
+    def decode(c):
+        hyps = decode_batch(model, b, c, need_attn=True)
+        return [[(h.tokens, h.attn) for h in hs] for hs in hyps]
+
+    def first_positions(out):  # the position of each sample's first step, per sentence
+        return [{int(attn[0].argmax()) for _, attn in hs} for hs in out]
+
+    greedy = decode(dataclasses.replace(cfg, method="greedy", nbest=1))
+    sampled = decode(cfg)
+    for hs in sampled:
+        for _, attn in hs:
+            assert ((attn == 0) | (attn == 1)).all() and (attn.sum(-1) == 1).all()
+    # The first step's prior depends on no drawn token: only drawing positions varies it.
+    assert all(len(p) == 1 for p in first_positions(greedy))
+    assert sum(len(p) > 1 for p in first_positions(sampled)) >= 3
+    again = decode(cfg)
+    assert [[t for t, _ in hs] for hs in again] == [[t for t, _ in hs] for hs in sampled]
+    for hs, hs2 in zip(sampled, again, strict=True):
+        for (_, a1), (_, a2) in zip(hs, hs2, strict=True):
+            assert torch.equal(a1, a2)
+    def paths(out):  # every sample's positions, in order
+        return [[attn.argmax(-1).tolist() for _, attn in hs] for hs in out]
+
+    assert paths(decode(dataclasses.replace(cfg, seed=12))) != paths(sampled)
+    # Outside the sampling search the position is the argmax again.
+    assert [[t for t, _ in hs] for hs in decode(
+        dataclasses.replace(cfg, method="greedy", nbest=1))] == [[t for t, _ in hs]
+                                                                 for hs in greedy]
 
 
 def test_views_of_a_soft_model():
