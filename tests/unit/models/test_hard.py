@@ -17,6 +17,7 @@ from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, OptionError
 from mtkit.models.base import AttentionChoice
 from mtkit.models.hard import Draw
+from mtkit.models.rnn import PositionMarginal
 from tests.helpers import reversal_batch, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -133,6 +134,27 @@ def test_exact_marginal_loss_equals_the_enumerated_sum():
     # The backward pass goes through the recomputed blocks.
     F.nll_loss(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID).backward()
     assert model.decoder.attention.W_s.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_position_marginal_gradient_is_autograds(steps):
+    g = torch.Generator().manual_seed(0)
+    b, t, s, d, v = 2, 5, 4, 3, 7
+    h = torch.randn(b, t, s, d, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(v, d, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(v, generator=g, dtype=torch.float64, requires_grad=True)
+    prior = torch.rand(b, t, s, generator=g, dtype=torch.float64)
+    prior[0, :, -1] = 0  # off the support: no mass, no gradient
+    lp = torch.where(prior > 0, prior, 1).log().masked_fill(prior == 0, float("-inf"))
+    lp = (lp - lp.logsumexp(-1, keepdim=True)).requires_grad_()
+    upstream = torch.randn(b, t, v, generator=g, dtype=torch.float64)
+    want = (F.linear(h, w, bias).log_softmax(-1) + lp.unsqueeze(-1)).logsumexp(2)
+    want_grads = torch.autograd.grad((want * upstream).sum(), (h, w, bias, lp))
+    got = PositionMarginal.apply(h, w, bias, lp, steps)
+    torch.testing.assert_close(got, want)
+    for x, y in zip(torch.autograd.grad((got * upstream).sum(), (h, w, bias, lp)),
+                    want_grads, strict=True):
+        torch.testing.assert_close(x, y)
 
 
 @pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
