@@ -23,7 +23,7 @@ from mtkit.decode.scoring import (
     length_penalty,
     max_lengths,
 )
-from mtkit.decode.shortlist import InColumns, OutputShortlist, to_columns, to_ids
+from mtkit.decode.shortlist import GROUP, InColumns, OutputShortlist, to_columns, to_ids
 from mtkit.models.base import Encoded, Translator
 
 __all__ = ["NEW_WORD", "Hypothesis", "OutputShortlist", "beam_search", "decode_batch",
@@ -45,11 +45,17 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
     is raised to a prefix's length where it is shorter (the caller keeps prefixes within
     the model's `max_target_len`); a NEW_WORD after a row's prefix makes the next token one
     that begins a word, of those `continuing` (V,) does not mark (`force_prefix`). With a
-    `shortlist`, the output layer computes only the ids the batch's sources' lists name
-    (`mtkit.decode.shortlist`; `model.restricted`). Returns,
+    `shortlist`, the output layer computes only the ids the sources' lists name, for each
+    group of GROUP sentences (`mtkit.decode.shortlist`; `model.restricted`). Returns,
     in batch order, each sentence's hypotheses sorted by score: cfg.nbest for beam and
     sampling, one for greedy.
     """
+    if shortlist is not None and len(batch.src) > GROUP:
+        return [hyps for start in range(0, len(batch.src), GROUP)
+                for hyps in decode_batch(model, _rows(batch, start), cfg, need_attn=need_attn,
+                                         prefix=None if prefix is None
+                                         else prefix[start:start + GROUP],
+                                         continuing=continuing, shortlist=shortlist)]
     enc = model.encode(batch.src, batch.src_lens)
     max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
     if model.max_target_len is not None:  # e.g. learned positions: EOS by the last one
@@ -66,6 +72,14 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
         return to_ids(_search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing),
                       rows)
     return _search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing)
+
+
+def _rows(batch: Batch, start: int) -> Batch:
+    """Sentences [start, start + GROUP) of a source-only `batch`, trimmed to their longest."""
+    lens = batch.src_lens[start:start + GROUP]
+    width = int(lens.max())
+    return Batch(batch.src[start:start + GROUP, :width], lens, None, None,
+                 batch.ids[start:start + GROUP])
 
 
 def _search(model: Translator, enc: Encoded, cfg: DecodeConfig, batch: Batch,

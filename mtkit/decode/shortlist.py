@@ -2,7 +2,9 @@
 target ids its sources' shortlists name (`mtkit.data.shortlist`), the frequent ones and the
 special ids, so every step's projection, log-softmax and top-k run over V' columns, not V.
 
-The search itself is unchanged: it runs in the batch's own id space (column j stands for
+A batch is searched in groups of GROUP sentences, each with its own columns: the fewer
+sentences, the fewer pieces their lists name together. The search itself is unchanged: it
+runs in the group's own id space (column j stands for
 target id ``rows[j]``). The special ids 0-3 are always the first columns, so PAD, BOS and
 EOS keep their ids there; prefixes are given in that space and the outputs mapped back.
 
@@ -22,6 +24,10 @@ from mtkit.data.vocab import EOS_ID, PAD_ID
 from mtkit.models.base import Step, Translator
 
 SPECIALS = EOS_ID + 1  # ids 0..EOS_ID: pad, unk, bos, eos
+# Sentences that share one output layer: a batch's union of lists grows with its sentences
+# (half of a 32k vocabulary for 800 short ones), so a batch is searched in groups of this
+# many, each over its own union; the size that measured fastest is in bench/RESULTS.md.
+GROUP = 64
 
 
 @dataclass(frozen=True)
