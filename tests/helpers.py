@@ -143,10 +143,11 @@ class Server:
 
 
 @contextmanager
-def serving(*args: object) -> Iterator[Server]:
-    """`mtkit serve ARGS --port 0` until the block ends (then SIGTERM, and it must exit 0)."""
+def serving(*args: object, launch: tuple[str, ...] = ("-m", "mtkit")) -> Iterator[Server]:
+    """`mtkit serve ARGS --port 0` until the block ends (then SIGTERM, and it must exit 0);
+    `launch`: how python starts mtkit (`-c CODE` for a script that runs its CLI)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", *map(str, args),
+    proc = subprocess.Popen([sys.executable, *launch, "serve", *map(str, args),
                              "--port", "0", "--threads", "1"], stderr=subprocess.PIPE,
                             text=True, env=env)
     log: list[str] = []
