@@ -79,6 +79,10 @@ def test_groups_of_a_batch_search_their_own_columns(shortlisted, monkeypatch):
     short = mtkit.load(shortlisted, device="cpu", threads=1, shortlist=True)
     assert short.translate(src) == full
     assert max(seen) == 7 and sum(seen) >= len(src)
+    # each group takes its own sentences' prefixes (every third: its first word)
+    prefixes = [t.split()[0] if i % 3 == 0 and t else "" for i, t in enumerate(full)]
+    base = mtkit.load(shortlisted, device="cpu", threads=1)
+    assert short.translate(src, prefix=prefixes) == base.translate(src, prefix=prefixes)
 
 
 def test_shortlist_is_counted_saved_and_read_back(toy_model, tmp_path):
