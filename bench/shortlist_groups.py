@@ -35,12 +35,16 @@ def _lines(path: Path) -> list[str]:
         return f.read().splitlines()
 
 
-def _columns(model: mtkit.TranslationModel, lines: list[str], group: int) -> float:
-    """Mean columns of a group's output layer over `lines` decoded in decode batches."""
+def _columns(run: Path, lines: list[str], group: int) -> float:
+    """Mean columns of a group's output layer over `lines` sorted by length."""
+    from mtkit.data.spm import Tokenizer
     from mtkit.decode.shortlist import OutputShortlist
+    from mtkit.run import data_dir, resolve_checkpoint, run_shortlist
 
-    short: OutputShortlist = model._base.shortlist  # type: ignore[attr-defined]
-    tok = model._base.tok  # type: ignore[attr-defined]
+    found, _ = run_shortlist(run)
+    tok = Tokenizer.load(data_dir(resolve_checkpoint(run).parent))
+    short = OutputShortlist.of(found.table, found.frequent, tok.tgt_vocab_size,
+                               torch.device("cpu"))
     ids = sorted((tok.encode_src(s) for s in lines), key=len)
     sizes = []
     for start in range(0, len(ids), group):
@@ -92,11 +96,11 @@ def main() -> None:
     base = statistics.median(cpu["full vocabulary"])
     print("| system | CPU s | wall s | x full, CPU | BLEU | lines = full | columns/group |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for name, (model, group) in systems.items():
+    for name, (_, group) in systems.items():
         c, w = statistics.median(cpu[name]), statistics.median(wall[name])
         bleu = sacrebleu.corpus_bleu(outs[name], [ref]).score
         same = sum(a == b for a, b in zip(outs[name], outs["full vocabulary"], strict=True))
-        cols = "-" if group is None else f"{_columns(model, src, group):,.0f}"
+        cols = "-" if group is None else f"{_columns(args.run, src, group):,.0f}"
         print(f"| {name} | {c:.2f} | {w:.2f} | {base / c:.2f}x faster | {bleu:.2f} | "
               f"{same}/{len(src)} | {cols} |")
     print(f"# load average after {os.getloadavg()}")
