@@ -414,10 +414,8 @@ class Transformer(Translator):
                                     "cross-attention only", value=layer)
         if layer != LAYER_MEAN and not (isinstance(layer, int) and -n <= layer < n):
             side = "encoder" if kind == "encoder" else "decoder"
-            mean = f" or {LAYER_MEAN} (their mean)" if kind == "cross" else ""
             raise OptionError.about("layer", f"the model has {n} {side} layers; expected "
-                                    f"0..{n - 1} or -{n}..-1 (from the top){mean}",
-                                    value=layer)
+                                    f"0..{n - 1} or -{n}..-1 (from the top)", value=layer)
         head = "mean" if head is None else head
         if head != "mean" and not (isinstance(head, int) and 0 <= head < self.heads):
             raise OptionError.about("head", f"the model has {self.heads} heads; expected "
