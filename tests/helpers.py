@@ -171,6 +171,29 @@ def serving(*args: object, launch: tuple[str, ...] = ("-m", "mtkit")) -> Iterato
         assert proc.wait(60) == 0, "".join(log)
 
 
+@contextmanager
+def headless_chromium() -> Iterator[object]:
+    """A selenium driver of Debian's headless chromium (the caller skips where
+    `shutil.which("chromium")` or `"chromedriver"` finds none)."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,900"):
+        options.add_argument(arg)
+    options.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
 def train_toy(toy_run: Path, run: Path, overrides: list[str]) -> Path:
     """Train the toy recipe (with `overrides`) into `run`, reusing toy_run's prepared data."""
     import io

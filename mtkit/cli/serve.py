@@ -54,7 +54,8 @@ def serve(
         "machine only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(
         "--port", metavar="N", parser=within(PORTS), show_default=False,
-        help="Port; 0 takes a free one, printed at start (default: 8000).")] = 8000,
+        help=f"Port, {PORTS.start}-{PORTS.stop - 1}; 0 takes a free one, printed at start "
+        "(default: 8000).")] = 8000,
     token_file: Annotated[Path | None, typer.Option(
         "--token-file", metavar="FILE", help="A file holding a token that every API request "
         "must carry as 'Authorization: Bearer TOKEN' (LibreTranslate's api_key too); "

@@ -57,7 +57,8 @@ class TranslateFlags:
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
-        from mtkit.translation.lines import FORMATS, aligner_problems
+        from mtkit.translation.formats import FORMATS
+        from mtkit.translation.lines import aligner_problems
         from mtkit.translation.terms import TERMS_METHODS
 
         checks = [
@@ -165,6 +166,7 @@ def translate(
     """
     from mtkit.fileio import is_terminal
     from mtkit.translation import lines as tr
+    from mtkit.translation.formats import OutputFormat
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
@@ -174,7 +176,7 @@ def translate(
         terms=terms is not None, terms_method=terms_method).problems())
     _check_files(models, input, output, prefix, terms)
     document = document_format(input, input_format)
-    refuse(document_problems(fmt=fmt, align=align, prefix=prefix, terms=terms,
+    refuse(document_problems(fmt=fmt, align=align, prefix=prefix,
                              nbest=decoding.get("nbest"), placement=placement,
                              is_document=document is not None))
     from mtkit.api.model import open_model
@@ -195,14 +197,15 @@ def translate(
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")
     refuse(problems)
+    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
     if document is not None:
-        translate_file(loaded, input, output, document, placement=placement, tag=tag)
+        translate_file(loaded, input, output, document, placement=placement, tag=tag,
+                       terms=found)
         return
     align_fn = loaded.aligner(align_method, readout) if align else None
-    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
     chosen = loaded.checked_tag(tag)
     worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen,
-                               fmt=choice("fmt", fmt, tr.OutputFormat))
+                               fmt=choice("fmt", fmt, OutputFormat))
     for note in worker.notes:
         typer.echo(f"mtkit: note: {note}", err=True)
     report_translation(_run_translation(worker, input, output, prefix))

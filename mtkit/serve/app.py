@@ -4,8 +4,9 @@ several routed by language, `routing`), each with its own cross-request batching
 (`page/`).
 
 Endpoints: `POST /v1/translate` (mtkit's own: n-best, scores, alignments, attention),
-`POST /translate`, `POST /detect` and `GET /languages` (LibreTranslate's), `GET /v1/models`,
-`GET /health`, `GET /ready`, `GET /metrics`. Every error is JSON, ``{"error": "..."}``, with
+`POST /v1/split` (a paragraph's sentences), `POST /translate`, `POST /detect` and `GET
+/languages` (LibreTranslate's), `GET /v1/models`, `GET /health`, `GET /ready`, `GET
+/metrics`. Every error is JSON, ``{"error": "..."}``, with
 its status.
 """
 
@@ -48,6 +49,8 @@ from mtkit.serve.schema import (
     DetectRequest,
     ErrorOut,
     LibreRequest,
+    SplitRequest,
+    SplitResponse,
     TranslateRequest,
     TranslateResponse,
 )
@@ -155,11 +158,12 @@ def check_token(request: Request, token: str | None, api_key: object = None) -> 
     """Refuse `request` unless it carries `token` (compared in constant time) as a bearer
     token, or as LibreTranslate's `api_key`; everything passes where `token` is None.
     Without either: 401; an `api_key` (without a bearer token) that is not the token: 403
-    `Invalid API key`, LibreTranslate's answer."""
+    `Invalid API key`, LibreTranslate's answer (its access check takes an empty key for
+    none)."""
     if token is None:
         return
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" and api_key is not None:
+    if scheme.lower() != "bearer" and api_key not in (None, ""):
         if not (isinstance(api_key, str) and _same(api_key, token)):
             raise ApiError(403, "Invalid API key")
         return
@@ -212,7 +216,20 @@ async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any
                     req.head)
     return routing.v1_json(await _translate(request, routing.Ask(
         lines, req.source, req.target, req.model, req.tag, req.decode_changes(), extras,
-        req.prefixes(), req.terms, req.terms_method)))
+        req.prefixes(), req.terms, req.terms_method, req.alternatives())))
+
+
+@router.post("/v1/split", response_model=SplitResponse, tags=["translate"],
+             dependencies=[Depends(authorized)])
+async def v1_split(req: SplitRequest) -> dict[str, Any]:
+    """A paragraph's sentences, as documents split them (`mtkit.documents.sentences`: each
+    line break ends a sentence), to translate as a list: what the page at / does."""
+    from mtkit.documents.sentences import text_sentences
+
+    try:
+        return {"sentences": text_sentences(req.text)}
+    except MtkitError as e:  # the documents extra missing
+        raise ApiError(422, str(e)) from None
 
 
 @router.post("/translate", tags=["LibreTranslate"],
