@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, TypeVar, get_args
 
@@ -262,6 +263,13 @@ class Translator(nn.Module):
         tokens (BOS first). One forward pass, the mean over heads included. Rows at padded
         query positions carry no meaning; slice them off by length."""
         raise NotImplementedError
+
+    def drawing_positions(self, generator: torch.Generator) -> AbstractContextManager:
+        """Within the block, steps of a model with a discrete latent choice (hard
+        attention's position) draw it from its distribution with `generator` instead of
+        taking the likeliest: ancestral sampling (`mtkit.decode.sampling`). Here nothing
+        changes: the other models have no such choice."""
+        return nullcontext()
 
     def restricted(self, rows: torch.Tensor) -> Translator:
         """This model with an output layer that computes only target ids `rows` (V',): its
