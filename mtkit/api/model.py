@@ -380,7 +380,9 @@ class TranslationModel:
         """`it` as a Translation; `forced`: its hypotheses' teacher-forced attention of
         `choice` (shown), `linked`: that of the links' attention (`_link_choice`)."""
         tok = translator.tok
-        src_pieces = tok.src_pieces(it.ids)
+        # a tag put before the source (`Item.tagged`) is none of the sentence's pieces: the
+        # source tokens, the attention and the links leave it out alike (`source_view`)
+        src_pieces = tok.src_pieces(it.ids[it.tagged:])
         hyps: list[Hypothesis | None] = list(it.nbest) or [None]
         candidates = []
         for n, h in enumerate(hyps):
@@ -396,18 +398,19 @@ class TranslationModel:
             weights = h.attn if forced is None else forced[n]
             att = None
             if attention and weights is not None:
-                att = self._attention(translator, it, src_pieces, tok.tgt_pieces(h.tokens),
-                                      weights, choice)
+                att = self._attention(translator, it, tok.tgt_pieces(h.tokens), weights,
+                                      choice)
             candidates.append(Candidate(text, float(h.score), float(h.logprob),
                                         tok.tgt_pieces(h.tokens),
                                         [float(x) for x in h.token_logprobs], links, att))
         return Translation(it.line, src_pieces, candidates, truncated=it.truncated)
 
-    def _attention(self, translator: LineTranslator, it: Item, src: list[str],
-                   tgt: list[str], weights: Any, choice: AttentionChoice | None) -> Attention:
-        from mtkit.align import from_attention, line_words
+    def _attention(self, translator: LineTranslator, it: Item, tgt: list[str], weights: Any,
+                   choice: AttentionChoice | None) -> Attention:
+        """The matrices of `weights` (T + 1, tag + S + 1) without the tag's columns."""
+        from mtkit.align import from_attention
 
-        words = line_words(translator.tok.encode_src, it.line, it.ids)
+        src, words, weights = translator.source_view(it, weights)
         sub = from_attention(weights, src, tgt, level="subword", keep_eos=True)
         word = from_attention(weights, src, tgt, level="word", keep_eos=True, src_words=words)
         return Attention(self._describe(choice),
