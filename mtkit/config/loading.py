@@ -152,17 +152,32 @@ def _scalar(tp: Any, value: Any, key: str, problems: _Problems) -> Any:
     return tp(value)
 
 
-def _check_range(meta: Any, value: Any, key: str, problems: _Problems) -> None:
+def _check_range(meta: Any, value: Any, key: str, problems: _Problems) -> bool:
+    """Whether `value` is within its field's bounds (`meta`); a problem added where not."""
     if value is None or not isinstance(value, int | float) or not meta:
-        return
+        return True
     if value - value != 0:  # nan or ±inf: a bounded value is a finite one
-        return problems.add(key, f"expected a finite number, got {shown(value)}")
+        problems.add(key, f"expected a finite number, got {shown(value)}")
+        return False
     tests = {"ge": (lambda b: value >= b, ">="), "gt": (lambda b: value > b, ">"),
              "le": (lambda b: value <= b, "<="), "lt": (lambda b: value < b, "<")}
+    ok = True
     for name, (test, sym) in tests.items():
         if name in meta and not test(meta[name]):
             problems.add(key, f"out of range: expected a value {sym} {meta[name]}, "
                                f"got {shown(value)}")
+            ok = False
+    return ok
+
+
+def range_problems(obj: Any, prefix: str) -> list[tuple[str, str]]:
+    """The fields of a section built directly (not through `_build`) outside their bounds,
+    as (dotted key, message): a section whose every face must hold it (`DecodeConfig`) checks
+    itself with this, by the same rule as a recipe's."""
+    problems = _Problems()
+    for f in dataclasses.fields(obj):
+        _check_range(f.metadata, getattr(obj, f.name), _join(prefix, f.name), problems)
+    return problems.items
 
 
 def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | None) -> Any:
@@ -191,7 +206,10 @@ def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | 
                 _build(hints[name], {}, key, problems, base)
             continue
         converted = _convert(hints[name], value[name], key, problems, base)
-        _check_range(f.metadata, converted, key, problems)
+        # a value out of bounds is reported, not passed on: the field keeps its default, so
+        # that a section checking itself on construction (`DecodeConfig`) does not raise here
+        if not _check_range(f.metadata, converted, key, problems):
+            continue
         if converted is not None or value[name] is None:
             kwargs[name] = converted
     if cls is FileSource and base is not None and kwargs.get("path"):

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from mtkit.config.attention import HardAttentionConfig, Normalizer, hard_problems
 from mtkit.config.guided import GuidedAlignmentConfig
 from mtkit.config.regularize import RDropConfig, SubwordSamplingConfig, regularize_problems
+from mtkit.errors import ConfigError
 
 if typing.TYPE_CHECKING:
     from mtkit.config.loading import Valid
@@ -480,6 +481,14 @@ class DecodeConfig:
     seed: int = _decoding(1, "sampling", "sampling seed", "N")
     batch_tokens: int = _decoding(8000, "batching", "padded source tokens per batch", "N",
                                   ge=16)
+
+    def __post_init__(self) -> None:
+        # the API's `decode` takes a DecodeConfig built by its caller: one with alpha=nan or
+        # beam_size=0 must be refused here, not searched with (nan scores end no hypothesis)
+        from mtkit.config.loading import range_problems
+
+        if problems := range_problems(self, "decode"):
+            raise ConfigError("\n".join(f"DecodeConfig: {key}: {msg}" for key, msg in problems))
 
     def _problems(self, valid: Valid) -> list[tuple[str, str]]:
         out = []

@@ -16,6 +16,7 @@ from typing import Any
 
 from mtkit.api import TranslationModel
 from mtkit.api.many import ModelSet
+from mtkit.errors import MtkitError
 from mtkit.serve.batcher import Batcher, BatchReport
 
 OnBatch = Callable[[BatchReport], None]
@@ -54,7 +55,15 @@ class ServedModels:
         it is loaded, else after its load (in a thread: the event loop goes on)."""
         model = self.models.pool.acquire_loaded(name)
         if model is None:
-            model = await asyncio.to_thread(self.models.pool.acquire, name)
+            try:
+                model = await asyncio.to_thread(self.models.pool.acquire, name)
+            except MtkitError as e:
+                # its files broke after the start (under --max-loaded, a model unloaded is
+                # read again): the server's fault, not the request's, so not a 4xx
+                from mtkit.serve.app import ApiError
+
+                why = " ".join(str(e).split())
+                raise ApiError(503, f"model {name} could not be loaded: {why}") from None
         return model, self.batcher(name, model)
 
     def release(self, name: str) -> None:

@@ -4,6 +4,7 @@ translate`, errors named by field, attention at both levels, concurrent callers.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 import mtkit
+from mtkit.config import DecodeConfig
 from mtkit.data.store import text_path
 from mtkit.errors import ConfigError, MtkitError
 from mtkit.run import data_dir
@@ -96,6 +98,25 @@ def test_errors_name_fields_not_flags(model):
         assert "--" not in str(e.value), str(e.value)
     with pytest.raises(MtkitError, match="no such checkpoint file or run directory"):
         mtkit.load("/nonexistent/run")
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("alpha", math.nan, "expected a finite number, got nan"),
+    ("max_len_a", math.inf, "expected a finite number, got inf"),
+    ("top_p", -math.inf, "expected a finite number, got -inf"),
+    ("beam_size", 0, "out of range: expected a value >= 1, got 0"),
+])
+def test_a_decode_config_built_by_the_caller_is_checked_as_the_options_are(model, field,
+                                                                           value, message):
+    """`decode` takes a DecodeConfig its caller built: DecodeConfig(alpha=nan) was accepted,
+    and its search ended no hypothesis (an IndexError in the translator)."""
+    with pytest.raises(ConfigError) as e:
+        model.translate(["sa gu"], **{field: value})
+    assert str(e.value) == f"{field} (decode.{field}): {message}"
+    with pytest.raises(ConfigError) as e:
+        model.decode(["sa gu"], DecodeConfig(**{field: value}))
+    assert str(e.value) == f"DecodeConfig: decode.{field}: {message}"
+    assert DecodeConfig(**{field: getattr(model.defaults, field)}) is not None
 
 
 @pytest.mark.parametrize(("call", "message"), [

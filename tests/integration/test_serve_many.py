@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -216,6 +217,24 @@ def test_one_loaded_model_at_a_time(models, want):
         assert res.json()["translatedText"] == want["en-fr"]
     log = "".join(s.log)
     assert "mtkit: unloaded toy-de-fr" in log and "mtkit: loaded toy-en-de" in log
+
+
+def test_a_model_whose_files_broke_after_the_start_is_a_503_not_the_requests_fault(models,
+                                                                                  tmp_path):
+    """Under --max-loaded a model unloaded is read again when asked for; its checkpoint
+    broken in between was answered 422, as if the request were wrong."""
+    run = tmp_path / "en-de"
+    shutil.copytree(models["en-de"], run)
+    with serving("--model", run, "--model", models["de-fr"], *NONE, "--max-loaded", "1") as s:
+        assert s.client.get("/ready").json()["loaded"] == ["toy-de-fr"]  # en-de unloaded
+        for pt in run.glob("*.pt"):
+            pt.write_bytes(b"not a checkpoint")
+        res = s.post("/translate", {"q": "sa gu", "source": "en", "target": "de"})
+        assert res.status_code == 503, res.text
+        error = res.json()["error"]
+        assert error.startswith("model toy-en-de could not be loaded: ") and "\n" not in error
+        res = s.post("/translate", {"q": LINES, "source": "de", "target": "fr"})
+        assert res.status_code == 200, res.text  # the others are still served
 
 
 def test_no_pivot_and_bad_starts(models, tmp_path):
