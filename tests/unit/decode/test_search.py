@@ -202,7 +202,7 @@ def test_length_penalty_arithmetic():
     c = DecodeConfig(max_len_a=1.5, max_len_b=10)
     assert max_lengths(torch.tensor([1, 2, 5]), c).tolist() == [10, 11, 16]
     # the batch's limits are DecodeConfig.output_limit's (export and translate use that one)
-    for a, b in ((1.5, 10), (0.3, 0), (2.7, 3), (1.1, 5)):
+    for a, b in ((1.5, 10), (0.3, 1), (2.7, 3), (1.1, 5)):
         c = DecodeConfig(max_len_a=a, max_len_b=b)
         lens = torch.arange(1, 200)  # counting EOS
         assert max_lengths(lens, c).tolist() == [c.output_limit(n - 1) for n in lens.tolist()]
