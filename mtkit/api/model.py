@@ -150,6 +150,11 @@ class TranslationModel:
                                      tag=self.checked_tag(tag), fmt=fmt,
                                      max_out_len=max_output)
 
+    def untagged(self, cfg: DecodeConfig) -> LineTranslator:
+        """A `LineTranslator` with `cfg` that puts no language tag before the source: for text
+        whose lines carry their tags already (a run's prepared splits)."""
+        return self._base.configured(cfg, tag=None)
+
     def close(self) -> None:
         """End the decoding threads this model started (a later call starts new ones):
         what unloading a model of several (`mtkit.load_many`) does before letting it go."""
