@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -262,7 +262,8 @@ def align(
         reverse=reverse is not None, symmetrize=symmetrize).problems())
     outputs = ar.AlignOutputs(
         show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
-        json=json_out, gold=gold, one_based=one_based, level=level,  # type: ignore[arg-type]
+        json=json_out, gold=gold, one_based=one_based,
+        level=cast("ar.Level", level),  # `outputs.check` names a wrong one
         method=method or DEFAULT_METHOD, threshold=threshold)
     outputs.check()
     _check_files(model, reverse, src, tgt, gold, heatmap, pharaoh, json_out)
