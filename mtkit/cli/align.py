@@ -121,10 +121,13 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     from mtkit.align.links import Symmetrization
     from mtkit.align.readout import default_readout
     from mtkit.align.reverse import Reverse, check_direction
+    from mtkit.api import open_model
     from mtkit.config.guided import Readout
-    from mtkit.run import load_model, resolve_checkpoint
+    from mtkit.run import resolve_checkpoint
 
-    net, recipe, tok = load_model(path, device)
+    resolve_checkpoint(path)  # an export is no checkpoint: said as before
+    opened = open_model([path], device=str(device), streaming=True)
+    net, recipe, tok = opened.network, opened.recipe, opened.tokenizer
     warning = check_direction(forward, recipe.data, name=str(path))
     if warning is not None:
         typer.echo(f"mtkit: warning: {warning}", err=True)
@@ -287,19 +290,18 @@ def align(
 
 
 def _load(model: Path, device: str, threads: int) -> tuple[Any, Any, Any, Any]:
-    """The device, and the model, recipe and tokenizer of `model` loaded on it."""
+    """The device, and the model, recipe and tokenizer of `model` loaded on it, opened as
+    every command opens a model (`mtkit.api.open_model`; streaming: the forced passes run one
+    batch at a time on every thread)."""
     with collector_paused():
         import torch
 
-        from mtkit.device import inference_device
-        from mtkit.run import load_model
+        from mtkit.api import open_model
+        from mtkit.run import resolve_checkpoint
 
-    if threads > 0:
-        torch.set_num_threads(threads)
-    dev = inference_device(device)
-    with collector_paused():
-        net, recipe, tok = load_model(model, dev)
-    return dev, net, recipe, tok
+        resolve_checkpoint(model)  # an export is no checkpoint: said as before
+        opened = open_model([model], device=device, threads=threads, streaming=True)
+    return torch.device(opened.info.device), opened.network, opened.recipe, opened.tokenizer
 
 
 def _check_files(model: Path, reverse: Path | None, src: Path, tgt: Path | None,
