@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from mtkit.data.vocab import PAD_ID
+from mtkit.models.vocab import PAD_ID
 from mtkit.train.loss import LossSums, label_smoothed_nll, rdrop_loss
 
 

@@ -143,10 +143,11 @@ class Server:
 
 
 @contextmanager
-def serving(*args: object) -> Iterator[Server]:
-    """`mtkit serve ARGS --port 0` until the block ends (then SIGTERM, and it must exit 0)."""
+def serving(*args: object, launch: tuple[str, ...] = ("-m", "mtkit")) -> Iterator[Server]:
+    """`mtkit serve ARGS --port 0` until the block ends (then SIGTERM, and it must exit 0);
+    `launch`: how python starts mtkit (`-c CODE` for a script that runs its CLI)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", *map(str, args),
+    proc = subprocess.Popen([sys.executable, *launch, "serve", *map(str, args),
                              "--port", "0", "--threads", "1"], stderr=subprocess.PIPE,
                             text=True, env=env)
     log: list[str] = []
@@ -168,6 +169,29 @@ def serving(*args: object) -> Iterator[Server]:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(log)
+
+
+@contextmanager
+def headless_chromium() -> Iterator[object]:
+    """A selenium driver of Debian's headless chromium (the caller skips where
+    `shutil.which("chromium")` or `"chromedriver"` finds none)."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,900"):
+        options.add_argument(arg)
+    options.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def train_toy(toy_run: Path, run: Path, overrides: list[str]) -> Path:

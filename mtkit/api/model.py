@@ -33,12 +33,12 @@ from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.errors import ConfigError, OptionError, choice
 from mtkit.fileio import unicode_problem
+from mtkit.translation.formats import OutputFormat
 from mtkit.translation.lines import (
     CHUNK_LINES,
     AlignFn,
     Item,
     LineTranslator,
-    OutputFormat,
     TranslateStats,
     name_problems,
 )

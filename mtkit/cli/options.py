@@ -42,6 +42,22 @@ def at_least(low: int) -> Callable[[Any], int]:
     return parse
 
 
+def within(values: range) -> Callable[[Any], int]:
+    """A parser of whole numbers in `values` (a range of step 1), as `at_least`."""
+
+    def parse(value: Any) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or number not in values:
+            raise typer.BadParameter(f"expected a whole number from {values.start} to "
+                                     f"{values.stop - 1}, got {value!r}")
+        return number
+
+    return parse
+
+
 def _show_help(ctx: typer.Context, value: bool) -> None:
     if value:
         typer.echo(ctx.get_help(), color=ctx.color)

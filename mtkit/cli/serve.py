@@ -7,16 +7,23 @@ import ipaddress
 import logging
 import signal
 import socket
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mtkit.cli.options import HelpOpt, InferenceDeviceOpt, TranslateThreadsOpt, at_least
+from mtkit.cli.options import (
+    HelpOpt,
+    InferenceDeviceOpt,
+    TranslateThreadsOpt,
+    at_least,
+    within,
+)
 from mtkit.errors import ConfigError, DataError, choice
 from mtkit.process.startup import collector_paused
-from mtkit.serve.settings import LOG_FORMATS, LogFormat, ServeSettings
+from mtkit.serve.settings import LOG_FORMATS, PORTS, LogFormat, ServeSettings
 
 if TYPE_CHECKING:
     from mtkit.api import TranslationModel
@@ -46,8 +53,9 @@ def serve(
         help="Address to listen on; 0.0.0.0 for every interface (default: 127.0.0.1, this "
         "machine only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(
-        "--port", metavar="N", parser=at_least(0), show_default=False,
-        help="Port; 0 takes a free one, printed at start (default: 8000).")] = 8000,
+        "--port", metavar="N", parser=within(PORTS), show_default=False,
+        help=f"Port, {PORTS.start}-{PORTS.stop - 1}; 0 takes a free one, printed at start "
+        "(default: 8000).")] = 8000,
     token_file: Annotated[Path | None, typer.Option(
         "--token-file", metavar="FILE", help="A file holding a token that every API request "
         "must carry as 'Authorization: Bearer TOKEN' (LibreTranslate's api_key too); "
@@ -103,6 +111,15 @@ def serve(
         "--timeout", metavar="SECONDS", parser=at_least(1), show_default=False,
         help="A request not answered by then gets 504; also the longest wait for requests in "
         f"flight at shutdown (default: {_S.timeout:g}).")] = int(_S.timeout),
+    read_timeout: Annotated[int, typer.Option(
+        "--read-timeout", metavar="SECONDS", parser=at_least(1), show_default=False,
+        help="The time a client has to send a request's headers, and then its body; past it "
+        "the request gets 408 and its connection is closed (an idle connection kept alive "
+        f"is closed after 5 s) (default: {_S.read_timeout:g}).")] = int(_S.read_timeout),
+    max_connections: Annotated[int, typer.Option(
+        "--max-connections", metavar="N", parser=at_least(1), show_default=False,
+        help="Connections open at once; one more is answered 503 and closed (default: "
+        f"{_S.max_connections}).")] = _S.max_connections,
     log_format: Annotated[str, typer.Option(
         "--log-format", metavar="FORMAT", show_default=False,
         help=f"The request log on stderr, a line per request: {' or '.join(LOG_FORMATS)} "
@@ -128,12 +145,14 @@ def serve(
     from mtkit.api.many import ModelSet
     from mtkit.api.model import open_model
     from mtkit.serve.app import create_app, log_pool_event
+    from mtkit.serve.connections import uvicorn_config
 
     settings = ServeSettings(  # checked before a model is loaded
         max_sentences=max_sentences, max_chars=max_chars, max_body=max_body,
         max_beam=max_beam, max_output=max_output, queue_size=queue_size,
-        max_wait_ms=max_wait_ms, timeout=timeout,
-        token=token, log_format=choice("log_format", log_format, LogFormat))
+        max_wait_ms=max_wait_ms, timeout=timeout, read_timeout=read_timeout,
+        max_connections=max_connections, token=token,
+        log_format=choice("log_format", log_format, LogFormat))
     groups = model_groups(models or [], more or [])
     sock = _listen(host, port)
 
@@ -155,9 +174,7 @@ def serve(
                      f"{i.precision})" for name, i in served.infos.items())
     typer.echo(f"mtkit: serving {what} at http://{shown}:{bound_port}/ (Ctrl-C to stop)",
                err=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=timeout, lifespan="on")
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, settings))
     # uvicorn handles SIGINT and SIGTERM itself (stop taking requests, finish those in flight)
     # and raises the signal again once done; with these handlers that ends in exit 0.
     before = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -198,6 +215,7 @@ def _serve_extra():  # noqa: ANN202 - the uvicorn module
     """uvicorn, or one line saying how to install the extra."""
     try:
         import fastapi  # noqa: F401
+        import fastapi_offline  # noqa: F401
         import prometheus_client  # noqa: F401
         import uvicorn
     except ModuleNotFoundError as e:
@@ -232,6 +250,10 @@ def _read_token(path: Path | None) -> str | None:
     if not token or any(c.isspace() for c in token):
         raise DataError(f"--token-file {path}: expected one token (no spaces), got "
                         f"{'nothing' if not token else 'several words'}")
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):  # as ssh says of a private key others can read
+        typer.echo(f"mtkit: warning: --token-file {path}: permissions {mode & 0o777:04o} are "
+                   f"too open, others can read the token; chmod 600 {path}", err=True)
     return token
 
 

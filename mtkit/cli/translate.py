@@ -57,7 +57,8 @@ class TranslateFlags:
 
     def problems(self) -> list[str]:
         """Flags that contradict each other or would be ignored, and bad choices."""
-        from mtkit.translation.lines import FORMATS, aligner_problems
+        from mtkit.translation.formats import FORMATS
+        from mtkit.translation.lines import aligner_problems
         from mtkit.translation.terms import TERMS_METHODS
 
         checks = [
@@ -165,6 +166,7 @@ def translate(
     """
     from mtkit.fileio import is_terminal
     from mtkit.translation import lines as tr
+    from mtkit.translation.formats import OutputFormat
 
     input, output = (None if str(p) == "-" else p for p in (input, output))
     refuse(TranslateFlags(
@@ -202,7 +204,7 @@ def translate(
     found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
     chosen = loaded.checked_tag(tag)
     worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen,
-                               fmt=choice("fmt", fmt, tr.OutputFormat))
+                               fmt=choice("fmt", fmt, OutputFormat))
     for note in worker.notes:
         typer.echo(f"mtkit: note: {note}", err=True)
     report_translation(_run_translation(worker, input, output, prefix))

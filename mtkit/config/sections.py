@@ -121,7 +121,7 @@ class CleanConfig:
 
 @dataclass(frozen=True)
 class SpmConfig:
-    """Sentencepiece training. Ids are fixed: see `mtkit.data.vocab`."""
+    """Sentencepiece training. Ids are fixed: see `mtkit.models.vocab`."""
 
     model_type: Literal["unigram", "bpe"] = "unigram"
     # sentencepiece's fields: vocab_size an int32, input_sentence_size a uint64 (larger ones

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from mtkit.data.store import ParallelData
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass(frozen=True)

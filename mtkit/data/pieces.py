@@ -1,11 +1,11 @@
 """A vocabulary of its own beside the sentencepiece models: a table from pieces to model ids.
 
-mtkit's own models use sentencepiece's ids as model ids (`mtkit.data.vocab` fixes the special
+mtkit's own models use sentencepiece's ids as model ids (`mtkit.models.vocab` fixes the special
 ones). A model made elsewhere may number its pieces otherwise: Marian's vocab.json lists the
 pieces of one or two sentencepiece models in an order of its own, so that one table can serve
 both languages (a shared vocabulary) while each side keeps its own segmentation. Such a model's
 data folder holds, besides its sentencepiece model(s), ``pieces.json``: the piece of every model
-id, per side, with the special ids where `mtkit.data.vocab` puts them. The importer writes it
+id, per side, with the special ids where `mtkit.models.vocab` puts them. The importer writes it
 (`mtkit.hf.marian`); `mtkit.data.spm.Tokenizer` reads it and then encodes and decodes through it:
 
 - encoding: a line's pieces (sentencepiece's `out_type=str`) looked up in the table, a piece
@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.errors import DataError
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PIECES = "pieces.json"  # in a data folder, beside the sentencepiece model(s)
 _FORMAT = 1

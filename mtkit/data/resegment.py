@@ -26,7 +26,7 @@ from mtkit.config.regularize import SubwordSamplingConfig
 from mtkit.data.batch import Batch, collate
 from mtkit.data.spm import Side, Tokenizer
 from mtkit.data.store import ParallelData
-from mtkit.data.vocab import UNK_ID
+from mtkit.models.vocab import UNK_ID
 
 _NO_SEED = 2**32 - 1  # sentencepiece reads this seed as "none": draw from the device instead
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from mtkit.data.store import ParallelData
-from mtkit.data.vocab import EOS_ID
 from mtkit.errors import CheckpointError
 from mtkit.fileio import atomic_write
+from mtkit.models.vocab import EOS_ID
 
 FORMAT = 1
 PER_SOURCE = 100  # K: Marian's usual "best" count (--shortlist lex.s2t 100 100)

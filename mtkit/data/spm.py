@@ -1,6 +1,6 @@
 """Sentencepiece (Kudo & Richardson 2018): training and the `Tokenizer` every command uses.
 
-The special ids are fixed in `mtkit.data.vocab` (pad 0, unk 1, bos 2, eos 3) and passed to the
+The special ids are fixed in `mtkit.models.vocab` (pad 0, unk 1, bos 2, eos 3) and passed to the
 trainer here, so every model mtkit trains agrees on them. A joint model (one vocabulary for both
 languages, needed to share embeddings) is stored as ``spm.model``; separate models as
 ``spm.src.model`` and ``spm.tgt.model``, in the prepared data directory. A model imported from
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Literal
 
 from mtkit.config import SpmConfig
 from mtkit.data.pieces import PIECES, PieceTable, TableSide
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.errors import ConfigError, DataError
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:  # numpy only for guided alignment: translating with an export needs none
     import numpy as np

@@ -7,18 +7,19 @@ first; every search runs under ``torch.no_grad()``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import Batch
-from mtkit.data.vocab import PAD_ID
 from mtkit.decode.beam import beam_search
 from mtkit.decode.forced import forced
 from mtkit.decode.greedy import greedy
 from mtkit.decode.sampling import sample
 from mtkit.decode.scoring import (
-    NEW_WORD,
     Hypothesis,
+    Prefix,
     force_prefix,
     length_penalty,
     max_lengths,
@@ -26,25 +27,25 @@ from mtkit.decode.scoring import (
 from mtkit.decode.shortlist import InColumns, OutputShortlist, to_columns, to_ids
 from mtkit.models.base import Encoded, Translator
 
-__all__ = ["NEW_WORD", "Hypothesis", "OutputShortlist", "beam_search", "decode_batch",
+__all__ = ["Hypothesis", "OutputShortlist", "Prefix", "beam_search", "decode_batch",
            "force_prefix", "forced", "greedy", "length_penalty", "max_lengths", "sample"]
 
 
 @torch.no_grad()
 def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
-                 need_attn: bool = False, prefix: torch.Tensor | None = None,
+                 need_attn: bool = False, prefix: Prefix | None = None,
                  continuing: torch.Tensor | None = None,
                  shortlist: OutputShortlist | None = None) -> list[list[Hypothesis]]:
     """Translate one batch with cfg.method; the output limit per sentence is
     ``max_len_a * source tokens + max_len_b`` (see `max_lengths`), and within the model's
     `max_target_len`.
 
-    batch.src: (B, S) on the model's device. prefix: (B, P) target ids (PAD after each, a
-    row of PAD for none) that each sentence's outputs start with: forced, scored and given
-    attention like the tokens the search chose; they count towards the output limit, which
-    is raised to a prefix's length where it is shorter (the caller keeps prefixes within
-    the model's `max_target_len`); a NEW_WORD after a row's prefix makes the next token one
-    that begins a word, of those `continuing` (V,) does not mark (`force_prefix`). With a
+    batch.src: (B, S) on the model's device. prefix: the target ids each sentence's outputs
+    start with: forced, scored and given attention like the tokens the search chose; they
+    count towards the output limit, which is raised to a prefix's length where it is shorter
+    (the caller keeps prefixes within the model's `max_target_len`); after a `new_word`
+    row's prefix the next token is one that begins a word, of those `continuing` (V,) does
+    not mark (`force_prefix`). With a
     `shortlist`, the output layer computes only the ids the batch's sources' lists name
     (`mtkit.decode.shortlist`; `model.restricted`). Returns,
     in batch order, each sentence's hypotheses sorted by score: cfg.nbest for beam and
@@ -56,12 +57,13 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
         max_len = max_len.clamp(max=model.max_target_len - 1)
     if prefix is not None:
         prefix = prefix.to(batch.src.device)
-        max_len = torch.maximum(max_len, (prefix > PAD_ID).sum(1))
+        max_len = torch.maximum(max_len, prefix.lengths)
         continuing = None if continuing is None else continuing.to(batch.src.device)
     if shortlist is not None:
-        rows = shortlist.rows(batch.src, prefix)
+        rows = shortlist.rows(batch.src, None if prefix is None else prefix.tokens)
         model = InColumns(model.restricted(rows), rows)  # type: ignore[assignment]
-        prefix = None if prefix is None else to_columns(prefix, rows)
+        if prefix is not None:
+            prefix = replace(prefix, tokens=to_columns(prefix.tokens, rows))
         continuing = None if continuing is None else continuing.index_select(0, rows)
         return to_ids(_search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing),
                       rows)
@@ -69,7 +71,7 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
 
 
 def _search(model: Translator, enc: Encoded, cfg: DecodeConfig, batch: Batch,
-            max_len: torch.Tensor, need_attn: bool, prefix: torch.Tensor | None,
+            max_len: torch.Tensor, need_attn: bool, prefix: Prefix | None,
             continuing: torch.Tensor | None) -> list[list[Hypothesis]]:
     if cfg.method == "sample":  # each batch its own random stream, from its first sentence
         stream = int(batch.ids.min()) if batch.ids.numel() else 0

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode.scoring import (
     Hypothesis,
+    Prefix,
     Scratch,
     as_lengths,
     force_prefix,
@@ -32,6 +32,7 @@ from mtkit.decode.scoring import (
     to_hypotheses,
 )
 from mtkit.models.base import Encoded, State, Translator
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 # Finished sentences leave the batch once they are at least 1/PRUNE_SHARE of it: dropping them
 # copies the encoder's tensors (the state's rows go with the next step's `order`), which at
@@ -101,7 +102,7 @@ class _Beam:
     enc: Encoded  # Ba*K rows
     state: State  # as the last step left it: its rows are reordered by the next step...
     order: torch.Tensor | None  # ... (Ba*K,): the state row each hypothesis continues
-    prefix: torch.Tensor | None = None  # (Ba*K, P) forced first tokens, PAD after each
+    prefix: Prefix | None = None  # the Ba*K rows' forced first tokens
 
 
 def _select(beam: _Beam, lp: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
@@ -216,17 +217,17 @@ def _next_beam(beam: _Beam, state: State, scores: torch.Tensor, order: torch.Ten
     hist.keep_rows(rows)
     return _Beam(beam.alive[keep], scores[keep], beam.max_len[rows], token[rows],
                  beam.enc.index_select(rows), state, order[rows],
-                 None if beam.prefix is None else beam.prefix[rows])
+                 None if beam.prefix is None else beam.prefix.select(rows))
 
 
 @torch.no_grad()
 def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
                 max_len: torch.Tensor | int, need_attn: bool = False,
-                prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
+                prefix: Prefix | None = None, continuing: torch.Tensor | None = None
                 ) -> list[list[Hypothesis]]:
     """Beam search (cfg.beam_size, cfg.nbest, cfg.min_len, length penalty) for every
     sentence of `enc` (B rows); max_len: int or (B,) limits (see `max_lengths`); prefix:
-    (B, P) target ids every hypothesis of a sentence starts with, PAD after each, and
+    the target ids every hypothesis of each sentence starts with, and
     continuing (V,) (`force_prefix`): while inside it a sentence's beam holds that one
     hypothesis.
 
@@ -243,7 +244,7 @@ def beam_search(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     beam = _Beam(torch.arange(batch, device=device), scores, limits.index_select(0, rows),
                  torch.full((batch,), BOS_ID, dtype=torch.long, device=device),
                  model.expand(enc, k), model.init_state(enc), None,
-                 None if prefix is None else prefix.index_select(0, rows))
+                 None if prefix is None else prefix.select(rows))
     fin, hist, scratch = _Finished.empty(batch, k, device), _History(), Scratch(device)
     for t in range(int(limits.max()) + 1):
         if t == 0:

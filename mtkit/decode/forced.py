@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from mtkit.data.batch import Batch
-from mtkit.data.vocab import EOS_ID, PAD_ID
 from mtkit.decode.scoring import Hypothesis, to_hypotheses
 from mtkit.models.base import Translator
+from mtkit.models.vocab import EOS_ID, PAD_ID
 
 
 @torch.no_grad()

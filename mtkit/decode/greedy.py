@@ -10,9 +10,9 @@ from collections.abc import Callable
 import torch
 
 from mtkit.config import DecodeConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.decode.scoring import (
     Hypothesis,
+    Prefix,
     Scratch,
     as_lengths,
     force_prefix,
@@ -21,6 +21,7 @@ from mtkit.decode.scoring import (
     to_hypotheses,
 )
 from mtkit.models.base import Encoded, Translator
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 # Picks the next token of every row from masked log-probabilities: (B, V) -> (B,) long.
 Chooser = Callable[[torch.Tensor], torch.Tensor]
@@ -29,11 +30,11 @@ Chooser = Callable[[torch.Tensor], torch.Tensor]
 @torch.no_grad()
 def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
                   max_len: torch.Tensor | int, min_len: int, need_attn: bool,
-                  prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
+                  prefix: Prefix | None = None, continuing: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Decode one output per row of `enc`, the token at each step picked by `choose`; a row's
-    first tokens are its prefix's (prefix: (B, P) target ids, PAD after each; continuing:
-    (V,) see `force_prefix`).
+    first tokens are its prefix's (prefix: the B rows'; continuing: (V,), see
+    `force_prefix`).
 
     Returns tokens (B, T) with one EOS per row (PAD after it), their log-probabilities
     (B, T) (0 after the EOS) and attention (B, T, S) or None. One model step per position
@@ -68,18 +69,17 @@ def one_path_each(model: Translator, enc: Encoded, choose: Chooser, *,
         if n_ended:
             keep = (~ended).nonzero().squeeze(1)
             rows, limit, prev = rows[keep], limit[keep], prev[keep]
-            prefix = None if prefix is None else prefix[keep]
+            prefix = None if prefix is None else prefix.select(keep)
             enc, order = enc.index_select(keep), keep
     return tokens[:, : t + 1], lps[:, : t + 1], None if attn is None else attn[:, : t + 1]
 
 
 def greedy(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
            max_len: torch.Tensor | int, need_attn: bool = False,
-           prefix: torch.Tensor | None = None, continuing: torch.Tensor | None = None
+           prefix: Prefix | None = None, continuing: torch.Tensor | None = None
            ) -> list[list[Hypothesis]]:
     """Greedy search for every sentence of `enc` (B rows); max_len: int or (B,) limits;
-    prefix: (B, P) target ids each output starts with, PAD after each, and continuing (V,)
-    (`force_prefix`).
+    prefix: the target ids each output starts with, and continuing (V,) (`force_prefix`).
 
     Uses cfg.min_len and the length penalty (cfg.length_penalty, cfg.alpha) for the score.
     Returns one single-hypothesis list per sentence, in batch order.

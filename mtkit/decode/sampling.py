@@ -12,7 +12,7 @@ import torch
 
 from mtkit.config import DecodeConfig
 from mtkit.decode.greedy import Chooser, one_path_each
-from mtkit.decode.scoring import Hypothesis, as_lengths, source_lengths, to_hypotheses
+from mtkit.decode.scoring import Hypothesis, Prefix, as_lengths, source_lengths, to_hypotheses
 from mtkit.models.base import Encoded, Translator
 
 
@@ -59,7 +59,7 @@ def batch_seed(seed: int, stream: int) -> int:
 
 def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
            max_len: torch.Tensor | int, need_attn: bool = False,
-           stream: int = 0, prefix: torch.Tensor | None = None,
+           stream: int = 0, prefix: Prefix | None = None,
            continuing: torch.Tensor | None = None) -> list[list[Hypothesis]]:
     """cfg.nbest independent samples per sentence of `enc` (B rows), sorted by score.
 
@@ -68,8 +68,8 @@ def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     the same seed gives the same samples (a batch composed differently consumes the random
     stream differently), and batches of one run draw different streams: seeded with cfg.seed
     alone, the k-th sentence of every batch got the same draws (repeated input lines the
-    same samples). max_len: int or (B,) limits; prefix: (B, P) target ids every sample of a
-    sentence starts with, PAD after each, and continuing (V,) (`force_prefix`): its tokens
+    same samples). max_len: int or (B,) limits; prefix: the target ids every sample of a
+    sentence starts with, and continuing (V,) (`force_prefix`): its tokens
     are not drawn.
     """
     batch, device, n = enc.src_mask.size(0), enc.src_mask.device, cfg.nbest
@@ -79,7 +79,7 @@ def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
         model, enc.index_select(rows), sampler(cfg, generator),
         max_len=as_lengths(max_len, batch, device).index_select(0, rows),
         min_len=cfg.min_len, need_attn=need_attn,
-        prefix=None if prefix is None else prefix.index_select(0, rows), continuing=continuing)
+        prefix=None if prefix is None else prefix.select(rows), continuing=continuing)
     src_lens = [s for s in source_lengths(enc.src_mask) for _ in range(n)]
     hyps = to_hypotheses(tokens, lps, attn, src_lens, kind=cfg.length_penalty, alpha=cfg.alpha)
     return [sorted(hyps[i * n:(i + 1) * n], key=lambda h: -h.score) for i in range(batch)]

@@ -8,14 +8,17 @@ Shapes: B batch (times beam), S source length, T target length, V vocabulary.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from mtkit.config import DecodeConfig
+from mtkit.data.batch import padded_ids
 from mtkit.data.hypothesis import Hypothesis
-from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["NEW_WORD", "Hypothesis", "Scratch", "as_lengths", "force_prefix", "length_penalty",
+__all__ = ["Hypothesis", "Prefix", "Scratch", "as_lengths", "force_prefix", "length_penalty",
            "max_lengths", "source_lengths", "step_logprobs", "to_hypotheses"]
 
 
@@ -109,25 +112,55 @@ def step_logprobs(logits: torch.Tensor, t: int, min_len: int, max_len: torch.Ten
     return lp
 
 
-def force_prefix(lp: torch.Tensor, t: int, prefix: torch.Tensor | None,
+@dataclass(frozen=True)
+class Prefix:
+    """The target ids each row's outputs start with. tokens: (R, P) long, PAD after each
+    row's prefix (a row of PAD for none); lengths: (R,) long, each prefix's length;
+    new_word: (R,) bool, the rows whose next token after the prefix must begin a word (one
+    of those `continuing` does not mark, `force_prefix`)."""
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    new_word: torch.Tensor
+
+    @classmethod
+    def of(cls, prefixes: Sequence[Sequence[int]],
+           new_word: Sequence[bool] | None = None) -> Prefix:
+        """From each row's ids (empty: none) and whether its next token begins a word
+        (None: no row's must)."""
+        tokens = padded_ids(prefixes)
+        opens = [False] * len(prefixes) if new_word is None else list(new_word)
+        return cls(tokens, (tokens > PAD_ID).sum(1), torch.tensor(opens, dtype=torch.bool))
+
+    def to(self, device: torch.device | str) -> Prefix:
+        return Prefix(self.tokens.to(device), self.lengths.to(device), self.new_word.to(device))
+
+    def select(self, rows: torch.Tensor) -> Prefix:
+        """The prefixes of `rows` (long indices), in that order."""
+        return Prefix(self.tokens[rows], self.lengths[rows], self.new_word[rows])
+
+
+def force_prefix(lp: torch.Tensor, t: int, prefix: Prefix | None,
                  continuing: torch.Tensor | None = None) -> torch.Tensor:
     """Step t's log-probabilities with each row's prefix token forced: lp (R, V) masked as
-    `step_logprobs` leaves it; prefix (R, P) target ids, PAD after a row's prefix (None: no
-    prefixes). A row still inside its prefix keeps only its prefix token, at the model's own
-    log-probability, so the prefix is scored like any other token and a search expands
-    nothing else there; rows past their prefix are left as they are. A NEW_WORD entry right
-    after a row's prefix bans the tokens `continuing` (V,) marks (pieces that continue a
-    word) at that step. Changes `lp` in place.
+    `step_logprobs` leaves it; prefix: R rows' (None: no prefixes). A row still inside its
+    prefix keeps only its prefix token, at the model's own log-probability, so the prefix is
+    scored like any other token and a search expands nothing else there; rows past their
+    prefix are left as they are, except that at the step right after a `new_word` row's
+    prefix the tokens `continuing` (V,) marks (pieces that continue a word) are banned.
+    Changes `lp` in place.
 
     The caller keeps every row's limit at or past its prefix's length, so the forced token is
     never one that `step_logprobs` banned for the limit.
     """
-    if prefix is None or t >= prefix.size(1):
+    if prefix is None or t > prefix.tokens.size(1):
         return lp
-    tok = prefix[:, t].unsqueeze(1)  # (R, 1)
     if continuing is not None:
-        lp.masked_fill_((tok == NEW_WORD) & continuing.unsqueeze(0), -math.inf)
-    tok = tok.clamp(min=PAD_ID)
+        opens = prefix.new_word & (prefix.lengths == t)
+        lp.masked_fill_(opens.unsqueeze(1) & continuing.unsqueeze(0), -math.inf)
+    if t == prefix.tokens.size(1):
+        return lp
+    tok = prefix.tokens[:, t].unsqueeze(1)  # (R, 1)
     forced = tok != PAD_ID
     kept = lp.gather(1, tok)
     lp.masked_fill_(forced, -math.inf)

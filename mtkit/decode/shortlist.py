@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from mtkit.data.hypothesis import Hypothesis
-from mtkit.data.vocab import EOS_ID, PAD_ID
 from mtkit.models.base import Step, Translator
+from mtkit.models.vocab import EOS_ID, PAD_ID
 
 SPECIALS = EOS_ID + 1  # ids 0..EOS_ID: pad, unk, bos, eos
 
@@ -41,8 +41,7 @@ class OutputShortlist:
 
     def rows(self, src: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
         """(V',) the sorted target ids batch `src` (B, S) may output: its pieces' lists, the
-        frequent ids, the special ids and every id of `prefix` (B, P) (negative entries, such
-        as NEW_WORD, are not ids)."""
+        frequent ids, the special ids and every id of `prefix` (B, P) (PAD after each)."""
         parts = [torch.arange(SPECIALS, device=src.device), self.frequent,
                  self.table.index_select(0, src.reshape(-1)).reshape(-1)]
         if prefix is not None:
@@ -68,10 +67,8 @@ class InColumns:
 
 
 def to_columns(ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Target ids (any shape; every non-negative one in `rows`) as columns of `rows`;
-    negative entries (NEW_WORD) stay as they are."""
-    cols = torch.searchsorted(rows, ids.clamp(min=0))
-    return torch.where(ids < 0, ids, cols)
+    """Target ids (any shape; every one in `rows`) as columns of `rows`."""
+    return torch.searchsorted(rows, ids)
 
 
 def to_ids(hyps: list[list[Hypothesis]], rows: torch.Tensor) -> list[list[Hypothesis]]:

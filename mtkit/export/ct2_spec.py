@@ -31,10 +31,10 @@ import torch
 from torch import nn
 
 from mtkit.config import TransformerConfig
-from mtkit.data.vocab import BOS_ID, EOS_ID, UNK_ID
 from mtkit.export.engine import ctranslate2
 from mtkit.models.embedding import sinusoids
 from mtkit.models.transformer import CrossAttention, Transformer
+from mtkit.models.vocab import BOS_ID, EOS_ID, UNK_ID
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which every mtkit norm uses
 

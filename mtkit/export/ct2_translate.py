@@ -46,17 +46,12 @@ from typing import Any, NamedTuple
 
 from mtkit.config import DecodeConfig
 from mtkit.data.hypothesis import Hypothesis
-from mtkit.data.vocab import BOS_ID, EOS_ID, NEW_WORD, PAD_ID
 from mtkit.errors import CheckpointError, OptionError, Problem
 from mtkit.export.ct2_dir import Export, engine_length_penalty
 from mtkit.export.engine import ctranslate2
-from mtkit.translation.lines import (
-    CHUNK_LINES,
-    AlignFn,
-    LineTranslator,
-    OutputFormat,
-    Stopped,
-)
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.translation.formats import OutputFormat
+from mtkit.translation.lines import CHUNK_LINES, AlignFn, LineTranslator, Stopped
 
 # Source pieces per search call to the engine on a CPU (counting a sampled source's nbest
 # copies). translate_batch cannot be interrupted, and a whole 8,000-token batch kept Ctrl-C
@@ -211,13 +206,14 @@ class CT2Translator(LineTranslator):
         return opts
 
     def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
-                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+                prefixes: list[list[int]] | None = None,
+                new_word: list[bool] | None = None) -> list[list[Hypothesis]]:
         # `lines` is not needed: samples come from the engine's own random stream, seeded
         # once per run (`set_random_seed`). `stop` is looked at between engine calls
         # (`_decode`).
-        # The engine cannot make a prefix's next token begin a word: NEW_WORD is dropped, and
-        # a term continued into a longer word is put back by `mtkit.translation.terms`.
-        given = [p[:-1] if p and p[-1] == NEW_WORD else p for p in prefixes or [[] for _ in ids]]
+        # The engine cannot make a prefix's next token begin a word: `new_word` is not used,
+        # and a term continued into a longer word is put back by `mtkit.translation.terms`.
+        given = prefixes or [[] for _ in ids]
         limits = self._limits(ids, given)
         repeat = self.cfg.nbest if self.cfg.method == "sample" else 1
         eos = [] if self.adds_eos else [self.src_pieces[EOS_ID]]

@@ -24,12 +24,12 @@ from typing import Any
 from mtkit import __version__
 from mtkit.config import DecodeConfig, Recipe, dump_recipe
 from mtkit.data.spm import Tokenizer, model_files
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import MtkitError
 from mtkit.export.ct2_dir import MARKER, check_destination, write_folder
 from mtkit.export.ct2_export import ExportReport
 from mtkit.export.hf_card import model_card, score_cached
 from mtkit.export.hf_layout import HfModel
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 FORMAT = "hf/1"  # the marker's format
 WEIGHTS = "model.safetensors"

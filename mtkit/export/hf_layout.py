@@ -41,9 +41,9 @@ import torch
 from torch import nn
 
 from mtkit.config import Recipe
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import ConfigError
 from mtkit.models.transformer import DecoderLayer, EncoderLayer, Transformer
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 HfClass = Literal["BlenderbotForConditionalGeneration", "MarianMTModel"]
 _MODEL_TYPE = {"BlenderbotForConditionalGeneration": "blenderbot", "MarianMTModel": "marian"}

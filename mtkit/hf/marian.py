@@ -9,7 +9,7 @@ which is what mtkit's post-norm stacks are), ``positions: sinusoidal_halves``,
 separate q, k, v become mtkit's fused ones (self-attention [q; k; v], cross-attention q and
 [k; v]).
 
-Ids. mtkit fixes pad 0, unk 1, bos 2, eos 3 (`mtkit.data.vocab`); Marian numbers
+Ids. mtkit fixes pad 0, unk 1, bos 2, eos 3 (`mtkit.models.vocab`); Marian numbers
 ``</s>`` and ``<unk>`` first and ``<pad>`` last, and starts decoding from ``<pad>``
 (``decoder_start_token_id``), whose embedding is zero. Each side's rows are put in mtkit's order:
 mtkit's BOS row is Marian's start symbol (so the decoder starts from Marian's own start
@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from mtkit.data.pieces import SPECIAL_PIECES, PieceTable
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.errors import MtkitError
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # The output logit of mtkit's extra PAD row: exp(-100) is 4e-44 of a logit of 0's mass, far
 # below float32's resolution of any real distribution.

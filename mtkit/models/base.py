@@ -187,7 +187,7 @@ class Translator(nn.Module):
     """Base class of every model. Subclasses implement the six methods that raise
     NotImplementedError below (`expand` has a default).
 
-    Token ids (BOS, EOS, PAD) are fixed in `mtkit.data.vocab`. `has_attention` is False only
+    Token ids (BOS, EOS, PAD) are fixed in `mtkit.models.vocab`. `has_attention` is False only
     for the fixed-vector baseline (attention `none`), whose steps return attn=None.
     """
 

@@ -14,7 +14,6 @@ from torch import nn
 
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.config.attention import Normalizer
-from mtkit.data.vocab import PAD_ID
 from mtkit.errors import ConfigError
 from mtkit.models.attention import (
     AdditiveAttention,
@@ -37,6 +36,7 @@ from mtkit.models.transformer import (
     FeedForward,
     Transformer,
 )
+from mtkit.models.vocab import PAD_ID
 
 
 def build_model(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int, *,

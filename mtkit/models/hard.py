@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mtkit.config.attention import HardAttentionConfig
-from mtkit.data.vocab import PAD_ID
+from mtkit.models.vocab import PAD_ID
 
 
 class Draw(NamedTuple):

@@ -30,7 +30,6 @@ from torch import nn
 from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_packed_sequence
 from torch.utils.checkpoint import checkpoint
 
-from mtkit.data.vocab import EOS_ID, PAD_ID
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.attention import Attention
 from mtkit.models.base import (
@@ -49,6 +48,7 @@ from mtkit.models.base import (
 )
 from mtkit.models.hard import Draw, HardAttention, safe_log
 from mtkit.models.quantize import restricted_linear
+from mtkit.models.vocab import EOS_ID, PAD_ID
 
 Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, c) for LSTM
 # A teacher-forced pass of a decoder: logits (B, T, V), attention (B, T, S) or None, and with

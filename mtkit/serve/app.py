@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -26,6 +26,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -72,9 +73,11 @@ def create_app(models: ModelSet, settings: ServeSettings) -> FastAPI:
     finished first."""
     description = ", ".join(f"{name} ({i.src_lang} -> {i.tgt_lang})"
                             for name, i in models.infos.items())
-    app = FastAPI(title="mtkit", version=_version(), lifespan=_lifespan,
-                  description=f"Translation with {description}.",
-                  responses={422: {"model": ErrorOut}})
+    # FastAPI's /docs and /redoc load their scripts from a CDN (blank without network);
+    # fastapi-offline's are the same pages, their assets served by the app
+    app = FastAPIOffline(title="mtkit", version=_version(), lifespan=_lifespan,
+                         description=f"Translation with {description}.",
+                         responses={422: {"model": ErrorOut}})
     metrics = ServerMetrics(lambda: state.models.queued)
     state = Served(ServedModels(models, lambda model, on_batch: Batcher(
         model, max_wait=settings.max_wait_ms / 1000, max_queue=settings.queue_size,
@@ -173,8 +176,7 @@ async def libre_translate(request: Request) -> dict[str, Any]:
     `format` (text, or html: each `q` a document or fragment, its markup kept and placed by
     the word alignment), `alternatives`, `api_key` (or a bearer token)."""
     state = served(request)
-    req = await _libre_request(request, LibreRequest)
-    check_token(request, state.settings.token, req.api_key)
+    req = await _libre_request(request, LibreRequest, state.settings.token)
     lines = [req.q] if isinstance(req.q, str) else list(req.q)
     request.state.sentences = len(lines)
     if req.format == "html":
@@ -198,8 +200,7 @@ async def detect(request: Request) -> list[dict[str, Any]]:
     """LibreTranslate's detect: `q`'s language among those the models translate from,
     `[{"language", "confidence"}]`, most likely first (confidence 0-100)."""
     state = served(request)
-    req = await _libre_request(request, DetectRequest)
-    check_token(request, state.settings.token, req.api_key)
+    req = await _libre_request(request, DetectRequest, state.settings.token)
     try:
         return [asdict(d) for d in state.models.models.detect(req.q)]
     except DetectError as e:
@@ -315,12 +316,17 @@ def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSett
                            f"{settings.max_output} tokens (--max-output)")
 
 
-async def _libre_request(request: Request, kind: type[Libre]) -> Libre:
-    """A LibreTranslate request from a JSON body or a form (its own clients send either)."""
+async def _libre_request(request: Request, kind: type[Libre], token: str | None) -> Libre:
+    """A LibreTranslate request from a JSON body or a form (its own clients send either),
+    its `api_key` checked before its fields, as LibreTranslate's access check does."""
     body = await request.body()
+    is_form = request.headers.get("content-type", "").startswith(
+        "application/x-www-form-urlencoded")
+    if not body.strip() and not is_form:
+        check_token(request, token)
+        raise ApiError(400, "the body is empty; expected a JSON object with q")
     try:
-        if request.headers.get("content-type", "").startswith(
-                "application/x-www-form-urlencoded"):
+        if is_form:
             fields = parse_qs(body.decode("utf-8", errors="strict"), keep_blank_values=True)
             data: object = {k: v if k == "q" and len(v) > 1 else v[0]
                             for k, v in fields.items()}
@@ -328,6 +334,7 @@ async def _libre_request(request: Request, kind: type[Libre]) -> Libre:
             data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as e:
         raise ApiError(400, f"the body is not valid JSON or a form ({e})") from None
+    check_token(request, token, data.get("api_key") if isinstance(data, dict) else None)
     if not isinstance(data, dict):
         raise ApiError(422, "expected a JSON object")
     try:
@@ -393,53 +400,96 @@ def _writable(message: str) -> str:
 
 
 def _middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics) -> None:
-    @app.middleware("http")
-    async def observe(request: Request,
-                      call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        start = time.perf_counter()
-        request.state.sentences = 0
-        response = await call_next(request)
-        seconds = time.perf_counter() - start
-        path = request.url.path
-        # the module's routes are listed apart: an included router is one entry of app.routes
-        routes = (*app.routes, *router.routes)
-        known = path if any(getattr(r, "path", None) == path for r in routes) else "other"
-        metrics.requests.labels(known, str(response.status_code)).inc()
-        if path in ("/v1/translate", "/translate"):
-            metrics.latency.labels(path).observe(seconds)
-        _log_request(settings.log_format, request.method, path, response.status_code,
-                     request.state.sentences, seconds)
-        return response
-
-    app.add_middleware(BodyLimit, limit=settings.max_body)
+    # added last, so outermost: a 413 or 408 of BodyLimit, and a 500, are logged and counted
+    app.add_middleware(BodyLimit, limit=settings.max_body, timeout=settings.read_timeout)
+    app.add_middleware(Observe, settings=settings, metrics=metrics,
+                       routes=lambda: (*app.routes, *router.routes))
 
 
-class BodyLimit:
-    """Refuse a request body over `limit` bytes with 413, before it reaches the app: by its
-    Content-Length, or while a body without one is read."""
+class Observe:
+    """A line in the request log and a count in /metrics for every request, whatever
+    answered it; an exception no route handled becomes a JSON 500, one line in the log, not
+    a traceback. A request whose client went away before any answer is logged as 499."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, settings: ServeSettings, metrics: ServerMetrics,
+                 routes: Callable[[], Sequence[Any]]) -> None:
+        self.app, self.settings, self.metrics, self.routes = app, settings, metrics, routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        length = headers.get(b"content-length")
+        start = time.perf_counter()
+        status = 499
+        state = scope.setdefault("state", {})
+        state["sentences"] = 0
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        error = None
+        try:
+            await self.app(scope, receive, sent)
+        except Exception as e:  # noqa: BLE001 - a bug of ours: said in one line, answered 500
+            error = _writable(f"{type(e).__name__}: {e}".replace("\n", " "))
+            if status == 499:  # nothing sent yet
+                status = 500
+                # the exception stays in the log: its text may name the server's files
+                await _send_json(send, 500, {"error": "internal error; the server's log says "
+                                             "which"})
+        seconds = time.perf_counter() - start
+        path = scope["path"]
+        known = path if any(getattr(r, "path", None) == path for r in self.routes()) else "other"
+        self.metrics.requests.labels(known, str(status)).inc()
+        if path in ("/v1/translate", "/translate"):
+            self.metrics.latency.labels(path).observe(seconds)
+        _log_request(self.settings.log_format, scope["method"], path, status,
+                     state.get("sentences", 0), seconds, error)
+
+
+async def _send_json(send: Send, status: int, content: object,
+                     headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps(content).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """Read a request's whole body before the app sees it: over `limit` bytes (by its
+    Content-Length, or as it comes) a 413; not all there within `timeout` seconds of its
+    headers, a 408 that closes the connection (a client that never finishes its body would
+    hold it for ever); the client gone, nothing."""
+
+    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
+        self.app, self.limit, self.timeout = app, limit, timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
             return await self._too_large(send)
-        if length is not None:
-            return await self.app(scope, receive, send)
         chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            more = message.get("more_body", False)
-            if size > self.limit:
-                return await self._too_large(send)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        try:
+            while more:
+                message = await asyncio.wait_for(receive(), deadline - loop.time())
+                if message["type"] != "http.request":
+                    return  # the client went away
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                more = message.get("more_body", False)
+                if size > self.limit:
+                    return await self._too_large(send)
+        except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11
+            return await _send_json(send, 408, {
+                "error": f"the request's body did not arrive within {self.timeout:g} s (the "
+                "server's --read-timeout)"}, [(b"connection", b"close")])
         body = b"".join(chunks)
         sent = False
 
@@ -453,12 +503,8 @@ class BodyLimit:
         return await self.app(scope, replay, send)
 
     async def _too_large(self, send: Send) -> None:
-        body = json.dumps({"error": f"the request body is over {self.limit} bytes (the "
-                                    "server's --max-body)"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _send_json(send, 413, {"error": f"the request body is over {self.limit} bytes "
+                                     "(the server's --max-body)"})
 
 
 def log_pool_event(fmt: LogFormat) -> Callable[[PoolEvent, str, float], None]:
@@ -476,14 +522,16 @@ def log_pool_event(fmt: LogFormat) -> Callable[[PoolEvent, str, float], None]:
 
 
 def _log_request(fmt: LogFormat, method: str, path: str, status: int, sentences: int,
-                 seconds: float) -> None:
+                 seconds: float, error: str | None = None) -> None:
     ms = round(seconds * 1000, 1)
     if fmt == "json":
-        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "method": method,
-                           "path": path, "status": status, "sentences": sentences, "ms": ms})
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "method": method,
+                  "path": path, "status": status, "sentences": sentences, "ms": ms}
+        line = json.dumps(record if error is None else {**record, "error": error})
     else:
         line = (f"mtkit: {method} {path} {status} {sentences} "
-                f"{'sentence' if sentences == 1 else 'sentences'} {ms} ms")
+                f"{'sentence' if sentences == 1 else 'sentences'} {ms} ms"
+                f"{'' if error is None else f' ({error})'}")
     log.info(line)
 
 

@@ -43,16 +43,27 @@ def served(request: Request) -> Served:
     return request.app.state.served
 
 
-def check_token(request: Request, token: str | None, api_key: str | None = None) -> None:
+def check_token(request: Request, token: str | None, api_key: object = None) -> None:
     """Refuse `request` unless it carries `token` (compared in constant time) as a bearer
-    token, or as LibreTranslate's `api_key`; everything passes where `token` is None."""
+    token, or as LibreTranslate's `api_key`; everything passes where `token` is None.
+    Without either: 401; an `api_key` (without a bearer token) that is not the token: 403
+    `Invalid API key`, LibreTranslate's answer (its access check takes an empty key for
+    none)."""
     if token is None:
         return
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    offered = value.strip() if scheme.lower() == "bearer" else (api_key or "")
-    if not hmac.compare_digest(offered.encode(), token.encode()):
+    if scheme.lower() != "bearer" and api_key not in (None, ""):
+        if not (isinstance(api_key, str) and _same(api_key, token)):
+            raise ApiError(403, "Invalid API key")
+        return
+    if not _same(value.strip() if scheme.lower() == "bearer" else "", token):
         raise ApiError(401, "a valid token is needed: Authorization: Bearer TOKEN",
                        {"WWW-Authenticate": "Bearer"})
+
+
+def _same(offered: str, token: str) -> bool:
+    """In constant time; JSON's escapes can spell a lone surrogate, which UTF-8 cannot."""
+    return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), token.encode())
 
 
 async def document_model(state: Served, source: str, target: str

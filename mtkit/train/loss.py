@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from mtkit.config.guided import Readout
-from mtkit.data.vocab import PAD_ID
+from mtkit.models.vocab import PAD_ID
 
 
 @dataclass(frozen=True)

@@ -16,23 +16,22 @@ from __future__ import annotations
 
 import copy
 import errno
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, get_args
+from typing import IO, TYPE_CHECKING, Any
 
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
 from mtkit.data.batching import parallel_batches
 from mtkit.data.hypothesis import Hypothesis
 from mtkit.data.spm import Tokenizer
-from mtkit.data.vocab import NEW_WORD
 from mtkit.errors import CheckpointError, DataError, Problem
 from mtkit.process.pipes import watching_reader
+from mtkit.translation.formats import FORMATS, OutputFormat, record
 
 # torch (and with it the search, the models, the aligner) is imported where mtkit's own
 # decoder runs, not here, nor numpy: an exported model translates through `LineTranslator`
@@ -45,8 +44,6 @@ if TYPE_CHECKING:
     from mtkit.models.base import Translator
     from mtkit.translation.terms import Glossary, Match
 
-OutputFormat = Literal["text", "jsonl"]
-FORMATS: tuple[str, ...] = get_args(OutputFormat)
 # Maps (source pieces, target pieces, attention (T, S), the source line's words or None) to
 # Pharaoh word links "i-j ...".
 AlignFn = Callable[[list[str], list[str], "torch.Tensor", "Words | None"], str]
@@ -128,7 +125,7 @@ class Item:
     prefix: list[int] = field(default_factory=list)  # target ids every output starts with
     terms: list[Match] = field(default_factory=list)  # glossary terms found in the line
     # the prefix ends with a term: the output's next token must begin a new word
-    closed: bool = False
+    new_word: bool = False
     tagged: int = 0  # source pieces of the language tag put before the line's own
 
 
@@ -349,8 +346,8 @@ class LineTranslator:
                                     1):
             batch = [items[i] for i in idx]
             ids, where = [it.ids for it in batch], [it.index for it in batch]
-            prefixes = [it.prefix + [NEW_WORD] if it.closed else it.prefix for it in batch]
-            found = self._search(ids, stop, where, prefixes)
+            found = self._search(ids, stop, where, [it.prefix for it in batch],
+                                 [it.new_word for it in batch])
             for it, nbest in zip(batch, found, strict=True):
                 it.nbest = nbest
 
@@ -460,12 +457,14 @@ class LineTranslator:
         return out
 
     def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
-                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+                prefixes: list[list[int]] | None = None,
+                new_word: list[bool] | None = None) -> list[list[Hypothesis]]:
         """Source ids (without EOS) of one batch -> each sentence's hypotheses, best first;
         `lines`: their 0-based lines in the input (sampling draws a batch's own random stream
         from the first); `prefixes`: each sentence's forced first target ids (empty: none),
-        or None when no sentence has one; one may end with NEW_WORD (`force_prefix`), which
-        an engine that cannot honour it drops. Called from `workers` threads at once: it may not
+        or None when no sentence has one; `new_word`: with `prefixes`, the sentences whose
+        next token after the prefix must begin a word (`force_prefix`; None: none), which an
+        engine that cannot honour it ignores. Called from `workers` threads at once: it may not
         change the translator. Once `stop` is set, the search may end early by raising
         `Stopped` (its result is not wanted)."""
         raise NotImplementedError
@@ -502,35 +501,10 @@ class LineTranslator:
         # An empty line has no hypotheses: it is written as one empty one scoring 0.
         hyps: list[Hypothesis | None] = list(it.nbest) or [None]
         texts = [self.tok.decode_tgt(h.tokens) if h else "" for h in hyps]
-        scores = [h.score if h else 0.0 for h in hyps]
-        if self.fmt == "jsonl":
-            return self._jsonl(it, hyps, texts, scores)
-        if self.cfg.nbest > 1:
-            # Moses n-best: id ||| hypothesis ||| features ||| total, the one feature (F0, as
-            # Marian names it) being the score; links go last, as Moses's
-            # -print-alignment-info-in-n-best puts them (Marian puts them third)
-            links = [f" ||| {self.alignment(it, h, t)}" if self.align_fn else ""
-                     for h, t in zip(hyps, texts, strict=True)]
-            return "".join(f"{it.index} ||| {t} ||| F0= {s:.4f} ||| {s:.4f}{a}\n"
-                           for t, s, a in zip(texts, scores, links, strict=True))
-        if self.align_fn is not None:
-            return f"{texts[0]} ||| {self.alignment(it, hyps[0], texts[0])}\n"
-        return texts[0] + "\n"
-
-    def _jsonl(self, it: Item, hyps: list[Hypothesis | None], texts: list[str],
-               scores: list[float]) -> str:
-        counts = [len(h.tokens) if h else 0 for h in hyps]
-        rec: dict[str, Any] = {"id": it.index, "source": it.line, "hypothesis": texts[0],
-                               "score": scores[0], "tokens": counts[0]}
-        if self.cfg.nbest > 1:
-            rec["nbest"] = [{"hypothesis": t, "score": s, "tokens": n}
-                            for t, s, n in zip(texts, scores, counts, strict=True)]
-            if self.align_fn is not None:  # each hypothesis has its own attention
-                for entry, h, t in zip(rec["nbest"], hyps, texts, strict=True):
-                    entry["alignment"] = self.alignment(it, h, t)
-        if self.align_fn is not None:
-            rec["alignment"] = self.alignment(it, hyps[0], texts[0])
-        return json.dumps(rec, ensure_ascii=False) + "\n"
+        link = None if self.align_fn is None else \
+            (lambda k: self.alignment(it, hyps[k], texts[k]))
+        return record(self.fmt, it.index, it.line, hyps, texts, nbest=self.cfg.nbest > 1,
+                      link=link)
 
 
 class StreamTranslator(LineTranslator):
@@ -559,18 +533,19 @@ class StreamTranslator(LineTranslator):
         self._continues: torch.Tensor | None = None  # made once (`_continuing`)
 
     def _search(self, ids: list[list[int]], stop: threading.Event, lines: list[int],
-                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+                prefixes: list[list[int]] | None = None,
+                new_word: list[bool] | None = None) -> list[list[Hypothesis]]:
         import torch
 
-        from mtkit.data.batch import collate, padded_ids
-        from mtkit.decode import decode_batch
+        from mtkit.data.batch import collate
+        from mtkit.decode import Prefix, decode_batch
 
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                     enabled=self.dtype is not None):
             b = collate(ids, None, lines).to(self.device, non_blocking=True)
-            prefix = None if prefixes is None else padded_ids(prefixes).to(self.device)
+            prefix = None if prefixes is None else Prefix.of(prefixes, new_word).to(self.device)
             continuing = None
-            if prefixes is not None and any(p and p[-1] == NEW_WORD for p in prefixes):
+            if prefixes is not None and new_word is not None and any(new_word):
                 continuing = self._continuing()
             searched = _Searched(self.model, stop, max_target_len=self.max_out_len + 1)
             return decode_batch(searched, b, self.cfg, need_attn=self.need_attn, prefix=prefix,
@@ -578,7 +553,7 @@ class StreamTranslator(LineTranslator):
 
     def _continuing(self) -> torch.Tensor:
         """(V,) bool: the target pieces that continue a word (no word-start mark, and a
-        letter or digit first), which may not follow a prefix that ends with NEW_WORD."""
+        letter or digit first), which may not follow a `new_word` prefix."""
         import torch
 
         if self._continues is None:

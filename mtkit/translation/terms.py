@@ -27,7 +27,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, get_args
 
 from mtkit.config.guided import Readout
 from mtkit.errors import ConfigError, DataError, choice
@@ -37,9 +37,11 @@ if TYPE_CHECKING:
     import threading
 
     import numpy as np
+    import torch
 
+    from mtkit.align import Words
     from mtkit.data.hypothesis import Hypothesis
-    from mtkit.translation.lines import Item, LineTranslator
+    from mtkit.data.spm import Tokenizer
 
 TermsMethod = Literal["prefix", "align"]
 TERMS_METHODS: tuple[str, ...] = get_args(TermsMethod)
@@ -252,7 +254,38 @@ def replaced(words: Sequence[str], spans: list[tuple[tuple[int, int], Match]], *
 # --------------------------------------------------------------------------- placing terms
 
 
-def place_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
+class Termed(Protocol):
+    """An input line as terms are placed in its translation (`lines.Item` is one)."""
+
+    line: str
+    terms: list[Match]  # the glossary's terms found in it
+    nbest: list[Hypothesis]  # best first
+    prefix: list[int]  # target ids every output starts with
+    new_word: bool  # the output's next token after the prefix must begin a new word
+
+
+It = TypeVar("It", bound=Termed)
+
+
+class TermSearch(Protocol[It]):
+    """What placing terms asks of a translator whose searches return attention
+    (`lines.LineTranslator` is one): its tokenizer and output cap, a search of items again
+    with their prefixes (their `nbest` replaced), a forced pass of targets through the model,
+    and the source pieces, words and attention columns a line's links count."""
+
+    tok: Tokenizer
+    max_out_len: int | None  # tokens before EOS (None: no cap)
+
+    def search_items(self, items: list[It], stop: threading.Event) -> None: ...
+
+    def forced_items(self, items: list[It], targets: list[list[int]],
+                     stop: threading.Event) -> list[Hypothesis]: ...
+
+    def source_view(self, it: It, attn: torch.Tensor
+                    ) -> tuple[list[str], Words | None, torch.Tensor]: ...
+
+
+def place_terms(tr: TermSearch[It], items: list[It], glossary: Glossary,
                 stop: threading.Event) -> None:
     """Decode `items` (each with `terms`) with `tr`, which returns attention, and see that
     every hypothesis holds every target term, by `glossary.method` (module docstring)."""
@@ -263,7 +296,7 @@ def place_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
         _prefix_terms(tr, items, glossary, stop)
 
 
-def _missing(tr: LineTranslator, it: Item, hyp: Hypothesis, readout: str
+def _missing(tr: TermSearch[It], it: It, hyp: Hypothesis, readout: str
              ) -> tuple[list[str], list[tuple[tuple[int, int], Match]]]:
     """The hypothesis's words and the spans where its missing terms go: of a term's matches,
     as many as it lacks, those whose aligned words do not hold it first."""
@@ -298,7 +331,7 @@ def held_words(words: Sequence[str], targets: Iterable[tuple[str, ...]]) -> set[
     return held
 
 
-def _word_attention(tr: LineTranslator, it: Item, hyp: Hypothesis, readout: str,
+def _word_attention(tr: TermSearch[It], it: It, hyp: Hypothesis, readout: str,
                     n_words: int) -> np.ndarray:
     """(target words, source words) attention of `hyp`, EOS dropped, rows renormalised; all
     zero where the hypothesis has no attention or its words cannot be told apart."""
@@ -319,15 +352,15 @@ def _word_attention(tr: LineTranslator, it: Item, hyp: Hypothesis, readout: str,
     return weights
 
 
-def _fixed_words(tr: LineTranslator, it: Item) -> int:
+def _fixed_words(tr: TermSearch[It], it: It) -> int:
     return len(tr.tok.decode_tgt(it.prefix).split()) if it.prefix else 0
 
 
-def _align_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
+def _align_terms(tr: TermSearch[It], items: list[It], glossary: Glossary,
                  stop: threading.Event) -> None:
     """Every hypothesis with a missing term gets it in place of the words aligned to its
     source, and is scored again by the model (one forced pass)."""
-    redo: list[tuple[Item, int, list[int]]] = []
+    redo: list[tuple[It, int, list[int]]] = []
     for it in items:
         fixed = _fixed_words(tr, it)
         for k, hyp in enumerate(it.nbest):
@@ -344,7 +377,7 @@ def _align_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
         it.nbest.sort(key=lambda h: -h.score)
 
 
-def _prefix_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
+def _prefix_terms(tr: TermSearch[It], items: list[It], glossary: Glossary,
                   stop: threading.Event) -> None:
     """Rounds of: for each item whose best hypothesis lacks a term, the first missing one
     (in target order) and the words before it become the item's prefix, and the items are
@@ -367,7 +400,7 @@ def _prefix_terms(tr: LineTranslator, items: list[Item], glossary: Glossary,
             ids = tr.tok.encode_tgt(text)
             if tr.max_out_len is not None and len(ids) >= tr.max_out_len:
                 continue  # the model's positions cannot hold it: `align` puts it in below
-            it.prefix, it.closed = ids, True
+            it.prefix, it.new_word = ids, True
             placed[id(it)][match.target] += 1
             again.append(it)
         if not again:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, TransformerConfig  # noqa: E402
 from mtkit.data.batch import collate  # noqa: E402
-from mtkit.data.vocab import EOS_ID  # noqa: E402
+from mtkit.models.vocab import EOS_ID  # noqa: E402
 
 VOCAB = 14
 # Raised EOS logit per model (see the module doc), tuned so that outputs end at many lengths.

@@ -27,8 +27,8 @@ from mtkit.data.batch import collate
 from mtkit.data.prep import prepare
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import text_path
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.build import build_model
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.run import data_dir, save_checkpoint
 from tests.helpers import RECIPES
 

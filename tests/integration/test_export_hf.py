@@ -22,8 +22,8 @@ from mtkit.config import dump_recipe, load_recipe
 from mtkit.data.batch import collate
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import text_path
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.build import build_model
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.run import data_dir, load_model, save_checkpoint
 from tests.helpers import RECIPES
 

@@ -22,11 +22,11 @@ import torch.nn.functional as F
 
 from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, TrainConfig, TransformerConfig
 from mtkit.data.batch import Batch
-from mtkit.data.vocab import PAD_ID
 from mtkit.decode import decode_batch
 from mtkit.device import Amp, cuda_defaults, inference_device, setup_backend
 from mtkit.models.base import Translator
 from mtkit.models.transformer import CrossAttention, SelfAttention
+from mtkit.models.vocab import PAD_ID
 from mtkit.train.distributed import Dist
 from mtkit.train.optim import build_optimizer
 from mtkit.train.step import finish_update, forward_backward

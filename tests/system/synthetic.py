@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from mtkit.config.guided import Readout
 from mtkit.data.batch import Batch
-from mtkit.data.vocab import PAD_ID
 from mtkit.models.base import Translator
+from mtkit.models.vocab import PAD_ID
 from mtkit.train.loss import alignment_ce
 
 

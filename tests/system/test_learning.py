@@ -16,9 +16,9 @@ import torch
 
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import Batch
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.base import Translator
 from mtkit.models.build import build_model
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 from tests.helpers import reversal_batch
 from tests.system.synthetic import fit
 

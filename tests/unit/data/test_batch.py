@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from mtkit.data.batch import collate
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.models.base import source_mask
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def _reference(seqs: list[list[int]], *, bos: bool, eos: bool, max_len: int | None

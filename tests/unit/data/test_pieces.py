@@ -9,8 +9,8 @@ import pytest
 
 from mtkit.data.pieces import PieceTable, split_language_code
 from mtkit.data.spm import Tokenizer
-from mtkit.data.vocab import EOS_ID, UNK_ID
 from mtkit.errors import DataError
+from mtkit.models.vocab import EOS_ID, UNK_ID
 from tests.marian import WORDS_SRC, WORDS_TGT, toy_lines, train_spm
 
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")

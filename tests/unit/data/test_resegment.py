@@ -14,7 +14,7 @@ from mtkit.data.batch import Batch
 from mtkit.data.resegment import Resegmenter, fit
 from mtkit.data.spm import Tokenizer
 from mtkit.data.store import ParallelData
-from mtkit.data.vocab import EOS_ID, PAD_ID
+from mtkit.models.vocab import EOS_ID, PAD_ID
 from mtkit.run import data_dir
 
 GROUP = list(range(40))

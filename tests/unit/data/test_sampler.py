@@ -9,7 +9,7 @@ import torch
 from mtkit.data.batch import Batch, iterate_batches
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.store import ParallelData
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 from mtkit.run import data_dir
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from mtkit.config import DecodeConfig
-from mtkit.data.batch import collate, padded_ids
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decode import decode_batch, forced
+from mtkit.data.batch import collate
+from mtkit.decode import Prefix, decode_batch, forced
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID
 from tests.unit.decode.test_search import SOURCES, TINY, ToyGRU, assert_same
 
 torch.set_num_threads(1)
@@ -23,7 +23,7 @@ PREFIXES = [[9, 9, 4], [7], [], [5, 11], [10, 10, 10, 10, 10, 10, 10, 10, 10, 10
 def decode(model, sources, cfg, prefixes=None, need_attn=True):
     batch = collate(sources, None, range(len(sources)))
     return decode_batch(model, batch, cfg, need_attn=need_attn,
-                        prefix=None if prefixes is None else padded_ids(prefixes))
+                        prefix=None if prefixes is None else Prefix.of(prefixes))
 
 
 def greedy_after(model, src: list[int], prefix: list[int], limit: int) -> list[int]:
@@ -132,8 +132,6 @@ def test_real_models_keep_prefixes_with_every_search(name):
 
 @pytest.mark.parametrize("method", ["greedy", "beam", "sample"])
 def test_new_word_after_a_prefix_bans_the_continuing_tokens_right_after_it(method):
-    from mtkit.data.vocab import NEW_WORD
-
     model = ToyGRU(seed=2).eval()
     cfg = DecodeConfig(method=method, beam_size=3, nbest=1 if method == "greedy" else 3,
                        max_len_b=6, length_penalty="none")
@@ -143,9 +141,9 @@ def test_new_word_after_a_prefix_bans_the_continuing_tokens_right_after_it(metho
               for p in [h.tokens] if len(p) > len(pre)]
     continuing = torch.zeros(12, dtype=torch.bool)
     continuing[banned] = True  # every token the plain search chose right after a prefix
-    closed = [p + [NEW_WORD] for p in PREFIXES]
     out = decode_batch(model, collate(srcs, None, range(len(srcs))), cfg, need_attn=True,
-                       prefix=padded_ids(closed), continuing=continuing)
+                       prefix=Prefix.of(PREFIXES, [True] * len(PREFIXES)),
+                       continuing=continuing)
     for pre, hs in zip(PREFIXES, out, strict=True):
         for h in hs:
             assert h.tokens[: len(pre)] == pre
@@ -153,3 +151,22 @@ def test_new_word_after_a_prefix_bans_the_continuing_tokens_right_after_it(metho
     assert any(h.tokens != p.tokens for hs, ps in zip(out, plain, strict=True)
                for h, p in zip(hs, ps, strict=False))
     check_forced_on(model, srcs, out)  # the model's log-probs still
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_new_word_bans_only_in_the_rows_that_ask_for_it(method):
+    model = ToyGRU(seed=2).eval()
+    cfg = DecodeConfig(method=method, beam_size=3, nbest=1 if method == "greedy" else 3,
+                       max_len_b=6, length_penalty="none")
+    srcs = [s or [5] for s in SOURCES]
+    plain = decode(model, srcs, cfg, PREFIXES)
+    marked = [i % 2 == 0 for i in range(len(PREFIXES))]
+    continuing = torch.ones(12, dtype=torch.bool)  # every token continues a word...
+    continuing[EOS_ID] = False  # ...but EOS: a marked row's prefix is the whole output
+    out = decode_batch(model, collate(srcs, None, range(len(srcs))), cfg, need_attn=True,
+                       prefix=Prefix.of(PREFIXES, marked), continuing=continuing)
+    for pre, hs, ps, mark in zip(PREFIXES, out, plain, marked, strict=True):
+        if mark:
+            assert all(h.tokens == pre for h in hs)
+        else:
+            assert_same([hs], [ps])

@@ -13,7 +13,6 @@ from torch import nn
 
 from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, TransformerConfig
 from mtkit.data.batch import collate
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.decode import (
     Hypothesis,
     beam_search,
@@ -29,6 +28,7 @@ from mtkit.decode.beam import CHUNK, row_topk
 from mtkit.decode.sampling import filter_logprobs
 from mtkit.models.base import Encoded, Output, State, Step, Translator, reorder
 from mtkit.models.build import build_model
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 torch.set_num_threads(1)
 

@@ -14,8 +14,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 import mtkit  # noqa: E402
-from mtkit.data.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mtkit.hf.importer import import_model  # noqa: E402
+from mtkit.models.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mtkit.run import load_model  # noqa: E402
 from tests.marian import (  # noqa: E402
     WORDS_SRC,

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 from mtkit.config import ModelConfig, RNNConfig, recipe_from_dict
 from mtkit.config.attention import HardAttentionConfig
-from mtkit.data.vocab import PAD_ID
 from mtkit.errors import ConfigError, OptionError
 from mtkit.models.base import AttentionChoice
 from mtkit.models.hard import Draw
+from mtkit.models.vocab import PAD_ID
 from tests.helpers import reversal_batch, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")

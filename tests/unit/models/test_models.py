@@ -14,12 +14,12 @@ import torch
 
 from mtkit.config import ModelConfig, RNNConfig, TransformerConfig
 from mtkit.config.attention import HardAttentionConfig
-from mtkit.data.vocab import BOS_ID, PAD_ID
 from mtkit.errors import ConfigError, MtkitError
 from mtkit.models import kv_cache
 from mtkit.models.base import VOCABULARY_PARTS, AttentionChoice, reorder
 from mtkit.models.build import build_model
 from mtkit.models.rnn import rnn_step
+from mtkit.models.vocab import BOS_ID, PAD_ID
 from tests.helpers import tiny_model
 
 torch.set_num_threads(1)

@@ -15,9 +15,9 @@ import torch
 from rich.console import Console
 
 from mtkit.config import load_recipe
-from mtkit.data.vocab import PAD_ID
 from mtkit.device import Amp
 from mtkit.models.build import build_model
+from mtkit.models.vocab import PAD_ID
 from mtkit.run import load_checkpoint
 from mtkit.train import session
 from mtkit.train.checkpoint import weights_digest

@@ -27,10 +27,10 @@ from rich.console import Console
 
 from mtkit.config import TrainConfig, load_recipe
 from mtkit.data.batch import collate
-from mtkit.data.vocab import PAD_ID
 from mtkit.device import Amp
 from mtkit.errors import CheckpointError, ConfigError, MtkitError
 from mtkit.models.build import build_model
+from mtkit.models.vocab import PAD_ID
 from mtkit.run import load_checkpoint
 from mtkit.train import loop, session, step
 from mtkit.train.checkpoint import weights_digest

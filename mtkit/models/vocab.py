@@ -4,6 +4,3 @@ PAD_ID = 0  # padding; never a target, masked out of attention and loss
 UNK_ID = 1  # sentencepiece's unknown piece
 BOS_ID = 2  # starts every decoder input
 EOS_ID = 3  # ends every source and every target
-# Not a piece: in a target prefix, after its tokens, says that the next token must begin a new
-# word (`mtkit.decode.force_prefix`).
-NEW_WORD = -1
