@@ -265,10 +265,9 @@ def align(
         reverse=reverse is not None, symmetrize=symmetrize).problems())
     outputs = ar.AlignOutputs(
         show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
-        json=json_out, gold=gold, one_based=one_based,
-        level=cast("ar.Level", level),  # `outputs.check` names a wrong one
+        json=json_out, gold=gold, one_based=one_based, level=cast("ar.Level", level),
         method=method or DEFAULT_METHOD, threshold=threshold)
-    outputs.check()
+    outputs.check()  # a wrong --level too: hence the cast
     _check_files(model, reverse, src, tgt, gold, heatmap, pharaoh, json_out)
     dev, net, recipe, tok = _load(model, device, threads)
     choice = net.choose_attention(self_attention or "cross", layer, _head(head))
@@ -279,12 +278,10 @@ def align(
         symmetrize=symmetrize or "grow-diag-final")
     cfg = decoding.with_values(nbest=1).over(recipe.decode)
     refuse(decoding.ignored(cfg, unseen_score="align does not show"))
+    readout = readout or (default_readout(recipe) if choice.kind == "cross" else DEFAULT_READOUT)
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
-                            device=dev, readout=readout or (
-                                default_readout(recipe) if choice.kind == "cross"
-                                else DEFAULT_READOUT),
-                            reverse=backward, max_len=recipe.data.max_len,
-                            console=console, stdout=sys.stdout,
+                            device=dev, readout=readout, reverse=backward,
+                            max_len=recipe.data.max_len, console=console, stdout=sys.stdout,
                             checkpoint=resolve_checkpoint(model))
     _say(report, links_to_stdout="-" in (str(pharaoh), str(json_out)))
 
