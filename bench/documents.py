@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DATA = REPO.parent / "shared" / "data"
 GOLD = REPO / "bench" / "data" / "placement-test2016.jsonl"
+METHODS = ("argmax-tgt", "argmax-src", "intersection", "union", "grow-diag-final")
 
 
 def _args(argv):
@@ -187,56 +188,81 @@ def _tags(part: str, k: int, stack: list, out: list) -> None:
 
 
 def bench_placement(model, data: Path) -> list[tuple[str, str, list]]:
-    from mtkit.documents.formats import parse_links
-
+    """Placement by each attention and link method, on the whole set and on its two halves
+    (even and odd entries: a method chosen on one half is checked on the other)."""
     gold = [json.loads(line) for line in GOLD.read_text().splitlines()]
     en = _read(data / "multi30k" / "test_2016_flickr.en.gz")
     de = _read(data / "multi30k" / "test_2016_flickr.de.gz")
-    refs = [de[g["line"]] for g in gold]
-    print(f"placement: {len(gold)} test2016 sentences, forced to their references")
-    from mtkit.documents.formats import LINKS
+    sources, refs = [en[g["line"]] for g in gold], [de[g["line"]] for g in gold]
+    print(f"placement: {len(gold)} test2016 sentences, forced to their references; "
+          "tags right: all, even entries, odd entries")
+    matrices = {"alignment layer": _word_matrices(model, sources, refs, None)}
+    for layer in range(model.info.layers or 0):
+        matrices[f"layer {layer}"] = _word_matrices(model, sources, refs, layer)
+    layered = [m for k, m in matrices.items() if k.startswith("layer ")]
+    if layered:
+        matrices["layers averaged"] = [sum(ms) / len(ms) for ms in zip(*layered, strict=True)]
+    _placed(gold, en, {s: (r, []) for s, r in zip(sources, refs, strict=True)}, "position",
+            "relative position (fallback)")
+    from mtkit.align.links import extract_links
 
-    for readout, links_by in (("current", LINKS), ("current", "argmax-tgt"),
-                              ("current", "argmax-src"), ("shift", LINKS)):
-        forced = model.translate_full([en[g["line"]] for g in gold], align=True, prefix=refs,
-                                      method="greedy", readout=readout,
-                                      align_method=links_by)
-        by_source = {}
-        for g, ref, t in zip(gold, refs, forced, strict=True):
-            n = len(ref.split())  # the reference's words; what the model adds after is cut
-            links = [(i, j) for i, j in parse_links(t.candidates[0].alignment or "") if j < n]
-            by_source[en[g["line"]]] = (ref, links)
-        first = readout == "current" and links_by == LINKS
-        _placed(gold, en, by_source, ("align", "position") if first else ("align",),
-                f"{links_by}, {readout} read-out")
+    for name, mats in matrices.items():
+        for method in METHODS:
+            links = [extract_links(w, method) for w in mats]
+            by_source = {s: (r, k) for s, r, k in zip(sources, refs, links, strict=True)}
+            _placed(gold, en, by_source, "align", f"{method}, {name}")
     return [(en[g["line"]], refs[k], g["en"]) for k, g in enumerate(gold)]
 
 
-def _placed(gold, en, by_source, methods, readout) -> None:
-    """Each method's share of tags on their gold words; `by_source`: each sentence's forced
-    reference and links."""
+def _word_matrices(model, sources: list[str], refs: list[str], layer: int | None) -> list:
+    """Each sentence's word-level (T, S) cross-attention with its reference forced, from
+    `layer` (None: the search's own, the alignment layer), heads averaged: EOS dropped and
+    rows renormalised before pieces merge into words, as the aligner does
+    (`pharaoh_aligner`); rows past the reference's words (the model's continuation) cut."""
+    import numpy as np
+
+    from mtkit.align.matrix import drop_eos, merge_subwords
+
+    out = model.translate_full(sources, attention=True, layer=layer, prefix=refs,
+                               method="greedy")
+    mats = []
+    for t, src, ref in zip(out, sources, refs, strict=True):
+        c = t.candidates[0]
+        w = np.asarray(c.attention.subword.weights)
+        w = merge_subwords(drop_eos(w, len(t.source_tokens), len(c.tokens)),
+                           t.source_tokens, c.tokens)
+        n = len(ref.split())
+        assert w.shape[1] == len(src.split()) and w.shape[0] >= n, (src, w.shape)
+        mats.append(w[:n])
+    return mats
+
+
+def _placed(gold, en, by_source, method, label) -> None:
+    """The share of tags on their gold words with `method` (align or position), over all
+    entries, the even and the odd ones; `by_source`: each sentence's forced reference and its
+    links."""
     from mtkit.documents.blocks import translate_blocks
     from mtkit.documents.inline import Tag, Text
 
     def translate(sentences):
         return [by_source[s] for s in sentences]
 
-    for method in methods:
-        right = {"single": [0, 0], "nested": [0, 0], "adjacent": [0, 0]}
-        for g in gold:
-            items = _tagged_items(en[g["line"]].split(), g["en"])
-            out = translate_blocks([items], translate, placement=method)[0]
-            text = "".join(it.text if isinstance(it, Text) else it.raw for it in out)
-            got = _spans_of(text)
-            for span in g["de"]:
-                right[g["kind"]][1] += 1
-                right[g["kind"]][0] += span in got
-            assert sum(isinstance(it, Tag) for it in out) == 2 * len(g["en"])
-        total = [sum(r[0] for r in right.values()), sum(r[1] for r in right.values())]
-        kinds = ", ".join(f"{k} {r[0]}/{r[1]}" for k, r in right.items())
-        name = f"{method} ({readout})" if method == "align" else method
-        print(f"  {name:40s} {total[0]}/{total[1]} tags right = {total[0] / total[1]:.1%} "
-              f"({kinds})")
+    right = [[0, 0], [0, 0]]
+    kinds = {"single": [0, 0], "nested": [0, 0], "adjacent": [0, 0]}
+    for n, g in enumerate(gold):
+        items = _tagged_items(en[g["line"]].split(), g["en"])
+        out = translate_blocks([items], translate, placement=method)[0]
+        text = "".join(it.text if isinstance(it, Text) else it.raw for it in out)
+        got = _spans_of(text)
+        for span in g["de"]:
+            for tally in (right[n % 2], kinds[g["kind"]]):
+                tally[0] += span in got
+                tally[1] += 1
+        assert sum(isinstance(it, Tag) for it in out) == 2 * len(g["en"])
+    ok, total = right[0][0] + right[1][0], right[0][1] + right[1][1]
+    halves = "  ".join(f"{r[0]}/{r[1]} = {r[0] / r[1]:.1%}" for r in right)
+    by_kind = ", ".join(f"{k} {r[0]}/{r[1]}" for k, r in kinds.items())
+    print(f"  {label:42s} {ok}/{total} = {ok / total:.1%}   {halves}   ({by_kind})")
 
 
 def bench_bleu(model, sentences) -> None:

@@ -251,20 +251,23 @@ class TranslationModel:
 
     def translate_document(self, data: str | bytes, format: str, *,
                            placement: str = "align", tag: str | None = None,
+                           terms: Any = None, terms_method: str = "prefix",
                            **options: Any) -> DocumentResult:
         """A whole document translated into its own format (`mtkit.documents`): `format`
         one of lines, paragraphs, html, markdown, srt, vtt, po, xliff, docx (`data` a str or
         the file's bytes; docx: bytes); its sentences split, translated in length-sorted
         batches with `options` (DecodeConfig fields) and rejoined, its markup placed by
-        `placement` (align: the word alignment; position: relative place). Returns the
-        document's bytes (`.data`; `.text` for a text format), the sentence count and what
-        was kept untranslated (`.problems`)."""
+        `placement` (align: the word alignment; position: relative place); `terms`: a
+        glossary every sentence follows, placed by `terms_method`, as `translate_full`'s.
+        Returns the document's bytes (`.data`; `.text` for a text format), the sentence
+        count and what was kept untranslated (`.problems`)."""
         from mtkit.documents.formats import format_for, translate_document
 
         fmt = format_for(None, format)
         raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        found = None if terms is None else self.glossary(terms, terms_method)
         return translate_document(self, raw, fmt, placement=placement, tag=tag,
-                                  options=options)
+                                  options=options, terms=found)
 
     def checked_prefixes(self, prefix: Any, n: int) -> list[str] | None:
         """`prefix` as one target text for each of n sentences (None: none), checked against

@@ -13,6 +13,7 @@ import typer
 if TYPE_CHECKING:
     from mtkit.api.model import TranslationModel
     from mtkit.documents.formats import DocumentFormat
+    from mtkit.translation.terms import Glossary
 
 InputFormatOpt = Annotated[str | None, typer.Option(
     "--input-format", metavar="FORMAT", help="Translate the input as a document: lines (each "
@@ -36,9 +37,8 @@ def document_format(input: Path | None, chosen: str | None) -> DocumentFormat | 
     return format_for(input, chosen)
 
 
-def document_problems(*, fmt: str, align: bool, prefix: Path | None, terms: Path | None,
-                      nbest: int | None, placement: str | None, is_document: bool
-                      ) -> list[str]:
+def document_problems(*, fmt: str, align: bool, prefix: Path | None, nbest: int | None,
+                      placement: str | None, is_document: bool) -> list[str]:
     """Flags a document translation cannot honour (or that need one)."""
     from mtkit.documents.place import PLACEMENTS
 
@@ -49,7 +49,6 @@ def document_problems(*, fmt: str, align: bool, prefix: Path | None, terms: Path
         (align, "--align: a document's markup is placed by the alignment; its links are not "
          "written"),
         (prefix is not None, "--prefix: a document's lines are not its sentences"),
-        (terms is not None, "--terms: not for documents yet; translate the lines"),
         (nbest is not None and nbest > 1, "--nbest: a document gets its best translation"),
         (placement not in (None, *PLACEMENTS), f"--placement: invalid choice {placement!r}; "
          f"expected {' or '.join(PLACEMENTS)}"),
@@ -58,9 +57,11 @@ def document_problems(*, fmt: str, align: bool, prefix: Path | None, terms: Path
 
 
 def translate_file(model: TranslationModel, input: Path | None, output: Path | None,
-                   fmt: DocumentFormat, *, placement: str | None, tag: str | None) -> None:
+                   fmt: DocumentFormat, *, placement: str | None, tag: str | None,
+                   terms: Glossary | None) -> None:
     """Translate the document `input` (else stdin) into `output` (else stdout), written
-    whole or not at all; its problems as warnings and a summary on stderr."""
+    whole or not at all, its sentences following the glossary `terms`; its problems as
+    warnings and a summary on stderr."""
     from mtkit.documents.formats import translate_document
     from mtkit.errors import DataError
     from mtkit.fileio import WriteError, atomic_write
@@ -69,7 +70,8 @@ def translate_file(model: TranslationModel, input: Path | None, output: Path | N
     name = "standard input" if input is None else str(input)
     data = input.read_bytes() if input is not None else sys.stdin.buffer.read()
     try:
-        result = translate_document(model, data, fmt, placement=placement or "align", tag=tag)
+        result = translate_document(model, data, fmt, placement=placement or "align", tag=tag,
+                                    terms=terms)
     except DataError as e:
         raise DataError(f"{name}: {e}") from None
     if output is None:

@@ -176,7 +176,7 @@ def translate(
         terms=terms is not None, terms_method=terms_method).problems())
     _check_files(models, input, output, prefix, terms)
     document = document_format(input, input_format)
-    refuse(document_problems(fmt=fmt, align=align, prefix=prefix, terms=terms,
+    refuse(document_problems(fmt=fmt, align=align, prefix=prefix,
                              nbest=decoding.get("nbest"), placement=placement,
                              is_document=document is not None))
     from mtkit.api.model import open_model
@@ -191,11 +191,12 @@ def translate(
                             chunk_lines=1 if interactive else tr.CHUNK_LINES)
     refuse(_model_problems(loaded, decoding, fmt=fmt, align=align))
     cfg = loaded.defaults
+    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
     if document is not None:
-        translate_file(loaded, input, output, document, placement=placement, tag=tag)
+        translate_file(loaded, input, output, document, placement=placement, tag=tag,
+                       terms=found)
         return
     align_fn = loaded.aligner(align_method, readout) if align else None
-    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
     worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=tag,
                                fmt=choice("fmt", fmt, OutputFormat))
     for note in worker.notes:

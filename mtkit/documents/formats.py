@@ -17,8 +17,10 @@ from mtkit.errors import ConfigError, DataError, choice
 
 if TYPE_CHECKING:
     from mtkit.api.model import TranslationModel
+    from mtkit.translation.terms import Glossary
 
-# (sentences, options, extras, tag=) -> their translations: `TranslationModel.decode`'s shape
+# (sentences, options, extras, terms=, tag=) -> their translations: `TranslationModel.decode`'s
+# shape
 Decode = Callable[..., list[Any]]
 
 # The word links markup is placed by: links both argmax directions agree on (where a span has
@@ -121,11 +123,14 @@ def _decoded(data: bytes) -> str:
 def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat, *,
                        placement: Placement = "align", tag: str | None = None,
                        options: Mapping[str, Any] | None = None,
+                       terms: Glossary | None = None,
                        decode: Decode | None = None) -> DocumentResult:
     """`data` (a document in `fmt`) translated by `model`: its sentences decoded with
     `options` (DecodeConfig fields) in the usual batches, its markup placed by `placement`
     (the word alignment, or relative position; a model without attention has only the
-    latter). `decode`: what decodes the checked sentences (default `model.decode`; the
+    latter). `terms`: a glossary (`TranslationModel.glossary`) every sentence's translation
+    follows, as a line's would; the markup is then placed by the links of the translation
+    with its terms in. `decode`: what decodes the checked sentences (default `model.decode`; the
     server's batcher)."""
     placement = choice("placement", placement, Placement)
     doc = open_document(data, fmt)
@@ -140,7 +145,7 @@ def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat
     def translate(lines: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
         nonlocal count
         count += len(lines)
-        out = (decode or model.decode)(lines, cfg, extras, tag=checked_tag)
+        out = (decode or model.decode)(lines, cfg, extras, terms=terms, tag=checked_tag)
         return [(t.text, parse_links(t.candidates[0].alignment or "")) for t in out]
 
     blocks = doc.blocks()

@@ -7,7 +7,9 @@ so the output is the input with only the translated text changed. Left untouched
 `<script>`, `<style>`, `<pre>`, `<textarea>`, `<svg>`, `<math>`, and any element marked
 `translate="no"` or `class="notranslate"`; inside a sentence, `<code>`, `<kbd>`, `<samp>`,
 `<var>`, such marked inline elements and bare URLs are kept verbatim where the alignment puts
-them. Attributes are never changed.
+them. The text a reader sees in attributes (`TEXT_ATTRIBUTES`: alt, title, placeholder,
+aria-label) is translated, each value a block of its own, and written back in its tag with
+its quoting; every other attribute (href, src, class, ...) is never changed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ INLINE = frozenset(
 VOID = frozenset("br img wbr input area".split())
 PROTECTED_INLINE = frozenset("code kbd samp var".split())
 OPAQUE = frozenset("script style pre textarea svg math template noscript iframe".split())
+# Attributes whose value is text for people (an image's description, a tooltip, a field's
+# hint, a screen reader's label); others are addresses, names and data for programs.
+TEXT_ATTRIBUTES = frozenset(("alt", "title", "placeholder", "aria-label"))
+_TAG_NAME = re.compile(r"<[^\s/>]+")
+_ATTR = re.compile(r"""[\s/]+([^\s"'>/=]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s"'=<>`]+))?""")
 URL = re.compile(r"\b(?:https?://|ftp://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)\]]")
 
 
@@ -97,20 +104,33 @@ class HtmlDocument:
         self._head = text[:events[0].at] if events else text
         self._events = events
         self._segments: list[tuple[int, int, list[Item]]] = []
+        self._attributes: list[tuple[str, str, str]] = []  # (a tag's source, name, value)
         self._segment()
 
     def blocks(self) -> list[list[Item]]:
-        return [items for _, _, items in self._segments]
+        return ([items for _, _, items in self._segments]
+                + [[Text(value)] for _, _, value in self._attributes])
 
     def render(self, translated: list[list[Item]]) -> str:
+        segments, attributes = (translated[:len(self._segments)],
+                                translated[len(self._segments):])
+        # a tag's source -> with its text attributes translated (one tag source, one text)
+        tags: dict[str, str] = {}
+        for (raw, name, _), items in zip(self._attributes, attributes, strict=True):
+            value = "".join(it.text for it in items if isinstance(it, Text))
+            tags[raw] = _with_attribute(tags.get(raw, raw), name, value)
+
+        def tag(raw: str) -> str:
+            return tags.get(raw, raw)
+
         out = [self._head]
         at = 0
-        for (start, end, _), items in zip(self._segments, translated, strict=True):
-            out.extend(self._raw[at:start])
-            out.extend(html.escape(it.text, quote=False) if isinstance(it, Text) else it.raw
+        for (start, end, _), items in zip(self._segments, segments, strict=True):
+            out.extend(map(tag, self._raw[at:start]))
+            out.extend(html.escape(it.text, quote=False) if isinstance(it, Text) else tag(it.raw)
                        for it in items)
             at = end
-        out.extend(self._raw[at:])
+        out.extend(map(tag, self._raw[at:]))
         return "".join(out)
 
     def _segment(self) -> None:
@@ -129,6 +149,7 @@ class HtmlDocument:
                 run.append(Tag("void", "".join(self._raw[n:end]), ev.tag))
                 n = end
                 continue
+            self._text_attributes(n)
             item = self._item(n)
             if item is None:  # a block boundary
                 self._close_run(run_start, n, run)
@@ -141,6 +162,17 @@ class HtmlDocument:
     def _close_run(self, start: int, end: int, run: list[Item]) -> None:
         if any(isinstance(it, Text) and it.text.strip() for it in run):
             self._segments.append((start, end, run))
+
+    def _text_attributes(self, n: int) -> None:
+        """Event n's text attributes with a value, to translate (once per distinct tag)."""
+        ev, raw = self._events[n], self._raw[n]
+        if ev.kind not in ("start", "startend"):
+            return
+        seen = {(r, name) for r, name, _ in self._attributes}
+        for name, value in ev.attrs:
+            if (name in TEXT_ATTRIBUTES and value and value.strip()
+                    and (raw, name) not in seen and _attribute(raw, name)):
+                self._attributes.append((raw, name, value))
 
     @staticmethod
     def _inline(ev: _Event) -> bool:
@@ -176,6 +208,30 @@ class HtmlDocument:
         if ev.kind == "startend" or ev.tag in VOID:
             return [Tag("void", raw, ev.tag, space=ev.tag == "br")]
         return [Tag("open" if ev.kind == "start" else "close", raw, ev.tag)]
+
+
+def _attribute(raw: str, name: str) -> tuple[int, int] | None:
+    """Where attribute `name`'s value stands in a tag's source, its quotes included, read
+    attribute by attribute from the tag's name on (so that text inside another value is
+    never taken for it); the first one, as browsers read a repeated attribute."""
+    at = _TAG_NAME.match(raw)
+    pos = at.end() if at else len(raw)
+    while m := _ATTR.match(raw, pos):
+        if m.group(1).lower() == name and m.group(2) is not None:
+            return m.span(2)
+        pos = m.end()
+    return None
+
+
+def _with_attribute(raw: str, name: str, value: str) -> str:
+    """A tag's source with attribute `name`'s value replaced, in its own quotes (double
+    where it had none), escaped."""
+    span = _attribute(raw, name)
+    assert span is not None  # checked when the attribute was taken
+    a, b = span
+    quote = raw[a] if raw[a] in "\"'" else '"'
+    escaped = html.escape(value, quote=False).replace(quote, "&#34;" if quote == '"' else "&#39;")
+    return raw[:a] + quote + escaped + quote + raw[b:]
 
 
 def _text_items(raw: str) -> list[Item]:

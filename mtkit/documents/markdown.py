@@ -1,8 +1,12 @@
 """Markdown documents, read by markdown-it-py (CommonMark, with tables): each paragraph,
 heading and table cell is a block; emphasis, links and inline HTML are markup in its
 sentences; inline code, autolinks and images are kept verbatim where the alignment puts them;
-code blocks, HTML blocks and every line outside a block's text are written back byte for
-byte.
+an HTML block is translated as HTML (`mtkit.documents.html`: its block elements' text and
+text attributes); code blocks and every line outside a block's text are written back byte
+for byte. Front matter (a first line `---` or `+++` up to the same line again, or `...`
+after `---`) is kept as it is: it is data for a site generator (layout, dates, slugs, tags),
+which of its keys a reader sees depends on the generator, and YAML or TOML values would need
+their own quoting; CommonMark alone would read it as a rule and a heading to translate.
 
 markdown-it gives each block's source lines and its inline source (`content`) but no
 position inside it, so the inline source is walked alongside the parser's tokens: each
@@ -17,6 +21,7 @@ import html
 import re
 from dataclasses import dataclass
 
+from mtkit.documents.html import HtmlDocument
 from mtkit.documents.inline import Item, Tag, Text
 from mtkit.errors import ConfigError
 
@@ -34,6 +39,18 @@ def _parser():
         raise ConfigError("Markdown documents need markdown-it-py: pip install "
                           "'mtkit[documents]'") from None
     return MarkdownIt("commonmark").enable("table")
+
+
+def _front_matter(lines: list[str]) -> int:
+    """How many lines the front matter at the top takes (0: none): `---` (YAML) up to `---`
+    or `...`, or `+++` (TOML) up to `+++`, each alone on its line."""
+    if not lines or lines[0].rstrip() not in ("---", "+++"):
+        return 0
+    ends = ("---", "...") if lines[0].rstrip() == "---" else ("+++",)
+    for n in range(1, len(lines)):
+        if lines[n].rstrip() in ends:
+            return n + 1
+    return 0  # never closed: no front matter (a rule, as CommonMark reads it)
 
 
 class _Mismatch(Exception):
@@ -55,15 +72,32 @@ class MarkdownDocument:
         self.lines = text.splitlines(keepends=True)
         self._blocks: list[_Block] = []
         self._taken: dict[int, int] = {}  # a line's end of the last block found on it
+        self._html: list[tuple[int, int, HtmlDocument]] = []  # HTML blocks: lines [a, b)
         self.kept = 0
-        for token in _parser().parse(text):
+        front = _front_matter(self.lines)
+        # the front matter's lines read as blank ones: the line numbers stay the document's
+        body = "\n" * front + "".join(self.lines[front:])
+        for token in _parser().parse(body):
             if token.type == "inline" and token.map and token.content.strip():
                 self._add(token)
+            elif token.type == "html_block" and token.map:
+                a, b = token.map
+                self._html.append((a, b, HtmlDocument("".join(self.lines[a:b]))))
 
     def blocks(self) -> list[list[Item]]:
-        return [b.items for b in self._blocks]
+        return [b.items for b in self._blocks] + [
+            items for _, _, doc in self._html for items in doc.blocks()]
 
     def render(self, translated: list[list[Item]]) -> str:
+        lines = self._render_text(translated[:len(self._blocks)])
+        rest = translated[len(self._blocks):]
+        for a, b, doc in self._html:
+            n = len(doc.blocks())
+            lines[a:b] = [doc.render(rest[:n])] + [""] * (b - a - 1)
+            rest = rest[n:]
+        return "".join(lines)
+
+    def _render_text(self, translated: list[list[Item]]) -> list[str]:
         lines = list(self.lines)
         edits: dict[int, list[tuple[int, int, str]]] = {}
         dropped: set[int] = set()
@@ -80,7 +114,7 @@ class MarkdownDocument:
             if line in dropped and not text.strip(" \t>\r\n"):
                 text = ""
             lines[line] = text
-        return "".join(lines)
+        return lines
 
     def _add(self, token) -> None:
         places = self._places(token.map[0], token.content.split("\n"))

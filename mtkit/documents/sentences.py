@@ -25,6 +25,7 @@ _CLAUSE_WORDS = frozenset(
     "sondern dass wenn als bis nachdem bevor et mais ou parce que qui quand".split())
 _PUNCT_END = re.compile(r"[,;:)\]\u2014\u2013]+[\"'\u201d\u2019]*$")
 _SPACE = re.compile(r"\s")
+_WORD = re.compile(r"\S+")
 
 
 def _blingfire():
@@ -54,6 +55,17 @@ def sentence_ranges(text: str, words: Sequence[tuple[int, int]]) -> list[WordRan
     if start < len(words):
         ranges.append((start, len(words)))
     return ranges
+
+
+def text_sentences(text: str) -> list[str]:
+    """The sentences of `text`, line by line: a line break always ends a sentence (two lines
+    typed apart are never one), blank lines give none; each sentence as it stands in its
+    line, its inner spacing kept."""
+    out = []
+    for line in text.splitlines():
+        words = [m.span() for m in _WORD.finditer(line)]
+        out.extend(line[words[a][0]:words[e - 1][1]] for a, e in sentence_ranges(line, words))
+    return out
 
 
 def _words_before(words: Sequence[tuple[int, int]], offset: int) -> int:

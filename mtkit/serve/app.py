@@ -4,8 +4,9 @@ several routed by language, `routing`), each with its own cross-request batching
 (`page/`).
 
 Endpoints: `POST /v1/translate` (mtkit's own: n-best, scores, alignments, attention),
-`POST /translate`, `POST /detect` and `GET /languages` (LibreTranslate's), `GET /v1/models`,
-`GET /health`, `GET /ready`, `GET /metrics`. Every error is JSON, ``{"error": "..."}``, with
+`POST /v1/split` (a paragraph's sentences), `POST /translate`, `POST /detect` and `GET
+/languages` (LibreTranslate's), `GET /v1/models`, `GET /health`, `GET /ready`, `GET
+/metrics`. Every error is JSON, ``{"error": "..."}``, with
 its status.
 """
 
@@ -47,6 +48,8 @@ from mtkit.serve.schema import (
     DetectRequest,
     ErrorOut,
     LibreRequest,
+    SplitRequest,
+    SplitResponse,
     TranslateRequest,
     TranslateResponse,
 )
@@ -163,7 +166,20 @@ async def v1_translate(req: TranslateRequest, request: Request) -> dict[str, Any
                     req.head)
     return routing.v1_json(await _translate(request, routing.Ask(
         lines, req.source, req.target, req.model, req.tag, req.decode_changes(), extras,
-        req.prefixes(), req.terms, req.terms_method)))
+        req.prefixes(), req.terms, req.terms_method, req.alternatives())))
+
+
+@router.post("/v1/split", response_model=SplitResponse, tags=["translate"],
+             dependencies=[Depends(authorized)])
+async def v1_split(req: SplitRequest) -> dict[str, Any]:
+    """A paragraph's sentences, as documents split them (`mtkit.documents.sentences`: each
+    line break ends a sentence), to translate as a list: what the page at / does."""
+    from mtkit.documents.sentences import text_sentences
+
+    try:
+        return {"sentences": text_sentences(req.text)}
+    except MtkitError as e:  # the documents extra missing
+        raise ApiError(422, str(e)) from None
 
 
 @router.post("/translate", tags=["LibreTranslate"],

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from mtkit.config import DecodeConfig
     from mtkit.documents.formats import DocumentFormat, DocumentResult
     from mtkit.serve.batcher import Batcher
+    from mtkit.translation.terms import Glossary
 
 KEEP_FILES = 32
 KEEP_BYTES = 64_000_000
@@ -75,11 +76,11 @@ def _batched(state: Served, batcher: Batcher):
     from mtkit.serve.batcher import Closed, QueueFull
 
     def decode(lines: list[str], cfg: DecodeConfig, extras: Extras, *,
-               tag: str | None = None) -> list[Any]:
+               terms: Glossary | None = None, tag: str | None = None) -> list[Any]:
         out: list[Any] = []
         for at in range(0, len(lines), CHUNK):
             try:
-                job = batcher.submit(lines[at:at + CHUNK], cfg, extras, None, None, tag)
+                job = batcher.submit(lines[at:at + CHUNK], cfg, extras, None, terms, tag)
             except QueueFull:
                 raise ApiError(503, "the translation queue is full; try again shortly",
                                {"Retry-After": "1"}) from None

@@ -42,7 +42,7 @@ class Ask:
     prefix: Any = None
     terms: dict[str, str] | None = None
     terms_method: str | None = None
-    alternatives: int = 0  # LibreTranslate's: hypotheses beside the best (a beam wide enough)
+    alternatives: int = 0  # hypotheses beside the best, the search widened to give them
 
 
 def plan(served: ServedModels, ask: Ask) -> tuple[list[Route], list[Any]]:
@@ -105,7 +105,7 @@ def _checked(model: TranslationModel, d: Direction, ask: Ask, alone: bool,
                                 "with a model, or no tag")
     changes = dict(ask.changes or {})
     if ask.alternatives:
-        changes.update(nbest_changes(model.defaults, ask.alternatives + 1))
+        changes.update(nbest_changes(model.options(changes), ask.alternatives + 1))
     cfg = model.options(changes)
     extras = model.extras(**asdict(ask.extras))
     prefix = ask.prefix
@@ -120,9 +120,10 @@ def _checked(model: TranslationModel, d: Direction, ask: Ask, alone: bool,
 
 
 def nbest_changes(defaults: DecodeConfig, nbest: int) -> dict[str, Any]:
-    """The decoding changes that give `nbest` hypotheses over `defaults`: greedy search gives
-    one, so it becomes a beam search, and a beam is widened to `nbest`; sampling draws as many
-    as asked. (The page at / asks the same of /v1/translate: page.js.)"""
+    """The decoding changes that give `nbest` hypotheses over `defaults` (a request's
+    options): greedy search gives one, so it becomes a beam search, and a beam is widened to
+    `nbest`; sampling draws as many as asked. LibreTranslate's alternatives and
+    /v1/translate's `widen` (what the page at / sends) both come here."""
     changes: dict[str, Any] = {"nbest": nbest}
     if defaults.method == "greedy":
         changes["method"] = "beam"

@@ -82,6 +82,10 @@ class TranslateRequest(DecodeOptions):
     beside the text."""
 
     text: str | list[str] = Field(description="a sentence, or a list of sentences")
+    widen: bool = Field(False, description="with nbest: change the search so that it gives "
+                        "that many hypotheses (greedy becomes a beam search, a narrower beam "
+                        "is widened to nbest; LibreTranslate's alternatives follow the same "
+                        "rule); false: a search that gives fewer is refused")
     align: bool = Field(False, description="Pharaoh word links of each hypothesis")
     align_method: AlignerMethod | None = None
     readout: Readout | None = None
@@ -126,8 +130,31 @@ class TranslateRequest(DecodeOptions):
         return self.prefix
 
     def decode_changes(self) -> dict[str, object]:
-        """The decoding options given."""
-        return self.model_dump(include=set(DecodeOptions.model_fields), exclude_none=True)
+        """The decoding options given (with `widen`, nbest is `alternatives`' instead)."""
+        changes = self.model_dump(include=set(DecodeOptions.model_fields), exclude_none=True)
+        if self.widen:
+            changes.pop("nbest", None)
+        return changes
+
+    def alternatives(self) -> int:
+        """With `widen`: the hypotheses asked for beside the best, for the server to widen
+        the search to (`routing.nbest_changes`); else 0."""
+        return (self.nbest or 1) - 1 if self.widen else 0
+
+
+class SplitRequest(BaseModel):
+    """`POST /v1/split`: a text to split into sentences."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="a paragraph, or several lines (each line break ends a "
+                      "sentence)")
+
+    _text = field_validator("text")(_utf8)
+
+
+class SplitResponse(BaseModel):
+    sentences: list[str] = Field(description="in order, each as it stands in its line")
 
 
 class MatrixOut(BaseModel):

@@ -166,6 +166,26 @@ def test_mtkit_translate_writes_the_document_by_its_extension(toy_model, model, 
         PAGE_HTML, "html", placement="position").text
 
 
+def test_a_document_follows_a_glossary(toy_model, model, tmp_path):
+    """--terms for a document: each sentence translated as the line would be with the
+    glossary, the markup placed over that translation."""
+    from tests.helpers import run_cli
+
+    terms = {"nel": "ba"}
+    want = [t.text for t in model.translate_full(["pel nel dar", "vin lem ba"], terms=terms)]
+    assert want != [t.text for t in model.translate_full(["pel nel dar", "vin lem ba"])]
+    out = model.translate_document(PAGE_HTML, "html", terms=terms).text
+    paras = re.findall(r"<p>(.*?)</p>", out)
+    assert [re.sub(r"<[^>]+>", "", p).split() for p in paras] == [w.split() for w in want]
+    assert out.count("<b>") == out.count("</b>") == 1
+    page, glossary = tmp_path / "page.html", tmp_path / "terms.tsv"
+    page.write_text(PAGE_HTML)
+    glossary.write_text("nel\tba\n")
+    res = run_cli("translate", toy_model, "--threads", "1", "-i", page, "--terms", glossary)
+    assert res.exit_code == 0, res.output
+    assert res.stdout == out
+
+
 @pytest.mark.parametrize("args, message", [
     (("--align",), "--align: a document's markup is placed by the alignment"),
     (("--format", "jsonl"), "--format jsonl: a document is written in its own format"),

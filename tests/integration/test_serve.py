@@ -95,6 +95,34 @@ def test_libretranslate_endpoint(server, toy_model, lines):
         {"code": "src", "name": "src", "targets": ["tgt"]}]
 
 
+def test_widen_gives_the_hypotheses_asked_for(server, lines):
+    """`widen`: the server's rule (LibreTranslate's alternatives') makes the search give
+    nbest hypotheses over the request's own options; without it, a beam narrower than nbest
+    is refused."""
+    def texts(body: dict) -> list[str]:
+        res = server.post("/v1/translate", {"text": lines[0], **body})
+        assert res.status_code == 200, res.text
+        return [c["text"] for c in res.json()["translations"][0]["candidates"]]
+
+    narrow = server.post("/v1/translate", {"text": lines[0], "nbest": 6})
+    assert narrow.status_code == 422  # the toy's beam holds 4
+    assert texts({"nbest": 6, "widen": True}) == texts({"nbest": 6, "beam_size": 6})
+    # greedy asked for: a beam of the model's width instead
+    assert texts({"method": "greedy", "nbest": 3, "widen": True}) == texts({"nbest": 3})
+    assert len(texts({"nbest": 6, "widen": True})) == 6
+
+
+def test_split_into_sentences(server):
+    pytest.importorskip("blingfire", reason="splitting needs the documents extra")
+    res = server.post("/v1/split", {"text": "A man runs.  A dog  barks! Is it?\nsa gu\n\n"
+                                            "gu mir"})
+    assert res.status_code == 200, res.text
+    assert res.json() == {"sentences": ["A man runs.", "A dog  barks!", "Is it?", "sa gu",
+                                        "gu mir"]}
+    bad = server.post("/v1/split", {"text": 3})
+    assert bad.status_code == 422 and "text" in bad.json()["error"]
+
+
 def test_service_endpoints(server, toy_model):
     assert server.client.get("/health").json() == {"status": "ok"}
     assert server.client.get("/ready").json() == {"status": "ready", "loaded": ["toy"]}

@@ -169,3 +169,93 @@ def test_several_models_source_target_auto_and_pivot(browser, lang_runs: dict[st
         legs[0].click()
         cols = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.col")]
         assert cols == [*english.split(), "</s>"]
+
+
+def _translate_in_page(browser, text: str, *, lines: tuple[str, ...] = ()) -> None:
+    """Type `text` (and each of `lines` after a Shift+Enter) into the page, then Enter."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = browser.find_element(By.ID, "source")
+    box.clear()
+    box.send_keys(text)
+    for line in lines:
+        ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(
+            Keys.SHIFT).perform()
+        box.send_keys(line)
+    browser.execute_script("window.shown = document.getElementById('heatmap').rows.length"
+                           " ? document.getElementById('heatmap').rows[0] : null")
+    box.send_keys(Keys.ENTER)
+    # drawn anew: the heatmap's first row is another element than before
+    _wait(browser, lambda d: d.execute_script(
+        "const t = document.getElementById('heatmap');"
+        "return t.rows.length > 0 && t.rows[0] !== window.shown"))
+
+
+def test_lines_and_a_paragraph_are_sentences(browser, toy_model: Path):
+    """Two lines typed apart (Shift+Enter) are two sentences, each listed with its
+    translation; choosing one shows its hypotheses and its attention."""
+    from selenium.webdriver.common.by import By
+
+    first, second = "sa sa gu mir", "gu mir"
+    with serving(toy_model) as server:
+        want = server.post("/v1/translate", {"text": [first, second], "nbest": 3}).json()[
+            "translations"]
+        browser.get(server.url)
+        _wait(browser, lambda d: "toy" in d.find_element(By.ID, "model").text)
+        _translate_in_page(browser, first, lines=(second,))
+        listed = browser.find_elements(By.CSS_SELECTOR, "#sentences li")
+        assert [e.find_element(By.CSS_SELECTOR, ".source").text for e in listed] == [
+            first, second]
+        assert [e.find_element(By.CSS_SELECTOR, ".text").text for e in listed] == [
+            w["text"] for w in want]
+        cols = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.col")]
+        assert cols == [*first.split(), "</s>"]
+        listed[1].click()
+        cols = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#heatmap th.col")]
+        assert cols == [*second.split(), "</s>"]
+        shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#nbest-list .text")]
+        assert shown == [c["text"] for c in want[1]["candidates"]]
+        # one sentence: no list of sentences
+        _translate_in_page(browser, first)
+        assert not browser.find_element(By.ID, "sentences-box").is_displayed()
+
+
+def test_the_heatmap_in_view(browser, toy_model: Path):
+    """On a laptop-height window (1280 x 720) the heatmap's first row shows without
+    scrolling; at 800 px a subword heatmap wider than the window scrolls inside a box no
+    taller than the window (its scrollbar in view), says it does, and shows its last column
+    once scrolled."""
+    from selenium.webdriver.common.by import By
+
+    geometry = """
+        const wrap = document.getElementById('heatmap-wrap'), r = wrap.getBoundingClientRect();
+        const cell = document.querySelector('#heatmap td.cell').getBoundingClientRect();
+        const list = document.getElementById('nbest-list').getBoundingClientRect();
+        return {cell: cell.bottom, inner: innerHeight, height: r.height, scroll: wrap.scrollWidth,
+                client: wrap.clientWidth, right: r.right, top: r.top, list: list.bottom};"""
+    with serving(toy_model) as server:
+        try:
+            browser.set_window_size(1280, 720)
+            browser.get(server.url)
+            _wait(browser, lambda d: "toy" in d.find_element(By.ID, "model").text)
+            _translate_in_page(browser, "sa sa gu mir")
+            g = browser.execute_script(geometry)
+            assert g["cell"] <= g["inner"], g
+            assert g["top"] < g["list"], g  # beside the hypotheses, not below them
+            assert not browser.find_element(By.ID, "more-columns").is_displayed()
+            browser.set_window_size(800, 720)
+            browser.find_element(By.CSS_SELECTOR, "#level option[value=subword]").click()
+            _translate_in_page(browser, " ".join(["sa gu mir pel"] * 12))
+            g = browser.execute_script(geometry)
+            assert g["scroll"] > g["client"] and g["height"] <= g["inner"], g
+            assert browser.find_element(By.ID, "more-columns").is_displayed()
+            last = browser.execute_script(
+                "const wrap = document.getElementById('heatmap-wrap');"
+                "wrap.scrollLeft = wrap.scrollWidth;"
+                "const cols = document.querySelectorAll('#heatmap th.col');"
+                "return cols[cols.length - 1].getBoundingClientRect().right;")
+            assert last <= g["right"] + 1
+        finally:
+            browser.set_window_size(1280, 900)

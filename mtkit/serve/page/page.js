@@ -1,12 +1,15 @@
-// The page at /: translate a sentence through POST /v1/translate, list the n-best
+// The page at /: translate a paragraph (its sentences split by POST /v1/split) through
+// POST /v1/translate, list each sentence's translation and the chosen sentence's n-best
 // hypotheses, and draw the chosen one's attention as a heatmap with its alignment links.
 // A server of several models: a source (or auto) and a target chosen from /languages, the
 // detected language and the pivot said, and each leg of a pivot's attention.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { model: null, models: [], languages: [], result: null, chosen: 0, leg: -1,
-                token: sessionStorage.getItem("mtkit-token") };
+// results: one translation per sentence of the text; sentence: the one shown; chosen: its
+// hypothesis shown; leg: a pivot's leg whose attention is drawn (-1: the last)
+const state = { model: null, models: [], languages: [], results: null, sentence: 0,
+                chosen: 0, leg: -1, token: sessionStorage.getItem("mtkit-token") };
 // A source token counts as attended to from a target token (and the other way round) when it
 // holds at least this share of the row's largest weight.
 const SALIENT = 0.5;
@@ -88,6 +91,9 @@ function fill(select, options) {
   }));
 }
 
+// The text split into sentences by the server (each line break ends one), then every
+// sentence translated in one request; the server widens the search to the hypotheses asked
+// for (`widen`: its rule, routing.nbest_changes).
 async function translate() {
   const text = $("source").value.trim();
   if (!text) { showError("Type a sentence first."); return; }
@@ -95,23 +101,19 @@ async function translate() {
     state.token = $("token").value.trim();
     sessionStorage.setItem("mtkit-token", state.token);
   }
-  const body = { text, nbest: Number($("nbest").value), align: true, attention: true };
-  const d = state.model && state.model.decode;
-  // the server's rule for LibreTranslate's alternatives (nbest_changes in serve/routing.py): greedy
-  // search gives one hypothesis, a beam as many as its size
-  if (d && body.nbest > 1) {
-    if (d.method === "greedy") body.method = "beam";
-    if (d.method !== "sample" && body.nbest > d.beam_size) body.beam_size = body.nbest;
-  }
-  if (!$("tag-box").hidden) body.tag = $("tag").value;
-  if (!$("from-box").hidden) { body.source = $("from").value; body.target = $("to").value; }
-  if ($("layer").value !== "") body.layer = Number($("layer").value);
-  if ($("head").value !== "") body.head = Number($("head").value);
   $("go").disabled = true;
   showError("");
   try {
+    const split = await call("POST", "/v1/split", { text });
+    const body = { text: split.sentences, nbest: Number($("nbest").value), widen: true,
+                   align: true, attention: true };
+    if (!$("tag-box").hidden) body.tag = $("tag").value;
+    if (!$("from-box").hidden) { body.source = $("from").value; body.target = $("to").value; }
+    if ($("layer").value !== "") body.layer = Number($("layer").value);
+    if ($("head").value !== "") body.head = Number($("head").value);
     const data = await call("POST", "/v1/translate", body);
-    state.result = data.translations[0];
+    state.results = data.translations;
+    state.sentence = 0;
     state.chosen = 0;
     state.leg = -1;
     $("token-box").hidden = true;
@@ -124,31 +126,51 @@ async function translate() {
 }
 
 function render() {
-  const r = state.result;
-  if (!r) return;
+  const results = state.results;
+  if (!results) return;
+  const r = results[state.sentence];
   $("result").hidden = false;
+  renderSentences(results);
   renderRoute(r);
   const list = $("nbest-list");
   list.replaceChildren(...r.candidates.map((c, k) => {
-    const li = document.createElement("li");
-    li.tabIndex = 0;
-    li.className = k === state.chosen ? "chosen" : "";
-    const t = document.createElement("span");
-    t.className = "text";
-    t.textContent = c.text || "(empty)";
     const s = document.createElement("span");
     s.className = "score";
     s.textContent = `score ${c.score.toFixed(3)}`;
-    li.append(t, s);
-    const choose = () => { state.chosen = k; state.leg = -1; render(); };
-    li.addEventListener("click", choose);
-    li.addEventListener("keydown", (e) => { if (e.key === "Enter") choose(); });
-    return li;
+    return choice(c.text || "(empty)", s, k === state.chosen,
+                  () => { state.chosen = k; state.leg = -1; render(); });
   }));
   // a pivot's first leg: its best hypothesis (what the second leg translated)
   const legs = r.legs || [];
   const leg = state.leg >= 0 && state.leg < legs.length - 1 ? legs[state.leg] : null;
   drawHeatmap(leg ? leg.candidates[0] : r.candidates[state.chosen]);
+}
+
+// A paragraph's sentences, each with its best translation: the one chosen is the one whose
+// hypotheses and attention are shown.
+function renderSentences(results) {
+  $("sentences-box").hidden = results.length < 2;
+  $("sentences").replaceChildren(...results.map((r, k) => {
+    const s = document.createElement("span");
+    s.className = "source";
+    s.textContent = r.source;
+    return choice(r.text || "(empty)", s, k === state.sentence,
+                  () => { state.sentence = k; state.chosen = 0; state.leg = -1; render(); });
+  }));
+}
+
+// A list item to click (or Enter) on: its text, a note beside it, marked when chosen.
+function choice(text, note, chosen, choose) {
+  const li = document.createElement("li");
+  li.tabIndex = 0;
+  li.className = chosen ? "chosen" : "";
+  const t = document.createElement("span");
+  t.className = "text";
+  t.textContent = text;
+  li.append(t, note);
+  li.addEventListener("click", choose);
+  li.addEventListener("keydown", (e) => { if (e.key === "Enter") choose(); });
+  return li;
 }
 
 // The detected language and the pivot, and a button per leg choosing whose attention is drawn.
@@ -213,6 +235,9 @@ function drawHeatmap(candidate) {
     return tr;
   });
   table.replaceChildren(head, ...rows);
+  const wrap = $("heatmap-wrap");
+  wrap.scrollLeft = 0;
+  $("more-columns").hidden = wrap.scrollWidth <= wrap.clientWidth;
   table.onmouseover = (e) => highlight(e.target.closest("[data-row], [data-col]"), m);
   table.onmouseleave = () => highlight(null, m);
 }
@@ -281,6 +306,6 @@ $("level").addEventListener("change", render);
 $("links").addEventListener("change", render);
 $("from").addEventListener("change", fillTargets);
 for (const id of ["tag", "layer", "head", "nbest", "from", "to"]) {
-  $(id).addEventListener("change", () => { if (state.result) translate(); });
+  $(id).addEventListener("change", () => { if (state.results) translate(); });
 }
 loadModel();

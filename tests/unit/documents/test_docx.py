@@ -54,12 +54,38 @@ def test_paragraphs_tables_and_headers_are_translated_with_their_runs():
     assert out.sections[0].header.paragraphs[0].text == "PAGE HEADER"
 
 
-def test_every_run_keeps_its_formatting_and_the_words_stay_in_translation_order():
+def test_runs_follow_their_aligned_words_into_the_translation_order():
+    """Reversed: the bold and italic words keep their formatting where they land, the plain
+    run split around them is copied, and the words read in the translation's order."""
     out = _translated(_made(), reverse)
     p = out.paragraphs[0]
     assert p.text.split() == "RUNS. DOG BIG THE LOUDLY. BARKS IT".split()
-    assert [(r.bold, r.italic) for r in p.runs] == [(None, None), (True, None), (None, None),
-                                                    (None, True), (None, None)]
+    assert [(r.text.strip(), r.bold, r.italic) for r in p.runs] == [
+        ("RUNS. DOG", None, None), ("BIG", True, None), ("THE", None, None),
+        ("LOUDLY.", None, None), ("BARKS", None, True), ("IT", None, None)]
+
+
+def test_runs_beside_a_hyperlink_keep_their_order():
+    """A paragraph whose runs are not all its own children (one inside a hyperlink) keeps
+    its runs in order, each with the target words aligned to it in turn."""
+    from docx.oxml.ns import qn
+    from docx.oxml.parser import OxmlElement
+
+    doc = docx.Document()
+    p = doc.add_paragraph("Go ")
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), "rId99")
+    p._p.append(link)
+    run = p.add_run("home")
+    run.bold = True
+    link.append(run._r)
+    p.add_run(" now.")
+    data = io.BytesIO()
+    doc.save(data)
+    out = _translated(data.getvalue(), reverse).paragraphs[0]
+    assert [(type(part).__name__, part.text) for part in out.iter_inner_content()] == [
+        ("Run", "NOW. "), ("Hyperlink", "HOME"), ("Run", " GO")]
+    assert out.hyperlinks[0].runs[0].bold
 
 
 def test_not_a_docx_is_one_line():

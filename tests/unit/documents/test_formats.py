@@ -11,7 +11,7 @@ import pytest
 
 from mtkit.documents.blocks import translate_blocks
 from mtkit.documents.formats import format_for
-from mtkit.documents.html import HtmlDocument
+from mtkit.documents.html import TEXT_ATTRIBUTES, HtmlDocument
 from mtkit.documents.markdown import MarkdownDocument
 from mtkit.documents.po import PoDocument
 from mtkit.documents.subtitles import SubtitleDocument
@@ -52,9 +52,16 @@ def _translated(doc, translate=reverse):
     return doc.render(translate_blocks(doc.blocks(), translate))
 
 
+def _but_text(tags):
+    """Tags with the values of their text attributes (alt, title, ...) left out."""
+    return sorted(str((t, a and [(k, None if k in TEXT_ATTRIBUTES else v) for k, v in a]))
+                  for t, a in tags)
+
+
 def test_html_keeps_every_tag_attribute_and_untouched_part():
     out = _translated(HtmlDocument(PAGE))
-    assert sorted(map(str, _Tags(out).tags)) == sorted(map(str, _Tags(PAGE).tags))
+    assert _but_text(_Tags(out).tags) == _but_text(_Tags(PAGE).tags)
+    assert '<img src="a.png" alt="X">' in out  # text for people: translated
     for kept in ("<style>p { color: red } /* <b>not text</b> */</style>",
                  "<pre>keep   this <b>as is</b></pre>",
                  "<div translate=\"no\">Do not <b>touch</b> this.</div>",
@@ -68,6 +75,22 @@ def test_html_keeps_every_tag_attribute_and_untouched_part():
     assert "<h1 id=\"top\"><em>WORLD</em> HELLO</h1>" in out
     assert "JERRY</b> &amp; TOM" in out
     assert "<li>ITEM ONE</li>" in out
+
+
+def test_html_text_attributes_are_translated_in_their_own_quotes():
+    page = ("<p data-x=' title=no' title=Hello>An <img alt=\"a red car\" src=car.png/> and "
+            "<a href=\"u\" TITLE='the &quot;link&quot; it&#39;s'>a link</a>.</p>"
+            "<div aria-label=\"main menu\" class=menu>text</div>"
+            "<code title=\"kept\">x</code><p translate=no title=\"kept too\">y</p>"
+            "<input placeholder=\"your name\" value=\"not text\"><img alt=\"\">")
+    out = _translated(HtmlDocument(page))
+    for want in ("<p data-x=' title=no' title=\"HELLO\">", '<img alt="CAR RED A" src=car.png/>',
+                 "<a href=\"u\" TITLE='IT&#39;S \"LINK\" THE'>", '<div aria-label="MENU MAIN" '
+                 'class=menu>', '<code title="kept">x</code>', '<p translate=no title="kept '
+                 'too">y</p>', '<input placeholder="NAME YOUR" value="not text">',
+                 '<img alt="">'):
+        assert want in out, out
+    assert _Tags(out).tags[0][1] == [("data-x", " title=no"), ("title", "HELLO")]
 
 
 def test_html_text_between_tags_is_the_translation_of_the_plain_sentences():
@@ -144,6 +167,21 @@ def test_markdown_keeps_its_block_structure_and_inline_markup():
     assert "| *X* CELL | Y |" in out
     assert "- CONTINUED **TWO** ITEM\n" in out
     assert "\\*\\*BOLD UNCLOSED" in out  # unclosed emphasis is text, escaped as such
+
+
+def test_markdown_front_matter_kept_and_html_blocks_translated_as_html():
+    front = "---\ntitle: Hello world\ntags: [a, b]\n---\n"
+    body = ("\n# Head line\n\n<div class=\"box\">\n<p>Some <b>html</b> text.</p>\n"
+            "<img alt=\"a cat\" src=\"c.png\">\n<script>x < y</script>\n</div>\n\n"
+            "Para *one* two.\n")
+    out = _translated(MarkdownDocument(front + body))
+    assert out == (front + "\n# LINE HEAD\n\n<div class=\"box\">\n<p>TEXT. <b>HTML</b> "
+                   "SOME</p>\n<img alt=\"CAT A\" src=\"c.png\">\n<script>x < y</script>\n"
+                   "</div>\n\nTWO. *ONE* PARA\n")
+    toml = "+++\ntitle = 'x'\n+++\nText here.\n"
+    assert _translated(MarkdownDocument(toml)) == "+++\ntitle = 'x'\n+++\nHERE. TEXT\n"
+    # an unclosed opening rule is no front matter: CommonMark's rule, then the text
+    assert _translated(MarkdownDocument("---\nSome text\n")) == "---\nTEXT SOME\n"
 
 
 def test_markdown_text_is_escaped_where_it_would_read_as_markup():
