@@ -54,7 +54,8 @@ def main() -> None:
         cfg = dataclasses.replace(recipe.decode, method="beam", beam_size=args.beam,
                                   length_penalty="average")
         worker = StreamTranslator(model, tok, cfg, device=torch.device("cpu"),
-                                  max_src_len=recipe.data.max_len)
+                                  max_src_len=recipe.data.max_len,
+                                  max_out_len=recipe.output_cap())
         worker.run(lines[:16], io.StringIO())
         cpu = time.process_time()
         with profile(activities=[ProfilerActivity.CPU]) as prof:

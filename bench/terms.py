@@ -112,6 +112,31 @@ def presence(glossary, src: list[str], out: list[str]) -> tuple[int, int]:
     return have, total
 
 
+def beside(glossary, src: list[str], plain: list, out: list[str]) -> tuple[int, int]:
+    """(placed terms with the model's own word beside them, placed terms): a term is placed
+    where the plain translation (`plain`, with its links) missed it; the model's own words
+    for it are the plain output's words linked to the source term's words; such a word just
+    before or after the placed term ("Ein Köter Hund ...") stayed beside it."""
+    from mtkit.translation.terms import word_key
+
+    doubled = placed = 0
+    for s, p, o in zip(src, plain, out, strict=True):
+        pw, ow = p.text.split(), [word_key(w) for w in o.split()]
+        links = [tuple(map(int, x.split("-"))) for x in (p.candidates[0].alignment or "").split()]
+        for m in glossary.matches(s):
+            want = [word_key(w) for w in m.target]
+            if any([word_key(w) for w in pw[i:i + len(want)]] == want for i in range(len(pw))):
+                continue  # the model had it: nothing placed
+            own = {word_key(pw[j]) for i, j in links if m.start <= i < m.end} - set(want)
+            at = [i for i in range(len(ow)) if ow[i:i + len(want)] == want]
+            if not at:
+                continue
+            placed += 1
+            doubled += any({ow[i - 1] if i else "", ow[i + len(want)]
+                            if i + len(want) < len(ow) else ""} & own for i in at)
+    return doubled, placed
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
     import sacrebleu
@@ -146,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- | --- | --- | --- | --- |")
     row("no terms", plain_text, t_plain)
     (args.out / "plain.de").write_text("\n".join(plain_text) + "\n")
-    sub = {}
+    sub, own = {}, {}
+    linked = model.translate_full(src, align=True)  # the plain outputs' links, untimed
     for method in ("prefix", "align"):
         out, secs = _timed(model, src, terms=pairs, terms_method=method, repeat=args.repeat)
         texts = [r.text for r in out]
@@ -154,6 +180,9 @@ def main(argv: list[str] | None = None) -> None:
         row(f"terms, {method}", texts, secs)
         changed = sum(texts[k] != plain_text[k] for k in bare)
         sub[method] = changed
+        own[method] = beside(glossary, src, linked, texts)
+    print("\nPlaced terms with the model's own word for them just beside (\"Ein Köter Hund\"): "
+          + ", ".join(f"{m} {d}/{n} ({100 * d / max(n, 1):.1f}%)" for m, (d, n) in own.items()))
     print("\nLines without a term (unchanged output and speed):")
     lines = [src[k] for k in bare]
     t0 = t1 = float("inf")

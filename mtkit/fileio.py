@@ -348,16 +348,33 @@ class InvalidUtf8:
         return f"{self.name}: {'; '.join(said)}" if said else None
 
 
-def decode_lines(raw: Iterable[bytes], report: InvalidUtf8) -> Iterator[str]:
+# A NUL byte this early in an input marks a binary file, not text with a stray byte (git's and
+# grep's test): a .docx, a PDF or UTF-16 text given as lines to translate.
+BINARY_HEAD = 8000
+
+
+class NotText(DataError):
+    """An input read as lines of text that is a binary file (`BINARY_HEAD`)."""
+
+
+def decode_lines(raw: Iterable[bytes], report: InvalidUtf8, *,
+                 refuse_binary: bool = False) -> Iterator[str]:
     """Decode byte lines (each ending in ``\n`` except perhaps the last) under the text policy:
     lines without their ``\n``, invalid UTF-8 replaced and counted in `report`. A damaged
-    gzip stream (cut short, corrupt) is a `DataError` naming `report.name`."""
+    gzip stream (cut short, corrupt) is a `DataError` naming `report.name`. With
+    `refuse_binary`, a NUL byte in the first `BINARY_HEAD` bytes is `NotText` (translation
+    input: its output would be noise); corpora count such lines and go on."""
+    read = 0  # bytes before this line
     try:
         for number, line in enumerate(raw, 1):
             if number == 1 and line.startswith(BOM):
                 if line == BOM:  # no \n: a file that holds only its mark holds no line
                     continue
                 line = line[len(BOM):]
+            if refuse_binary and read < BINARY_HEAD and b"\0" in line[:BINARY_HEAD - read]:
+                raise NotText(f"{report.name}: not text: a NUL byte on line {number}, in its "
+                              f"first {BINARY_HEAD:,} bytes (a binary file)")
+            read += len(line)
             line = line[:-1] if line.endswith(b"\n") else line
             if b"\0" in line:
                 report.note_nul(number)

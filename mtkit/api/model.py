@@ -14,6 +14,7 @@ without Python's lock); each call builds its own translator over the shared mode
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -73,8 +74,10 @@ def decode_options(base: DecodeConfig, changes: Mapping[str, Any], *,
 @dataclass(frozen=True)
 class Extras:
     """What a translation returns beside its text: Pharaoh word links (`align`, by
-    `align_method` from the rows of `readout`), and attention matrices (`attention`: the
-    search's own, or a `layer` and `head` chosen)."""
+    `align_method` from the rows of `readout` of the search's cross-attention, or with
+    `align_layer` of that layer's in a teacher-forced pass over the translation: an index or
+    "mean", the decoder layers' mean), and attention matrices (`attention`: the search's own,
+    or a `layer` and `head` chosen)."""
 
     align: bool = False
     align_method: str | None = None
@@ -82,6 +85,7 @@ class Extras:
     attention: bool = False
     layer: int | None = None
     head: int | Literal["mean"] | None = None
+    align_layer: int | Literal["mean"] | None = None
 
 
 @dataclass(frozen=True)
@@ -279,7 +283,8 @@ class TranslationModel:
 
     def extras(self, *, align: bool = False, attention: bool = False,
                layer: int | None = None, head: int | Literal["mean"] | None = None,
-               align_method: str | None = None, readout: str | None = None) -> Extras:
+               align_method: str | None = None, readout: str | None = None,
+               align_layer: int | Literal["mean"] | None = None) -> Extras:
         """What `decode` returns beside the text, checked against this model."""
         if not attention and (layer is not None or head is not None):
             raise ConfigError("layer and head: they choose the attention returned, which "
@@ -287,10 +292,14 @@ class TranslationModel:
         if attention and not self.info.has_attention:
             raise ConfigError("attention: this model has no attention (model.rnn.attention: "
                               "none)")
-        extras = Extras(align, align_method, readout, attention, layer, head)
+        if align_layer is not None and not align:
+            raise ConfigError("align_layer: it chooses the attention the word links are read "
+                              "from, which needs align")
+        extras = Extras(align, align_method, readout, attention, layer, head, align_layer)
         self._aligner(extras)  # checks the choices
         if attention:
             self.attention_choice(layer, head)
+        self._link_choice(extras)
         return extras
 
     def decode(self, lines: Iterable[str], cfg: DecodeConfig, extras: Extras | None = None, *,
@@ -310,9 +319,24 @@ class TranslationModel:
         items = [it for chunk in translator.decoded(lines, stats, prefixes=prefixes, stop=stop)
                  for it in chunk]
         forced = self._forced(items, choice, cfg.batch_tokens) if choice else None
+        link_choice = self._link_choice(extras)
+        linked = self._forced(items, link_choice, cfg.batch_tokens) if link_choice else None
         return [self._result(translator, it, attention=extras.attention, choice=choice,
-                             forced=None if forced is None else forced[n])
+                             forced=None if forced is None else forced[n],
+                             linked=None if linked is None else linked[n])
                 for n, it in enumerate(items)]
+
+    def _link_choice(self, extras: Extras) -> AttentionChoice | None:
+        """The checked cross-attention `extras.align_layer` reads the links from (head mean;
+        None: the search's own)."""
+        if extras.align_layer is None:
+            return None
+        if self._model is None:
+            raise ConfigError("align_layer: an exported model or an ensemble gives the "
+                              "attention its search used only")
+        if not self.info.has_attention:
+            raise ConfigError("align_layer: this model has no attention")
+        return self._model.choose_attention("cross", extras.align_layer, "mean")
 
     def attention_choice(self, layer: int | None, head: int | Literal["mean"] | None
                          ) -> AttentionChoice | None:
@@ -367,9 +391,14 @@ class TranslationModel:
         return [[next(maps) for _ in it.nbest] for it in items]
 
     def _result(self, translator: LineTranslator, it: Item, *, attention: bool,
-                choice: AttentionChoice | None, forced: list[Any] | None) -> Translation:
+                choice: AttentionChoice | None, forced: list[Any] | None,
+                linked: list[Any] | None = None) -> Translation:
+        """`it` as a Translation; `forced`: its hypotheses' teacher-forced attention of
+        `choice` (shown), `linked`: that of the links' attention (`_link_choice`)."""
         tok = translator.tok
-        src_pieces = tok.src_pieces(it.ids)
+        # a tag put before the source (`Item.tagged`) is none of the sentence's pieces: the
+        # source tokens, the attention and the links leave it out alike (`source_view`)
+        src_pieces = tok.src_pieces(it.ids[it.tagged:])
         hyps: list[Hypothesis | None] = list(it.nbest) or [None]
         candidates = []
         for n, h in enumerate(hyps):
@@ -378,22 +407,26 @@ class TranslationModel:
                                             "" if translator.align_fn else None))
                 continue
             text = tok.decode_tgt(h.tokens)
-            links = translator.alignment(it, h, text) if translator.align_fn else None
+            links = None
+            if translator.align_fn:
+                links = translator.alignment(it, h if linked is None else _with_attn(
+                    h, linked[n]), text)
             weights = h.attn if forced is None else forced[n]
             att = None
             if attention and weights is not None:
-                att = self._attention(translator, it, src_pieces, tok.tgt_pieces(h.tokens),
-                                      weights, choice)
+                att = self._attention(translator, it, tok.tgt_pieces(h.tokens), weights,
+                                      choice)
             candidates.append(Candidate(text, float(h.score), float(h.logprob),
                                         tok.tgt_pieces(h.tokens),
                                         [float(x) for x in h.token_logprobs], links, att))
         return Translation(it.line, src_pieces, candidates, truncated=it.truncated)
 
-    def _attention(self, translator: LineTranslator, it: Item, src: list[str],
-                   tgt: list[str], weights: Any, choice: AttentionChoice | None) -> Attention:
-        from mtkit.align import from_attention, line_words
+    def _attention(self, translator: LineTranslator, it: Item, tgt: list[str], weights: Any,
+                   choice: AttentionChoice | None) -> Attention:
+        """The matrices of `weights` (T + 1, tag + S + 1) without the tag's columns."""
+        from mtkit.align import from_attention
 
-        words = line_words(translator.tok.encode_src, it.line, it.ids)
+        src, words, weights = translator.source_view(it, weights)
         sub = from_attention(weights, src, tgt, level="subword", keep_eos=True)
         word = from_attention(weights, src, tgt, level="word", keep_eos=True, src_words=words)
         return Attention(self._describe(choice),
@@ -409,6 +442,13 @@ class TranslationModel:
             return "cross-attention"
         head = "mean" if tf.align_head is None else tf.align_head
         return f"cross-attention, layer {tf.align_layer}, head {head}"
+
+
+def _with_attn(h: Hypothesis, attn: Any) -> Hypothesis:
+    """`h` carrying `attn` (a (T + 1, S + 1) numpy array: the forced pass's) as its own."""
+    import torch
+
+    return dataclasses.replace(h, attn=torch.from_numpy(attn))
 
 
 def checked_text(value: Any, name: str) -> str:

@@ -285,8 +285,15 @@ def _glossary(loaded: Any, path: Path, method: str) -> Any:
     from mtkit.translation.terms import parse_tsv
 
     name = f"--terms {path}"
-    pairs = parse_tsv(read_lines(path, InvalidUtf8(str(path))), name)
-    return loaded.glossary(pairs, method, name=name)
+    report = InvalidUtf8(str(path))
+    lines = read_lines(path, report)
+    # refused, not warned of: a term with U+FFFD in it would be forced into the translations
+    for count, first, what in ((report.lines, report.first, "invalid UTF-8"),
+                               (report.nul_lines, report.nul_first, "a NUL byte")):
+        if count:
+            more = f" ({count} lines in all)" if count > 1 else ""
+            raise DataError(f"{name}: line {first}: {what}{more}; a glossary is UTF-8 text")
+    return loaded.glossary(parse_tsv(lines, name), method, name=name)
 
 
 def _run_translation(worker: Any, input: Path | None, output: Path | None,
@@ -309,11 +316,17 @@ def _run_translation(worker: Any, input: Path | None, output: Path | None,
             sys.stdout.reconfigure(encoding="utf-8")
         raw = stack.enter_context(fio.open_binary(input)) if input else fio.stdin_binary()
         prefixes = None if prefix is None else fio.decode_lines(
-            stack.enter_context(fio.open_binary(prefix)), invalid_prefix)
+            stack.enter_context(fio.open_binary(prefix)), invalid_prefix, refuse_binary=True)
         out = stack.enter_context(fio.atomic_write(output)) if output else sys.stdout
         try:
-            stats = worker.run(fio.decode_lines(raw, invalid), out,
+            stats = worker.run(fio.decode_lines(raw, invalid, refuse_binary=True), out,
                                on_batch=_progress(stack, input, output), prefixes=prefixes)
+        except fio.NotText as e:
+            from mtkit.documents.formats import DOCUMENT_FORMATS
+
+            formats = ", ".join(f for f in DOCUMENT_FORMATS if f != "lines")
+            raise DataError(f"{e}; mtkit translates UTF-8 text, and documents chosen by their "
+                            f"extension or --input-format ({formats})") from None
         except PrefixError as e:
             raise DataError(f"--prefix {prefix}: {e.reason}") from None
         except OSError as e:  # a full disk under `> file` (no other error means a write)

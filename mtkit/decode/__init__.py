@@ -24,7 +24,7 @@ from mtkit.decode.scoring import (
     length_penalty,
     max_lengths,
 )
-from mtkit.decode.shortlist import InColumns, OutputShortlist, to_columns, to_ids
+from mtkit.decode.shortlist import GROUP, InColumns, OutputShortlist, to_columns, to_ids
 from mtkit.models.base import Encoded, Translator
 
 __all__ = ["Hypothesis", "OutputShortlist", "Prefix", "beam_search", "decode_batch",
@@ -45,12 +45,14 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
     count towards the output limit, which is raised to a prefix's length where it is shorter
     (the caller keeps prefixes within the model's `max_target_len`); after a `new_word`
     row's prefix the next token is one that begins a word, of those `continuing` (V,) does
-    not mark (`force_prefix`). With a
-    `shortlist`, the output layer computes only the ids the batch's sources' lists name
-    (`mtkit.decode.shortlist`; `model.restricted`). Returns,
+    not mark (`force_prefix`). With a `shortlist`, the output layer computes only the ids
+    the sources' lists name, for each group of GROUP sentences (`mtkit.decode.shortlist`;
+    `model.restricted`). Returns,
     in batch order, each sentence's hypotheses sorted by score: cfg.nbest for beam and
     sampling, one for greedy.
     """
+    if shortlist is not None and len(batch.src) > GROUP:
+        return _in_groups(model, batch, cfg, need_attn, prefix, continuing, shortlist)
     enc = model.encode(batch.src, batch.src_lens)
     max_len = max_lengths(batch.src_lens, cfg).to(batch.src.device)
     if model.max_target_len is not None:  # e.g. learned positions: EOS by the last one
@@ -68,6 +70,22 @@ def decode_batch(model: Translator, batch: Batch, cfg: DecodeConfig, *,
         return to_ids(_search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing),
                       rows)
     return _search(model, enc, cfg, batch, max_len, need_attn, prefix, continuing)
+
+
+def _in_groups(model: Translator, batch: Batch, cfg: DecodeConfig, need_attn: bool,
+               prefix: Prefix | None, continuing: torch.Tensor | None,
+               shortlist: OutputShortlist) -> list[list[Hypothesis]]:
+    """`decode_batch` of each GROUP sentences of `batch` in turn (each over its own union of
+    lists, sources trimmed to the group's longest), in batch order."""
+    out: list[list[Hypothesis]] = []
+    for start in range(0, len(batch.src), GROUP):
+        part = torch.arange(start, min(start + GROUP, len(batch.src)))
+        lens = batch.src_lens[part]
+        group = Batch(batch.src[part, : int(lens.max())], lens, None, None, batch.ids[part])
+        out += decode_batch(model, group, cfg, need_attn=need_attn, continuing=continuing,
+                            prefix=None if prefix is None else prefix.select(part),
+                            shortlist=shortlist)
+    return out
 
 
 def _search(model: Translator, enc: Encoded, cfg: DecodeConfig, batch: Batch,

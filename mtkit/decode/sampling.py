@@ -68,18 +68,20 @@ def sample(model: Translator, enc: Encoded, cfg: DecodeConfig, *,
     the same seed gives the same samples (a batch composed differently consumes the random
     stream differently), and batches of one run draw different streams: seeded with cfg.seed
     alone, the k-th sentence of every batch got the same draws (repeated input lines the
-    same samples). max_len: int or (B,) limits; prefix: the target ids every sample of a
-    sentence starts with, and continuing (V,) (`force_prefix`): its tokens
-    are not drawn.
+    same samples). A hard-attention model's attended positions are drawn from the same
+    generator (`Translator.drawing_positions`). max_len: int or (B,) limits; prefix: the
+    target ids every sample of a sentence starts with, and continuing (V,) (`force_prefix`):
+    its tokens are not drawn.
     """
     batch, device, n = enc.src_mask.size(0), enc.src_mask.device, cfg.nbest
     rows = torch.arange(batch, device=device).repeat_interleave(n)  # (B*n,) sentence of row
     generator = torch.Generator(device=device).manual_seed(batch_seed(cfg.seed, stream))
-    tokens, lps, attn = one_path_each(
-        model, enc.index_select(rows), sampler(cfg, generator),
-        max_len=as_lengths(max_len, batch, device).index_select(0, rows),
-        min_len=cfg.min_len, need_attn=need_attn,
-        prefix=None if prefix is None else prefix.select(rows), continuing=continuing)
+    with model.drawing_positions(generator):  # hard attention's positions are drawn too
+        tokens, lps, attn = one_path_each(
+            model, enc.index_select(rows), sampler(cfg, generator),
+            max_len=as_lengths(max_len, batch, device).index_select(0, rows),
+            min_len=cfg.min_len, need_attn=need_attn,
+            prefix=None if prefix is None else prefix.select(rows), continuing=continuing)
     src_lens = [s for s in source_lengths(enc.src_mask) for _ in range(n)]
     hyps = to_hypotheses(tokens, lps, attn, src_lens, kind=cfg.length_penalty, alpha=cfg.alpha)
     return [sorted(hyps[i * n:(i + 1) * n], key=lambda h: -h.score) for i in range(batch)]

@@ -1,12 +1,14 @@
-"""Decoding over a vocabulary shortlist: each batch's output projection computes only the
-target ids its sources' shortlists name (`mtkit.data.shortlist`), the frequent ones and the
-special ids, so every step's projection, log-softmax and top-k run over V' columns, not V.
+"""Decoding over a vocabulary shortlist: each group of GROUP sentences of a batch has an
+output projection that computes only the target ids its sources' shortlists name
+(`mtkit.data.shortlist`), the frequent ones and the special ids, so every step's projection,
+log-softmax and top-k run over V' columns, not V; the fewer sentences, the fewer pieces
+their lists name together.
 
-The search itself is unchanged: it runs in the batch's own id space (column j stands for
+The search itself is unchanged: it runs in the group's own id space (column j stands for
 target id ``rows[j]``). The special ids 0-3 are always the first columns, so PAD, BOS and
 EOS keep their ids there; prefixes are given in that space and the outputs mapped back.
 
-Shapes: B sentences, S source length, V target vocabulary, V' the batch's columns.
+Shapes: B sentences, S source length, V target vocabulary, V' the group's columns.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from mtkit.models.base import Step, Translator
 from mtkit.models.vocab import EOS_ID, PAD_ID
 
 SPECIALS = EOS_ID + 1  # ids 0..EOS_ID: pad, unk, bos, eos
+# Sentences that share one output layer: a batch's union of lists grows with its sentences
+# (half of a 32k vocabulary for 800 short ones), so a batch is searched in groups of this
+# many, each over its own union (groups of 16-64 measured alike; bench/RESULTS.md, "A
+# shortlist searched in groups").
+GROUP = 64
 
 
 @dataclass(frozen=True)

@@ -16,17 +16,20 @@ from mtkit.documents.place import Placement
 from mtkit.errors import ConfigError, DataError, choice
 
 if TYPE_CHECKING:
-    from mtkit.api.model import TranslationModel
+    from mtkit.api.model import Extras, TranslationModel
     from mtkit.translation.terms import Glossary
 
 # (sentences, options, extras, terms=, tag=) -> their translations: `TranslationModel.decode`'s
 # shape
 Decode = Callable[..., list[Any]]
 
-# The word links markup is placed by: links both argmax directions agree on (where a span has
-# none, the relative-position fallback); on test2016 they placed the most tags of the search's
-# own links (bench/RESULTS.md, "Documents").
-LINKS = "intersection"
+# The word links markup is placed by: each source word's most attended target word
+# (argmax-src; where a span has none, the relative-position fallback), read from the mean of
+# the decoder layers' cross-attention in a teacher-forced pass over the finished translation
+# (a model without layers to choose from, an export or an ensemble: the search's own). On the
+# 150 tags of bench/documents.py they placed 88.7% (87.8/89.5 on the halves) where the top
+# layer's intersection links placed 82.7% (bench/RESULTS.md, "Placement, the attempts").
+LINKS = "argmax-src"
 DocumentFormat = Literal["lines", "paragraphs", "html", "markdown", "srt", "vtt", "po",
                          "xliff", "docx"]
 DOCUMENT_FORMATS: tuple[DocumentFormat, ...] = get_args(DocumentFormat)
@@ -137,8 +140,8 @@ def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat
     cfg = model.options(dict(options or {}))
     translator = model.translator(cfg)
     limit, encode = translator.max_src_len, translator.tok.encode_src
-    aligned = placement == "align" and model.info.has_attention
-    extras = model.extras(align=aligned, align_method=LINKS if aligned else None)
+    extras = link_extras(model, placement)
+    aligned = extras.align
     checked_tag = model.checked_tag(tag)
     count = 0
 
@@ -158,6 +161,19 @@ def translate_document(model: TranslationModel, data: bytes, fmt: DocumentFormat
     if kept := getattr(doc, "kept", 0):
         problems.append(f"{kept} block(s) whose source could not be followed kept as they were")
     return DocumentResult(data_out, count, problems)
+
+
+def link_extras(model: TranslationModel, placement: Placement) -> Extras:
+    """What a document's sentences are decoded with beside their text: the word links markup
+    is placed by (`LINKS`), where `placement` is align and the model has attention."""
+    aligned = placement == "align" and model.info.has_attention
+    align_layer = None
+    if aligned and model.info.layers is not None:  # layers to average (see LINKS)
+        from mtkit.models.base import LAYER_MEAN
+
+        align_layer = LAYER_MEAN
+    return model.extras(align=aligned, align_method=LINKS if aligned else None,
+                        align_layer=align_layer)
 
 
 def parse_links(text: str) -> list[tuple[int, int]]:

@@ -320,7 +320,7 @@ class CT2Translator(LineTranslator):
                 # after the last kept token is the EOS step (whether the engine chose EOS there
                 # or not).
                 rows = o.attn if id(o) not in last_rows else [*o.attn[:n - 1], last_rows[id(o)]]
-                weights = None if rows is None else _tensor(rows)[:n]
+                weights = None if rows is None else _matrix(rows)[:n]
                 hyp = Hypothesis(ids, score, logprob, [], weights)
                 hyps.setdefault(tuple(ids) if beam else len(hyps), hyp)
             ranked = sorted(hyps.values(), key=lambda h: -h.score)
@@ -340,7 +340,7 @@ class CT2Translator(LineTranslator):
                 src, target_prefix=tgt, beam_size=1,
                 max_decoding_length=max(len(t) for t in tgt) + 1, min_decoding_length=0,
                 max_input_length=0, return_attention=True, return_end_token=True)
-            rows = [_tensor(r.attention[0][:len(t) + 1]) for r, t in zip(done, tgt, strict=True)]
+            rows = [_matrix(r.attention[0][:len(t) + 1]) for r, t in zip(done, tgt, strict=True)]
         p = _penalty(self.cfg)
         out = []
         for t_ids, r, attn in zip(targets, scored, rows, strict=True):
@@ -403,13 +403,13 @@ class _Output(NamedTuple):
     ended: bool  # by EOS (else by the engine's limit)
 
 
-def _tensor(rows: list) -> Any:
-    """The engine's attention as the (T, S) float tensor mtkit's aligner reads. torch is
-    imported only here, with --align: without it, translating with an export never loads
-    torch, which takes longer to import than the engine to start."""
-    import torch
+def _matrix(rows: list) -> Any:
+    """The engine's attention as the (T, S) float32 numpy array mtkit's aligner, terms and
+    heatmaps read (`mtkit.align.as_array` takes either kind): an export never imports torch,
+    which takes longer to import than the engine to start (numpy comes with the engine)."""
+    import numpy as np
 
-    return torch.tensor(rows, dtype=torch.float32)
+    return np.asarray(rows, dtype=np.float32)
 
 
 def open_export(path: Path) -> Export:

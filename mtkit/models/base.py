@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, TypeVar, get_args
 
@@ -52,6 +53,11 @@ VOCABULARY_PARTS: tuple[str, ...] = get_args(VocabularyPart)
 # says which a model has).
 AttentionView = Literal["chosen", "prior", "posterior"]
 VIEWS: tuple[str, ...] = get_args(AttentionView)
+# `AttentionChoice.layer` for the mean over a Transformer's decoder layers of their
+# cross-attention: on the en-de CPU model it placed more markup tags than any one layer
+# (bench/RESULTS.md, "Placement, the attempts"), so documents place markup by it.
+LAYER_MEAN = "mean"
+LayerMean = Literal["mean"]
 
 
 def kind_problems(kind: str, *, self_only: bool = False) -> list[Problem]:
@@ -66,11 +72,12 @@ def kind_problems(kind: str, *, self_only: bool = False) -> list[Problem]:
 class AttentionChoice:
     """A checked choice of attention weights to read (`Translator.choose_attention`).
 
-    layer: a layer index (negative from the top), None for a model with one attention (the
-    RNN); head: one head or "mean" (the mean over heads), None for a model without heads."""
+    layer: a layer index (negative from the top), or LAYER_MEAN (the cross-attention only: the
+    mean over the decoder's layers), None for a model with one attention (the RNN); head: one
+    head or "mean" (the mean over heads), None for a model without heads."""
 
     kind: AttentionKind = "cross"
-    layer: int | None = None
+    layer: int | LayerMean | None = None
     head: int | Literal["mean"] | None = None
     view: AttentionView = "chosen"
 
@@ -238,11 +245,12 @@ class Translator(nn.Module):
         """Teacher forcing over tgt_in: (B, T), which starts with BOS."""
         raise NotImplementedError
 
-    def choose_attention(self, kind: str = "cross", layer: int | None = None,
+    def choose_attention(self, kind: str = "cross", layer: int | str | None = None,
                          head: int | str | None = None) -> AttentionChoice:
         """Check a choice of attention against this model, before any work, and fill in its
-        defaults (a Transformer: the top layer and the mean over heads). Raises OptionError
-        naming the argument at fault (kind, layer, head)."""
+        defaults (a Transformer: the top layer and the mean over heads; layer LAYER_MEAN: the
+        mean of every decoder layer's cross-attention). Raises OptionError naming the argument
+        at fault (kind, layer, head)."""
         raise NotImplementedError
 
     def choose_view(self, choice: AttentionChoice, view: str) -> AttentionChoice:
@@ -265,6 +273,13 @@ class Translator(nn.Module):
         tokens (BOS first). One forward pass, the mean over heads included. Rows at padded
         query positions carry no meaning; slice them off by length."""
         raise NotImplementedError
+
+    def drawing_positions(self, generator: torch.Generator) -> AbstractContextManager:
+        """Within the block, steps of a model with a discrete latent choice (hard
+        attention's position) draw it from its distribution with `generator` instead of
+        taking the likeliest: ancestral sampling (`mtkit.decode.sampling`). Here nothing
+        changes: the other models have no such choice."""
+        return nullcontext()
 
     def restricted(self, rows: torch.Tensor) -> Translator:
         """This model with an output layer that computes only target ids `rows` (V',): its

@@ -7,7 +7,9 @@ The attention distribution p(z_t | x, y_<t) (any score function, any normaliser)
 prior over the position z_t; the context is the encoder state at z_t alone (Xu et al. 2015,
 "Show, Attend and Tell", §4.1). Outside training z_t is the most probable position, and the
 weights a step returns are its one-hot row, so search, alignment and heatmaps show the
-position the word was made from. In training, by `mtkit.config.attention.Estimator`:
+position the word was made from; ancestral sampling (`--sample`) draws it from the prior
+instead, from the search's own seeded generator (`HardAttention.drawing`). In training, by
+`mtkit.config.attention.Estimator`:
 
 - reinforce: z_t is drawn from the prior. The draw has no gradient, so the score function
   learns from the surrogate -(r_t - b) log p(z_t) - lambda_e H(p(. | x, y_<t)), whose
@@ -24,7 +26,8 @@ position the word was made from. In training, by `mtkit.config.attention.Estimat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -75,11 +78,24 @@ class HardAttention(nn.Module):
         # The moving-average reward; NaN until the first update, which then starts it at
         # that update's mean. Not saved: a resumed run starts it again.
         self.register_buffer("baseline", torch.full((), float("nan")), persistent=False)
+        # Set while a sampling search decodes (`drawing`): its positions come from here.
+        self.generator: torch.Generator | None = None
 
     @property
     def samples(self) -> bool:
         """True when positions are drawn (REINFORCE training), else they are the argmax."""
         return self.training and self.estimator == "reinforce"
+
+    @contextmanager
+    def drawing(self, generator: torch.Generator) -> Iterator[None]:
+        """Outside training, draw each step's position from the prior with `generator`
+        (ancestral sampling of the whole latent path, as of the words) instead of taking
+        the argmax; the weights a step returns are still the drawn position's one-hot."""
+        self.generator = generator
+        try:
+            yield
+        finally:
+            self.generator = None
 
     def context(self, prior: torch.Tensor, memory: torch.Tensor
                 ) -> tuple[torch.Tensor, Draw]:
@@ -88,6 +104,10 @@ class HardAttention(nn.Module):
         if self.samples:
             index = torch.multinomial(prior.detach().flatten(0, 1).float(), 1).view(b, t)
             drawn = torch.rand(b, t, device=prior.device) >= self.soft_fraction
+        elif self.generator is not None and not self.training:
+            index = torch.multinomial(prior.detach().flatten(0, 1).float(), 1,
+                                      generator=self.generator).view(b, t)
+            drawn = torch.ones(b, t, dtype=torch.bool, device=prior.device)
         else:
             index = prior.argmax(dim=-1)
             drawn = torch.ones(b, t, dtype=torch.bool, device=prior.device)

@@ -24,11 +24,12 @@ The RNN modules take (L, B, Hd); we transpose only at that call.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import invert_permutation, pack_padded_sequence, pad_packed_sequence
-from torch.utils.checkpoint import checkpoint
 
 from mtkit.errors import MtkitError, OptionError
 from mtkit.models.attention import Attention
@@ -54,7 +55,7 @@ Hidden = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (L, B, Hd), or (h, 
 # A teacher-forced pass of a decoder: logits (B, T, V), attention (B, T, S) or None, and with
 # hard attention the draw of every step (None without).
 Teacher = tuple[torch.Tensor, torch.Tensor | None, Draw | None]
-# The exact marginal's per-position scores are computed for this many (B * T * S * V) elements
+# The exact marginal's per-position logits are computed for this many (B * T * S * V) elements
 # at once, recomputed in the backward pass rather than kept: 64 MB of float32.
 POSITION_BLOCK = 1 << 24
 
@@ -373,21 +374,16 @@ class LuongDecoder(RNNDecoder):
         return (self._logits(torch.cat(h_atts, dim=1)), attn,
                 Draw.cat(draws) if draws else None)
 
-    def _position_scorer(self, out: torch.Tensor, enc: Encoded):
-        """out (B, T, Hd) -> a function of steps t0:t1 to the log-probabilities (B, t, S, V)
-        of every word with each source position's state as the context. The readout
+    def _position_states(self, out: torch.Tensor, enc: Encoded) -> torch.Tensor:
+        """out (B, T, Hd) -> the attentional states h~ (B, T, S, D) with each source
+        position's state as the context, as the output layer takes them. The readout
         W_c [c; s] + b is split into W_c' c, once per position, and W_c'' s + b, once per step
         (Luong et al. 2015, eq. 5)."""
         hm = enc.memory.size(-1)
         w = self.readout.weight
         keys = enc.memory @ w[:, :hm].T  # (B, S, D)
         queries = out @ w[:, hm:].T + self.readout.bias  # (B, T, D)
-
-        def score(t0: int, t1: int) -> torch.Tensor:
-            h = torch.tanh(keys.unsqueeze(1) + queries[:, t0:t1].unsqueeze(2))
-            return self._logits(h).float().log_softmax(-1)
-
-        return score
+        return self.dropout(torch.tanh(keys.unsqueeze(1) + queries.unsqueeze(2)))
 
     def _steps_at_once(self, enc: Encoded) -> int:
         b, s = enc.src_mask.shape
@@ -396,18 +392,11 @@ class LuongDecoder(RNNDecoder):
     def marginal(self, out: torch.Tensor, enc: Encoded, prior: torch.Tensor) -> torch.Tensor:
         """The exact marginal over positions (Deng et al. 2018): out (B, T, Hd), prior
         (B, T, S) -> log sum_z prior[z] p(y | context z) (B, T, V), log-probabilities that
-        serve as logits. Blocks of steps are recomputed in the backward pass
-        (`POSITION_BLOCK`)."""
-        score = self._position_scorer(out, enc)
-        log_prior = safe_log(prior.float(), float("-inf"))
-
-        def block(t0: int, t1: int, lp_prior: torch.Tensor) -> torch.Tensor:
-            return (score(t0, t1) + lp_prior.unsqueeze(-1)).logsumexp(dim=2)
-
-        n = self._steps_at_once(enc)
-        return torch.cat([checkpoint(block, t0, min(t0 + n, out.size(1)),
-                                     log_prior[:, t0 : t0 + n], use_reentrant=False)
-                          for t0 in range(0, out.size(1), n)], dim=1)
+        serve as logits (`PositionMarginal`: no (B, T, S, V) tensor is kept)."""
+        return PositionMarginal.apply(self._position_states(out, enc), self.generator.weight,
+                                      self.generator.bias,
+                                      safe_log(prior.float(), float("-inf")),
+                                      self._steps_at_once(enc))
 
     def posterior(self, tgt_in: torch.Tensor, state: State, enc: Encoded) -> torch.Tensor:
         """p(z_t | x, y_<=t) (B, T, S) for the teacher-forced steps over tgt_in (B, T): the
@@ -418,13 +407,65 @@ class LuongDecoder(RNNDecoder):
         prior = self.attention(out, enc.extras.get("keys", enc.memory), enc.src_mask,
                                self._positions(state, tgt_in.size(1)))
         target = next_tokens(tgt_in)
-        score, n, parts = self._position_scorer(out, enc), self._steps_at_once(enc), []
+        h, n, parts = self._position_states(out, enc), self._steps_at_once(enc), []
         for t0 in range(0, tgt_in.size(1), n):
-            lp = score(t0, t0 + n)  # (B, t, S, V)
+            lp = self.generator(h[:, t0 : t0 + n]).float().log_softmax(-1)  # (B, t, S, V)
             index = target[:, t0 : t0 + n, None, None].expand(-1, -1, lp.size(2), 1)
             parts.append(lp.gather(-1, index).squeeze(-1))
         log_post = safe_log(prior.float(), float("-inf")) + torch.cat(parts, dim=1)
         return log_post.softmax(dim=-1)
+
+
+class PositionMarginal(torch.autograd.Function):
+    """m = log sum_s prior[s] softmax(h[s] W^T + b) (B, T, V) from the states h (B, T, S, D),
+    the output layer W (V, D), b (V,) and the log-prior lp (B, T, S) (-inf off its support),
+    `steps` target steps at a time (`POSITION_BLOCK`). The logits L (B, t, S, V) are the one
+    big tensor; rather than keeping it (with its log-softmax and the sum's intermediates, as
+    autograd would) the backward pass recomputes L once per block and applies the
+    closed-form gradient: with lse[s] = logsumexp_v L[s, v], the posterior
+    q[s, v] = exp(lp[s] + L[s, v] - lse[s] - m[v]) and gq[s] = sum_v g[v] q[s, v],
+        dL[s, v] = g[v] q[s, v] - gq[s] softmax(L[s])[v],    dlp[s] = gq[s].
+    The output layer's matmul runs four times per position and step (forward, recomputed,
+    the two of the backward): the floor without keeping L is that, three with it kept."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, lp, steps):
+        ms, lses = [], []
+        for t0 in range(0, h.size(1), steps):
+            logits = F.linear(h[:, t0 : t0 + steps], weight, bias).to(lp.dtype)  # (B,t,S,V)
+            lse = logits.logsumexp(-1)
+            lses.append(lse)
+            ms.append(logits.add_((lp[:, t0 : t0 + steps] - lse).unsqueeze(-1)).logsumexp(2))
+        m = torch.cat(ms, dim=1)
+        ctx.save_for_backward(h, weight, bias, lp, torch.cat(lses, dim=1), m)
+        ctx.steps = steps
+        return m
+
+    @staticmethod
+    def backward(ctx, g):
+        h, weight, bias, lp, lse, m = ctx.saved_tensors
+        dh, dlp = torch.empty_like(h), torch.empty_like(lp)
+        # lp is float32 at least (`marginal`): the precision the sums are made in
+        dw = torch.zeros(weight.shape, dtype=lp.dtype, device=weight.device)
+        db = None if bias is None else torch.zeros(bias.shape, dtype=lp.dtype,
+                                                   device=bias.device)
+        for t0 in range(0, h.size(1), ctx.steps):
+            blk = slice(t0, t0 + ctx.steps)
+            logits = F.linear(h[:, blk], weight, bias).to(lp.dtype)
+            lse_b = lse[:, blk].unsqueeze(-1)
+            # g[v] q[s, v]; where lp is -inf (no prior mass) q is exactly 0
+            gq = (logits + (lp[:, blk].unsqueeze(-1) - lse_b)).sub_(m[:, blk].unsqueeze(2))
+            gq = gq.exp_().mul_(g[:, blk].to(lp.dtype).unsqueeze(2))
+            gq_s = gq.sum(-1, keepdim=True)
+            dlogits = gq.sub_(logits.sub_(lse_b).exp_().mul_(gq_s))  # (B, t, S, V)
+            dlp[:, blk] = gq_s.squeeze(-1)
+            d = dlogits.to(h.dtype)
+            dh[:, blk] = d @ weight
+            dw += (d.flatten(0, 2).T @ h[:, blk].flatten(0, 2)).to(lp.dtype)
+            if db is not None:
+                db += dlogits.sum((0, 1, 2))
+        return (dh, dw.to(weight.dtype), None if db is None else db.to(bias.dtype), dlp,
+                None)
 
 
 def next_tokens(tgt_in: torch.Tensor) -> torch.Tensor:
@@ -446,6 +487,10 @@ class RNNTranslator(Translator):
         self.has_attention = decoder.attention is not None
         if decoder.scores_positions:
             self.views = ("chosen", "prior", "posterior")
+
+    def drawing_positions(self, generator: torch.Generator) -> AbstractContextManager:
+        hard = self.decoder.hard
+        return nullcontext() if hard is None else hard.drawing(generator)
 
     def restricted(self, rows: torch.Tensor) -> RNNTranslator:
         decoder = with_child(self.decoder, "generator",

@@ -31,9 +31,11 @@ from mtkit.config.attention import Normalizer
 from mtkit.errors import OptionError, choice
 from mtkit.models import kv_cache
 from mtkit.models.base import (
+    LAYER_MEAN,
     AttentionChoice,
     AttentionKind,
     Encoded,
+    LayerMean,
     Output,
     State,
     Step,
@@ -265,16 +267,22 @@ class Decoder(nn.Module):
         self.norm = final_norm
 
     def forward(self, x: torch.Tensor, enc: Encoded, *, self_layer: int | None = None,
-                cross_layer: int | None = None) -> tuple[torch.Tensor, Weights, Weights]:
+                cross_layer: int | LayerMean | None = None
+                ) -> tuple[torch.Tensor, Weights, Weights]:
         """x (B, T, d) -> (B, T, d), self weights (B, h, T, T) of self_layer, cross weights
-        (B, h, T, S) of cross_layer."""
+        (B, h, T, S) of cross_layer (LAYER_MEAN: the mean over every layer's)."""
         mask = enc.src_mask[:, None, None, :]
         sw = cw = None
+        every = cross_layer == LAYER_MEAN
         for i, layer in enumerate(self.layers):
             x, s, c = layer(x, enc.extras[f"cross_k{i}"], enc.extras[f"cross_v{i}"], mask,
-                            self_weights=i == self_layer, cross_weights=i == cross_layer)
+                            self_weights=i == self_layer,
+                            cross_weights=every or i == cross_layer)
             sw = s if s is not None else sw
-            cw = c if c is not None else cw
+            if c is not None:
+                cw = c if cw is None or not every else cw + c
+        if every and cw is not None:
+            cw = cw / len(self.layers)
         return self.norm(x), sw, cw
 
 
@@ -385,7 +393,7 @@ class Transformer(Translator):
                                 cross_layer=self.align_layer if return_attn else None)
         return Output(self.generator(x), None if cw is None else _pick_head(cw, self.align_head))
 
-    def choose_attention(self, kind: str = "cross", layer: int | None = None,
+    def choose_attention(self, kind: str = "cross", layer: int | str | None = None,
                          head: int | str | None = None) -> AttentionChoice:
         """Default: for the cross-attention, the model's own `align_layer` and `align_head`
         (what its search returns, and what guided alignment trained); for self-attention, the
@@ -394,7 +402,7 @@ class Transformer(Translator):
         (AER, d_model 64, seeds 1-4): 2 decoder layers, top 0.001-0.019 vs bottom 0.03-0.76;
         3 decoder layers (seeds 1-3), top 0.003-0.050 vs penultimate 0.022-0.080 vs bottom
         0.18-0.75. Garg et al. (2019) find the penultimate layer best on real language pairs;
-        `layer` chooses. The recipes' align_layer defaults to -1 too."""
+        `layer` chooses; LAYER_MEAN, the cross-attention's mean over the decoder layers."""
         if problems := kind_problems(kind):
             raise OptionError(*problems)
         n = len(self.encoder.layers if kind == "encoder" else self.decoder.layers)
@@ -402,7 +410,10 @@ class Transformer(Translator):
             layer = self.default_cross[0] if layer is None else layer
             head = self.default_cross[1] if head is None else head
         layer = -1 if layer is None else layer
-        if not -n <= layer < n:
+        if layer == LAYER_MEAN and kind != "cross":
+            raise OptionError.about("layer", "the mean over layers is read of the "
+                                    "cross-attention only", value=layer)
+        if layer != LAYER_MEAN and not (isinstance(layer, int) and -n <= layer < n):
             side = "encoder" if kind == "encoder" else "decoder"
             raise OptionError.about("layer", f"the model has {n} {side} layers; expected "
                                     f"0..{n - 1} or -{n}..-1 (from the top)", value=layer)
@@ -410,14 +421,15 @@ class Transformer(Translator):
         if head != "mean" and not (isinstance(head, int) and 0 <= head < self.heads):
             raise OptionError.about("head", f"the model has {self.heads} heads; expected "
                                     f"0..{self.heads - 1} or mean", value=head)
-        return AttentionChoice(choice("kind", kind, AttentionKind), layer, head)
+        return AttentionChoice(choice("kind", kind, AttentionKind), layer, head)  # type: ignore[arg-type]
 
     def attention_maps(self, src: torch.Tensor, src_lens: torch.Tensor, tgt_in: torch.Tensor,
                        choice: AttentionChoice) -> torch.Tensor:
-        """See `Translator.attention_maps`: one pass computes every head of the chosen layer."""
+        """See `Translator.attention_maps`: one pass computes every head of the chosen layer
+        (of every layer, for LAYER_MEAN)."""
         assert choice.layer is not None and choice.head is not None, choice
         n = len(self.encoder.layers if choice.kind == "encoder" else self.decoder.layers)
-        layer = choice.layer % n
+        layer = choice.layer if choice.layer == LAYER_MEAN else choice.layer % n
         if choice.kind == "encoder":
             mask = source_mask(src, src_lens)
             _, w = self.encoder(self.src_embed(src), mask[:, None, None, :], weights_layer=layer)

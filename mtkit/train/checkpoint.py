@@ -170,6 +170,26 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return out
 
 
+def _too_few(run_dir: Path, found: list[Path], want: str) -> CheckpointError:
+    """`average` asked for more numbered checkpoints than `run_dir` holds, and why it holds
+    no more: train.keep_last deleted older ones (as many are kept as it allows), or training
+    wrote no more (one at each validation or train.checkpoint_every)."""
+    said = f"{run_dir}: {len(found)} checkpoint_<update>.pt file(s) kept, cannot average {want}"
+    keep = None
+    if found:
+        from mtkit.config import recipe_from_yaml_text
+
+        text = load_checkpoint(found[-1], mmap=True)["recipe"]
+        keep = recipe_from_yaml_text(text, source=f"{found[-1]} (its recipe)").train.keep_last
+    if keep is not None and len(found) >= keep:
+        why = f"train.keep_last ({keep}) keeps no more: raise it for the next run"
+    else:
+        fewer = f"average --last {len(found)}, or " if len(found) >= 2 else ""
+        why = (f"training wrote no more (one at each validation, train.valid_every, or every "
+               f"train.checkpoint_every updates): {fewer}train with checkpoints closer together")
+    return CheckpointError(f"{said} ({why})")
+
+
 def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
     """The checkpoints `mtkit average` means: the newest `last` (default: all) numbered
     checkpoints of one run directory, or two or more named checkpoint files."""
@@ -180,9 +200,7 @@ def select_for_average(inputs: list[Path], last: int | None) -> list[Path]:
         found = numbered_checkpoints(inputs[0])
         n = len(found) if last is None else last
         if len(found) < 2 or n > len(found):
-            want = "two or more" if last is None else str(max(n, 2))
-            raise CheckpointError(f"{inputs[0]}: {len(found)} checkpoint_<update>.pt file(s) "
-                                  f"kept, cannot average {want} (train.keep_last keeps more)")
+            raise _too_few(inputs[0], found, "two or more" if last is None else str(max(n, 2)))
         return found[-n:]
     if len(inputs) == 1 and not inputs[0].exists():
         raise CheckpointError(f"{inputs[0]}: no such run directory or checkpoint file")

@@ -39,6 +39,7 @@ from mtkit.train.setup import (
     changed_settings,
     check_fresh,
     check_init_fresh,
+    check_init_vocab_plan,
     init_state,
     resume_state,
 )
@@ -105,6 +106,8 @@ def _train_in_group(recipe: Recipe, run_dir: Path, *, dist: Dist, device: torch.
                              console if dist.is_main else None)
         init = (init_state(recipe, Path(init_from), reinitialize=init_fresh)
                 if init_from is not None and state is None else None)
+        if init is not None:  # on every rank, before rank 0's prep trains anything
+            check_init_vocab_plan(recipe, run_dir, init)
         changed = changed_settings(state, recipe) if state is not None else []
 
         def prepare_data() -> bool:  # on rank 0, while the other ranks wait

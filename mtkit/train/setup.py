@@ -21,6 +21,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mtkit.config import Recipe, dump_recipe, recipe_from_yaml_text, recipe_to_dict
 from mtkit.data.batch import Batch
+from mtkit.data.manifest import is_prepared
+from mtkit.data.prep import parent_tokenizer
 from mtkit.data.resegment import Resegmenter
 from mtkit.data.sampler import TokenBatchSampler
 from mtkit.data.sources import sha256_file
@@ -223,20 +225,41 @@ def _at(d: dict, key: str) -> object:
     return d
 
 
+def check_init_vocab_plan(recipe: Recipe, run_dir: Path, init: dict) -> None:
+    """Before prep does any work: the vocabulary prep will give the run (the one of the run
+    `data.spm.from_run` names, the run's own when its data is up to date, else a new one it
+    would train, minutes on a big corpus) must be the parent's, unless every part whose shape
+    follows it is re-initialized. `_check_init_vocab` checks the prepared data again."""
+    if set(VOCABULARY_PARTS) <= set(init["meta"].get("reinitialized", [])):
+        return
+    spm, ddir = recipe.data.spm, data_dir(run_dir)
+    if spm.from_run is not None:
+        planned = parent_tokenizer(spm)
+    elif is_prepared(recipe, run_dir):
+        planned = Tokenizer.load(ddir)
+    else:
+        raise _another_vocab(init, f"data.spm.from_run is unset: prep would train a new "
+                                   f"sentencepiece model for {ddir}")
+    _check_init_vocab(init, vocab_info(planned), ddir, planned.joint)
+
+
 def _check_init_vocab(init: dict, vocab: dict, ddir: Path, joint: bool) -> None:
     """Another vocabulary than the parent's is refused, unless every part whose shape follows
     it is re-initialized."""
     if same_vocab(init["vocab"], vocab) or set(VOCABULARY_PARTS) <= set(
             init["meta"].get("reinitialized", [])):
         return
-    ckpt = Path(init["meta"]["checkpoint"])
     names = ", ".join(model_files(joint))
-    raise CheckpointError.about("init_from", (
+    raise _another_vocab(init, f"this run's {ddir} holds other ones ({names})")
+
+
+def _another_vocab(init: dict, what: str) -> CheckpointError:
+    ckpt = Path(init["meta"]["checkpoint"])
+    return CheckpointError.about("init_from", (
         f"{ckpt} was trained with the sentencepiece model(s) "
-        f"in {ckpt.parent / 'data'}, but this run's {ddir} holds other ones "
-        f"({names}); set data.spm.from_run: {ckpt.parent} so that prep "
-        "reuses the parent's (or re-initialize what depends on the vocabulary: {0} with "
-        f"each of {', '.join(VOCABULARY_PARTS)})"), others=("init_fresh",))
+        f"in {ckpt.parent / 'data'}, but {what}; set data.spm.from_run: {ckpt.parent} so "
+        "that prep reuses the parent's (or re-initialize what depends on the vocabulary: "
+        f"{{0}} with each of {', '.join(VOCABULARY_PARTS)})"), others=("init_fresh",))
 
 
 # --------------------------------------------------------------------------- building

@@ -9,10 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import mtkit
 from mtkit.data.store import text_path
 from mtkit.documents.formats import translate_document
+from mtkit.errors import ConfigError
 from mtkit.run import data_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -217,3 +219,33 @@ def test_mtkit_translate_names_a_broken_file_in_one_line(toy_model, tmp_path):
 
 
 PAGE_HTML = "<html><body><p>pel <b>nel</b> dar</p>\n<p>vin lem ba</p></body></html>\n"
+
+
+def test_documents_link_by_the_layers_mean_in_a_forced_pass(toy_model, model):
+    """The links markup is placed by: argmax-src over the mean of the decoder layers'
+    cross-attention of a forced pass over the translation, not the search's own layer."""
+    from mtkit.align.pairs import Pair, pair_attention
+    from mtkit.documents.formats import LINKS, link_extras
+    from mtkit.translation.lines import pharaoh_aligner
+
+    extras = link_extras(model, "align")
+    assert (extras.align, extras.align_method, extras.align_layer) == (True, LINKS, "mean")
+    assert link_extras(model, "position").align is False
+    src = text_path(data_dir(toy_model), "test", "src").read_text().splitlines()
+    cfg = model.options({"method": "greedy"})
+    out = model.decode(src, cfg, extras)
+    net, tok = model._model, model.translator(cfg).tok
+    pairs = [Pair(0, tok.encode_src(t.source), tok.encode_tgt(t.text)) for t in out]
+    maps = pair_attention(net, pairs, net.choose_attention("cross", "mean", "mean"),
+                          device=torch.device("cpu"), batch_tokens=4000)
+    align = pharaoh_aligner(LINKS)
+    for t, p, m in zip(out, pairs, maps, strict=True):
+        want = align(tok.src_pieces(p.src), tok.tgt_pieces(p.tgt), torch.from_numpy(m), None)
+        assert t.candidates[0].alignment == want
+    # where the layers' mean and the search's own layer link differently, the mean's are given
+    own = model.decode(src, cfg, model.extras(align=True, align_method=LINKS))
+    assert [o.text for o in own] == [t.text for t in out]
+    assert any(o.candidates[0].alignment != t.candidates[0].alignment
+               for o, t in zip(own, out, strict=True))
+    with pytest.raises(ConfigError, match="^align_layer: it chooses the attention"):
+        model.extras(align_layer="mean")

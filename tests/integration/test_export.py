@@ -685,18 +685,50 @@ finally:
 """
 
 
-@pytest.mark.parametrize("extra", [["--greedy"], ["--beam", "2", "--nbest", "2",
-                                                   "--length-penalty", "average",
-                                                   "--format", "jsonl"]])
-def test_translating_with_an_export_never_imports_torch(toy_export, test_src, extra):
-    """`mtkit translate EXPORT` starts without torch (2.5-3.5 s to import on 2 cores) or
-    numpy: the engine does the work. --align is the exception (the aligner needs torch)."""
+@pytest.mark.parametrize(("extra", "needs"), [
+    (["--greedy"], []),
+    (["--beam", "2", "--nbest", "2", "--length-penalty", "average", "--format", "jsonl"], []),
+    # links and terms read the engine's attention as a numpy array (numpy: the engine's own)
+    (["--align"], ["numpy"]),
+    (["--align", "--align-method", "grow-diag-final", "--readout", "shift"], ["numpy"]),
+    (["--terms", "TERMS", "--terms-method", "prefix"], ["numpy"]),
+    (["--terms", "TERMS", "--terms-method", "align"], ["numpy"]),
+    (["--prefix", "SRC"], []),
+])
+def test_translating_with_an_export_never_imports_torch(toy_export, test_src, tmp_path, extra,
+                                                        needs):
+    """`mtkit translate EXPORT` starts without torch (2.5-3.5 s to import on 2 cores): the
+    engine does the work, links, terms and prefixes included; plain text needs no numpy."""
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("sa\tgu\n")
+    args = [{"TERMS": str(terms), "SRC": str(test_src)}.get(a, a) for a in extra]
     proc = subprocess.run([sys.executable, "-c", _NO_TORCH, "translate", str(toy_export),
-                           "-i", str(test_src), "--threads", "1", *extra],
+                           "-i", str(test_src), "--threads", "1", *args],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) >= len(test_src.read_text().splitlines())
-    assert proc.stderr.splitlines()[-1] == "imported:", proc.stderr
+    assert proc.stderr.splitlines()[-1] == " ".join(["imported:", *needs]), proc.stderr
+
+
+_API_NO_TORCH = """
+import sys
+import mtkit
+model = mtkit.load(sys.argv[1], device="cpu", threads=1)
+lines = open(sys.argv[2], encoding="utf-8").read().splitlines()[:4]
+full = model.translate_full(lines, attention=True, align=True, terms={"sa": "gu"})
+best = full[0].candidates[0]
+assert best.attention is not None and best.alignment is not None
+model.translate(lines, prefix=[lines[0].split()[0], "", "", ""])
+print("torch" in sys.modules)
+"""
+
+
+def test_the_apis_attention_links_terms_and_prefixes_on_an_export_import_no_torch(
+        toy_export, test_src):
+    proc = subprocess.run([sys.executable, "-c", _API_NO_TORCH, str(toy_export), str(test_src)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
 
 
 def test_outputs_end_by_the_models_positions_with_a_warning(toy_run, test_src, tmp_path):

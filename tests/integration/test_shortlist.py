@@ -63,6 +63,28 @@ def test_shortlisted_decoding_gives_the_same_translations(shortlisted):
     assert res.text.startswith("mir lop")
 
 
+def test_groups_of_a_batch_search_their_own_columns(shortlisted, monkeypatch):
+    """A batch searched in groups of 7 sentences (each over its own, smaller union of lists)
+    gives every sentence, in order, what the whole vocabulary gives it."""
+    import mtkit.decode
+    from mtkit.decode.shortlist import OutputShortlist
+
+    src = text_path(data_dir(shortlisted), "test", "src").read_text().splitlines()
+    full = mtkit.load(shortlisted, device="cpu", threads=1).translate(src)
+    monkeypatch.setattr(mtkit.decode, "GROUP", 7)
+    seen: list[int] = []
+    rows = OutputShortlist.rows
+    monkeypatch.setattr(OutputShortlist, "rows", lambda self, src, prefix=None: (
+        seen.append(len(src)) or rows(self, src, prefix)))
+    short = mtkit.load(shortlisted, device="cpu", threads=1, shortlist=True)
+    assert short.translate(src) == full
+    assert max(seen) == 7 and sum(seen) >= len(src)
+    # each group takes its own sentences' prefixes (every third: its first word)
+    prefixes = [t.split()[0] if i % 3 == 0 and t else "" for i, t in enumerate(full)]
+    base = mtkit.load(shortlisted, device="cpu", threads=1)
+    assert short.translate(src, prefix=prefixes) == base.translate(src, prefix=prefixes)
+
+
 def test_shortlist_is_counted_saved_and_read_back(toy_model, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)

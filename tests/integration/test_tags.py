@@ -98,3 +98,22 @@ def test_cli_server_and_export_take_the_tag(two_way, lines, tmp_path):
     assert exported.tags == ["<rev>", "<copy>"]
     got = exported.translate(lines[:10], tag="<copy>", method="greedy")
     assert got == model.translate(lines[:10], tag="<copy>", method="greedy")
+
+
+def test_the_tags_column_is_left_out_of_attention_as_of_links_and_source_tokens(two_way,
+                                                                                  lines):
+    """The API's attention for a tagged model had the tag's column (and its source tokens
+    the tag) where the links leave it out: one convention, the links'."""
+    model = mtkit.load(two_way, device="cpu", threads=1)
+    tok = Tokenizer.load(data_dir(two_way))
+    for layer in (None, -1):  # the search's own attention, and a forced pass's
+        [res] = model.translate_full([lines[0]], tag="<rev>", attention=True, align=True,
+                                     layer=layer, head=None if layer is None else "mean")
+        cand = res.candidates[0]
+        assert res.source_tokens == tok.src_pieces(tok.encode_src(lines[0]))
+        sub, word = cand.attention.subword, cand.attention.word
+        assert sub.source == [*res.source_tokens, "</s>"]
+        assert word.source == [*lines[0].split(), "</s>"]
+        assert all(len(row) == len(sub.source) for row in sub.weights)
+        assert max(int(link.split("-")[0]) for link in cand.alignment.split()) < len(
+            lines[0].split())

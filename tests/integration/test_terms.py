@@ -96,6 +96,12 @@ def test_glossary_errors_are_one_line(toy_model, model, tmp_path):
     assert res.output.strip().splitlines()[-1] == (
         f"mtkit: error: --terms {bad}: line(s) 1: expected a source term, a tab and a target "
         "term")
+    # invalid UTF-8 became U+FFFD in the forced term, unsaid
+    bad.write_bytes(b"# ein Glossar\nsa\tko\nmir\tg\xfc\n")  # Latin-1
+    res = run_cli("translate", toy_model, "--terms", bad, input="sa\n")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip() == (f"mtkit: error: --terms {bad}: line 3: invalid UTF-8; a "
+                                  "glossary is UTF-8 text")
     res = run_cli("translate", toy_model, "--terms-method", "prefix", input="sa\n")
     assert res.exit_code == 2 and "--terms-method needs --terms" in res.output
     with pytest.raises(ConfigError, match="terms_method: invalid choice"):

@@ -284,6 +284,38 @@ def test_overlong_lines_warn_once_with_their_count(toy_model, tmp_path):
     assert result.stderr.count("warning") == 1 and warning in result.stderr
 
 
+def test_a_binary_file_is_refused_naming_it_unless_a_document_reader_takes_it(toy_model,
+                                                                             tmp_path):
+    """A .docx read as lines (renamed, or on standard input) was translated into noise with
+    one warning and exit 0; as report.docx the docx reader takes it."""
+    import docx
+
+    doc = docx.Document()
+    doc.add_paragraph("sa gu mir")
+    doc.save(tmp_path / "report.docx")
+    shutil.copyfile(tmp_path / "report.docx", tmp_path / "report.txt")
+    out = tmp_path / "out.de"
+    result = _cli("translate", toy_model, "-i", tmp_path / "report.txt", "-o", out)
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"mtkit: error: {tmp_path / 'report.txt'}: not text: a NUL byte on "
+                           "line 1, in its first 8,000 bytes (a binary file); ")
+    assert "--input-format (paragraphs, html" in line and "docx)" in line
+    assert not out.exists()
+    proc = subprocess.run([*MTKIT, "translate", str(toy_model), "--threads", "1"],
+                          input=(tmp_path / "report.docx").read_bytes(), capture_output=True,
+                          env=_env(), timeout=120)
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert proc.stderr.decode().startswith("mtkit: error: <stdin>: not text: a NUL byte")
+    assert _cli("translate", toy_model, "-i", tmp_path / "report.docx", "-o",
+                tmp_path / "out.docx").exit_code == 0
+    # text with a stray NUL past the head is still translated, with the warning
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"sa gu\n" * 2000 + b"mir\0 sa\n")
+    result = _cli("translate", toy_model, "-i", late)
+    assert result.exit_code == 0 and "NUL bytes on 1 line (first: line 2001)" in result.stderr
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["-i", "missing.txt"], "-i missing.txt: input file not found"),
     (["-i", "."], "-i .: is a folder; expected the input file"),

@@ -10,11 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtkit.config import ModelConfig, RNNConfig, recipe_from_dict
+from mtkit.config import DecodeConfig, ModelConfig, RNNConfig, recipe_from_dict
 from mtkit.config.attention import HardAttentionConfig
+from mtkit.decode import decode_batch
 from mtkit.errors import ConfigError, OptionError
 from mtkit.models.base import AttentionChoice
 from mtkit.models.hard import Draw
+from mtkit.models.rnn import PositionMarginal
 from mtkit.models.vocab import PAD_ID
 from tests.helpers import reversal_batch, tiny_model
 
@@ -134,6 +136,27 @@ def test_exact_marginal_loss_equals_the_enumerated_sum():
     assert model.decoder.attention.W_s.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_position_marginal_gradient_is_autograds(steps):
+    g = torch.Generator().manual_seed(0)
+    b, t, s, d, v = 2, 5, 4, 3, 7
+    h = torch.randn(b, t, s, d, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(v, d, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(v, generator=g, dtype=torch.float64, requires_grad=True)
+    prior = torch.rand(b, t, s, generator=g, dtype=torch.float64)
+    prior[0, :, -1] = 0  # off the support: no mass, no gradient
+    lp = torch.where(prior > 0, prior, 1).log().masked_fill(prior == 0, float("-inf"))
+    lp = (lp - lp.logsumexp(-1, keepdim=True)).requires_grad_()
+    upstream = torch.randn(b, t, v, generator=g, dtype=torch.float64)
+    want = (F.linear(h, w, bias).log_softmax(-1) + lp.unsqueeze(-1)).logsumexp(2)
+    want_grads = torch.autograd.grad((want * upstream).sum(), (h, w, bias, lp))
+    got = PositionMarginal.apply(h, w, bias, lp, steps)
+    torch.testing.assert_close(got, want)
+    for x, y in zip(torch.autograd.grad((got * upstream).sum(), (h, w, bias, lp)),
+                    want_grads, strict=True):
+        torch.testing.assert_close(x, y)
+
+
 @pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
 def test_posterior_is_bayes_rule_over_the_enumerated_positions(normalizer):
     model = tiny_model(_cfg("exact", normalizer=normalizer), VOCAB)
@@ -171,6 +194,42 @@ def test_decoding_attends_to_the_argmax_position_one_hot(placement, feeding):
     if placement == "bahdanau" or feeding:
         with pytest.raises(OptionError, match="posterior"):
             model.choose_view(choice, "posterior")
+
+
+@pytest.mark.parametrize("placement,feeding", [("bahdanau", True), ("luong", False)])
+def test_sampling_draws_the_position_too_reproducibly(placement, feeding):
+    model = tiny_model(_cfg("reinforce", placement=placement, input_feeding=feeding), VOCAB)
+    b = _batch(n=4, seed=3)
+    cfg = DecodeConfig(method="sample", nbest=16, max_len_b=4, max_len_a=0.0, seed=11)
+
+    def decode(c):
+        hyps = decode_batch(model, b, c, need_attn=True)
+        return [[(h.tokens, h.attn) for h in hs] for hs in hyps]
+
+    def first_positions(out):  # the position of each sample's first step, per sentence
+        return [{int(attn[0].argmax()) for _, attn in hs} for hs in out]
+
+    greedy = decode(dataclasses.replace(cfg, method="greedy", nbest=1))
+    sampled = decode(cfg)
+    for hs in sampled:
+        for _, attn in hs:
+            assert ((attn == 0) | (attn == 1)).all() and (attn.sum(-1) == 1).all()
+    # The first step's prior depends on no drawn token: only drawing positions varies it.
+    assert all(len(p) == 1 for p in first_positions(greedy))
+    assert sum(len(p) > 1 for p in first_positions(sampled)) >= 3
+    again = decode(cfg)
+    assert [[t for t, _ in hs] for hs in again] == [[t for t, _ in hs] for hs in sampled]
+    for hs, hs2 in zip(sampled, again, strict=True):
+        for (_, a1), (_, a2) in zip(hs, hs2, strict=True):
+            assert torch.equal(a1, a2)
+    def paths(out):  # every sample's positions, in order
+        return [[attn.argmax(-1).tolist() for _, attn in hs] for hs in out]
+
+    assert paths(decode(dataclasses.replace(cfg, seed=12))) != paths(sampled)
+    # Outside the sampling search the position is the argmax again.
+    assert [[t for t, _ in hs] for hs in decode(
+        dataclasses.replace(cfg, method="greedy", nbest=1))] == [[t for t, _ in hs]
+                                                                 for hs in greedy]
 
 
 def test_views_of_a_soft_model():

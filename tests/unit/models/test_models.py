@@ -492,6 +492,31 @@ def test_transformer_attention_maps():
 
 
 @torch.no_grad()
+def test_layer_mean_is_the_mean_of_every_decoder_layers_cross_attention():
+    model = _model(_tf(heads=4, dec_layers=3, align_layer=-1))
+    src, lens, tgt, _ = _batch()
+    pad = torch.arange(7) >= lens[:, None]
+    choice = model.choose_attention(layer="mean")
+    assert choice == AttentionChoice("cross", "mean", "mean")
+    assert choice.describe() == "cross-attention, layer mean, head mean"
+    mean = model.attention_maps(src, lens, tgt, choice)
+    layers = [model.attention_maps(src, lens, tgt, model.choose_attention(layer=k))
+              for k in range(3)]
+    torch.testing.assert_close(mean, torch.stack(layers).mean(0))
+    assert not any(torch.allclose(mean, w) for w in layers)  # not one layer's
+    torch.testing.assert_close(mean.sum(-1), torch.ones(mean.shape[:2]))
+    assert (mean.masked_select(pad[:, None, :].expand_as(mean)) == 0).all()
+    one_head = model.attention_maps(src, lens, tgt, model.choose_attention(layer="mean", head=1))
+    torch.testing.assert_close(one_head, torch.stack([model.attention_maps(
+        src, lens, tgt, model.choose_attention(layer=k, head=1)) for k in range(3)]).mean(0))
+    with pytest.raises(MtkitError, match="^layer mean: the mean over layers is read of the "
+                       "cross-attention only"):
+        model.choose_attention("encoder", layer="mean")
+    with pytest.raises(MtkitError, match=r"^layer top: the model has 3 decoder layers"):
+        model.choose_attention(layer="top")
+
+
+@torch.no_grad()
 def test_align_head_and_layer_choose_the_returned_attention():
     src, lens, tgt, _ = _batch()
     model = _model(_tf(heads=4, dec_layers=2, align_layer=0, align_head=2))

@@ -195,10 +195,27 @@ def test_average_command_on_a_run_directory(toy_trained: Path, tmp_path: Path) -
     assert not (tmp_path / "a.pt").exists()
 
 
+def test_average_of_more_than_training_wrote_does_not_advise_keep_last(toy_trained: Path,
+                                                                       tmp_path: Path) -> None:
+    """`make demo`'s run writes two checkpoints under train.keep_last 3: `average --last 3`
+    advised raising keep_last, which was 3 already."""
+    run = tmp_path / "run"
+    shutil.copytree(toy_trained, run)
+    (run / "checkpoint_2.pt").unlink()  # as if training had saved at updates 4 and 6 only
+    result = CliRunner().invoke(app, ["average", str(run), "--last", "3"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert ("2 checkpoint_<update>.pt file(s) kept, cannot average 3 (training wrote no more "
+            "(one at each validation, train.valid_every, or every train.checkpoint_every "
+            "updates): average --last 2, or train with checkpoints closer together)") in said
+    assert "keep_last" not in said
+
+
 def test_average_command_errors_are_one_line(toy_trained: Path) -> None:
     result = CliRunner().invoke(app, ["average", str(toy_trained), "--last", "5"])
     assert result.exit_code == 2
-    assert "3 checkpoint_<update>.pt file(s) kept, cannot average 5" in result.output
+    assert ("3 checkpoint_<update>.pt file(s) kept, cannot average 5 (train.keep_last (3) "
+            "keeps no more: raise it for the next run)") in " ".join(result.output.split())
     result = CliRunner().invoke(app, ["average", str(toy_trained / "last.pt")])
     assert result.exit_code == 2 and "at least two different checkpoint files" in result.output
     # a file named twice (under two names) would count twice: A A B is not (A + B) / 2

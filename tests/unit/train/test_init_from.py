@@ -128,10 +128,24 @@ def test_init_from_refuses_another_vocabulary_or_architecture(parent: Path,
                        r"recipe but 128 in .*best\.pt's; the architecture must be"):
         _train(tmp_path / "a", *_child_sets(parent), "model.transformer.ffn_dim=64",
                init_from=parent)
-    with pytest.raises(CheckpointError, match=r"set data\.spm\.from_run: "):
+    with pytest.raises(CheckpointError, match=r"data\.spm\.from_run is unset: prep would "
+                       r"train a new sentencepiece model .*; set data\.spm\.from_run: "):
         _train(tmp_path / "b", "data.spm.vocab_size=40", init_from=parent)
+    # refused from the plan, before prep trained a sentencepiece model and left data behind
+    assert not (tmp_path / "b" / "data").exists()
     with pytest.raises(ConfigError, match="give one of them"):
         _train(parent, init_from=parent, resume=True)
+
+
+def test_a_from_run_of_another_vocabulary_is_refused_before_prep(parent: Path,
+                                                                  tmp_path: Path) -> None:
+    """data.spm.from_run names a run whose sentencepiece model is not the parent's."""
+    other = tmp_path / "other"
+    prepare(load_recipe(TOY, ["data.spm.vocab_size=40"]), other, batching=False)
+    with pytest.raises(CheckpointError, match=r"this run's .*/child/data holds other ones"):
+        _train(tmp_path / "child", f"data.spm.from_run={other}", "data.spm.vocab_size=40",
+               init_from=parent)
+    assert not (tmp_path / "child" / "data").exists()
 
 
 def test_init_from_mismatch_is_one_line_with_exit_2(parent: Path, tmp_path: Path) -> None:
