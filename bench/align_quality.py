@@ -178,8 +178,8 @@ def run_rows(run: Path, src: list[str], tgt: list[str], refs: list[set[tuple[int
 
 def bleu(run: Path) -> tuple[float, str]:
     """test2016 BLEU of the run's best checkpoint with its recipe's decoding, and the tag."""
+    from mtkit.api.splits import translate_split
     from mtkit.score.metrics import MetricOptions, score_files
-    from mtkit.score.split_translation import translate_split
 
     done = translate_split(run, SPLIT, device=torch.device("cpu"))
     report = score_files([done.reference], [done.path], metrics=MetricOptions(("bleu",)))

@@ -36,7 +36,7 @@ Shapes: T target tokens (without EOS), S source tokens.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 # One choice with one set of names for training and reading: guided alignment supervises the
 # rows of `train.guided_alignment.readout` (`mtkit.train.loss.alignment_ce`), align reads them.
@@ -48,7 +48,15 @@ if TYPE_CHECKING:
 
 DEFAULT_READOUT: Readout = "current"
 
-M = TypeVar("M")  # a numpy array or a torch tensor: anything sliceable by rows
+class _Rows(Protocol):
+    """A numpy array or a torch tensor: anything with a length and sliced by rows."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, rows: Any, /) -> Any: ...
+
+
+M = TypeVar("M", bound=_Rows)
 
 
 def default_readout(recipe: Recipe) -> Readout:
@@ -77,9 +85,9 @@ def select_rows(attn: M, n_tgt: int, readout: Readout) -> M:
     if readout == "current":
         return attn
     assert readout == "shift", readout
-    rows = len(attn)  # type: ignore[arg-type]
+    rows = len(attn)
     if rows != n_tgt + 1:
         raise ValueError(f"attention with {rows} rows for {n_tgt} target tokens; the shift "
                          f"read-out needs {n_tgt + 1} (one per decoder input: BOS and every "
                          "token)")
-    return attn[1:]  # type: ignore[index]
+    return attn[1:]

@@ -155,6 +155,22 @@ class TranslationModel:
                                      tag=self.checked_tag(tag), fmt=fmt,
                                      max_out_len=max_output)
 
+    @property
+    def network(self) -> Any:
+        """mtkit's own model (`mtkit.models.base.Translator`) when one checkpoint is loaded;
+        None for an ensemble or an export."""
+        return self._model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The sentencepiece tokenizer (`mtkit.data.spm.Tokenizer`) of mtkit's own model."""
+        return self._base.tok
+
+    def untagged(self, cfg: DecodeConfig) -> LineTranslator:
+        """A `LineTranslator` with `cfg` that puts no language tag before the source: for text
+        whose lines carry their tags already (a run's prepared splits)."""
+        return self._base.configured(cfg, tag=None)
+
     def close(self) -> None:
         """End the decoding threads this model started (a later call starts new ones):
         what unloading a model of several (`mtkit.load_many`) does before letting it go."""
@@ -677,14 +693,13 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
     named = {k: k for k in decode} if origins is None else origins
     if problems := name_problems(translator.decode_problems(cfg), named):
         raise ConfigError("; ".join(problems))
-    tf = recipe.model.transformer
-    transformer = recipe.model.arch == "transformer" and len(paths) == 1
+    grid = model.attention_grid if len(paths) == 1 else None  # an ensemble has no choice
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
                      recipe.model.arch, [str(resolve_checkpoint(p)) for p in paths], "mtkit",
                      str(dev), cfg, has_attention=bool(model.has_attention),
                      precision="bf16" if bf16 else "int8" if int8 else "fp32",
-                     layers=tf.dec_layers if transformer else None,
-                     heads=tf.heads if transformer else None, tags=tuple(recipe.data.tags()))
+                     layers=None if grid is None else grid[0],
+                     heads=None if grid is None else grid[1], tags=tuple(recipe.data.tags()))
     return TranslationModel(translator, recipe, info, model=model if len(paths) == 1 else None)
 
 

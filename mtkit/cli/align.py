@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -121,10 +121,13 @@ def _reverse_model(path: Path, forward: Any, device: Any, *, layer: int | None,
     from mtkit.align.links import Symmetrization
     from mtkit.align.readout import default_readout
     from mtkit.align.reverse import Reverse, check_direction
+    from mtkit.api import open_model
     from mtkit.config.guided import Readout
-    from mtkit.run import load_model, resolve_checkpoint
+    from mtkit.run import resolve_checkpoint
 
-    net, recipe, tok = load_model(path, device)
+    resolve_checkpoint(path)  # an export is no checkpoint: said as before
+    opened = open_model([path], device=str(device), streaming=True)
+    net, recipe, tok = opened.network, opened.recipe, opened.tokenizer
     warning = check_direction(forward, recipe.data, name=str(path))
     if warning is not None:
         typer.echo(f"mtkit: warning: {warning}", err=True)
@@ -262,9 +265,9 @@ def align(
         reverse=reverse is not None, symmetrize=symmetrize).problems())
     outputs = ar.AlignOutputs(
         show=show, heatmap_dir=heatmap, heatmap_format=fmt or "png", pharaoh=pharaoh,
-        json=json_out, gold=gold, one_based=one_based, level=level,  # type: ignore[arg-type]
+        json=json_out, gold=gold, one_based=one_based, level=cast("ar.Level", level),
         method=method or DEFAULT_METHOD, threshold=threshold)
-    outputs.check()
+    outputs.check()  # a wrong --level too: hence the cast
     _check_files(model, reverse, src, tgt, gold, heatmap, pharaoh, json_out)
     dev, net, recipe, tok = _load(model, device, threads)
     choice = net.choose_attention(self_attention or "cross", layer, _head(head))
@@ -275,30 +278,27 @@ def align(
         symmetrize=symmetrize or "grow-diag-final")
     cfg = decoding.with_values(nbest=1).over(recipe.decode)
     refuse(decoding.ignored(cfg, unseen_score="align does not show"))
+    readout = readout or (default_readout(recipe) if choice.kind == "cross" else DEFAULT_READOUT)
     report = ar.align_files(net, tok, src, tgt, attention=choice, outputs=outputs, decode=cfg,
-                            device=dev, readout=readout or (
-                                default_readout(recipe) if choice.kind == "cross"
-                                else DEFAULT_READOUT),
-                            reverse=backward, max_len=recipe.data.max_len,
-                            console=console, stdout=sys.stdout,
+                            device=dev, readout=readout, reverse=backward,
+                            max_len=recipe.data.max_len, console=console, stdout=sys.stdout,
                             checkpoint=resolve_checkpoint(model))
     _say(report, links_to_stdout="-" in (str(pharaoh), str(json_out)))
 
 
 def _load(model: Path, device: str, threads: int) -> tuple[Any, Any, Any, Any]:
-    """The device, and the model, recipe and tokenizer of `model` loaded on it."""
+    """The device, and the model, recipe and tokenizer of `model` loaded on it, opened as
+    every command opens a model (`mtkit.api.open_model`; streaming: the forced passes run one
+    batch at a time on every thread)."""
     with collector_paused():
         import torch
 
-        from mtkit.device import inference_device
-        from mtkit.run import load_model
+        from mtkit.api import open_model
+        from mtkit.run import resolve_checkpoint
 
-    if threads > 0:
-        torch.set_num_threads(threads)
-    dev = inference_device(device)
-    with collector_paused():
-        net, recipe, tok = load_model(model, dev)
-    return dev, net, recipe, tok
+        resolve_checkpoint(model)  # an export is no checkpoint: said as before
+        opened = open_model([model], device=device, threads=threads, streaming=True)
+    return torch.device(opened.info.device), opened.network, opened.recipe, opened.tokenizer
 
 
 def _check_files(model: Path, reverse: Path | None, src: Path, tgt: Path | None,

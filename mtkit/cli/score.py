@@ -281,8 +281,8 @@ def _say(report: ScoreReport, plot: Path | None, *, json_out: bool) -> None:
 def _translate_run_split(run: Path, split: str, decoding: DecodeFlags, *,
                          device: str | None, threads: int | None) -> SplitTranslation:
     """Translate (or reuse the translation of) a run's split for `score --run`."""
+    from mtkit.api.splits import translate_split
     from mtkit.device import inference_device
-    from mtkit.score.split_translation import translate_split
 
     done = translate_split(run, split, device=inference_device(device or "auto"),
                            decode=decoding.given(), origins=DecodeFlags.FLAGS,
@@ -324,8 +324,8 @@ def tune_length(
 
     Example: mtkit tune-length runs/en-de-multi30k
     """
+    from mtkit.api.splits import sweep
     from mtkit.device import inference_device
-    from mtkit.score.length_sweep import sweep
 
     try:
         values = [float(a) for a in alphas.split(",") if a.strip()]

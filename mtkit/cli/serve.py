@@ -171,15 +171,7 @@ def serve(
         served = ModelSet(groups, opener, max_loaded=max_loaded, pivot=pivot,
                           on_event=log_pool_event(settings.log_format))
     app = create_app(served, settings)
-    bound_host, bound_port = sock.getsockname()[:2]
-    if token is None and not _loopback(host):
-        typer.echo(f"mtkit: warning: listening on {host} without --token-file: anyone who can "
-                   "reach this port can use the model", err=True)
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    what = ", ".join(f"{name} ({i.src_lang} -> {i.tgt_lang}, {i.engine} on {i.device}, "
-                     f"{i.precision})" for name, i in served.infos.items())
-    typer.echo(f"mtkit: serving {what} at http://{shown}:{bound_port}/ (Ctrl-C to stop)",
-               err=True)
+    _say_serving(served, host, sock, token)
     server = uvicorn.Server(uvicorn_config(app, settings))
     # uvicorn handles SIGINT and SIGTERM itself (stop taking requests, finish those in flight)
     # and raises the signal again once done; with these handlers that ends in exit 0.
@@ -191,6 +183,19 @@ def serve(
             signal.signal(s, handler)
         sock.close()
     typer.echo("mtkit: server stopped", err=True)
+
+
+def _say_serving(served: Any, host: str, sock: Any, token: str | None) -> None:
+    """Which models are served at which address, and a warning for an open one."""
+    bound_host, bound_port = sock.getsockname()[:2]
+    if token is None and not _loopback(host):
+        typer.echo(f"mtkit: warning: listening on {host} without --token-file: anyone who can "
+                   "reach this port can use the model", err=True)
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    what = ", ".join(f"{name} ({i.src_lang} -> {i.tgt_lang}, {i.engine} on {i.device}, "
+                     f"{i.precision})" for name, i in served.infos.items())
+    typer.echo(f"mtkit: serving {what} at http://{shown}:{bound_port}/ (Ctrl-C to stop)",
+               err=True)
 
 
 def model_groups(positional: list[Path], options: list[str]) -> list[list[Path]]:

@@ -189,6 +189,23 @@ def translate(
                             precision=precision, shortlist=shortlist,
                             origins=decoding.FLAGS, streaming=interactive,
                             chunk_lines=1 if interactive else tr.CHUNK_LINES)
+    refuse(_model_problems(loaded, decoding, fmt=fmt, align=align))
+    cfg = loaded.defaults
+    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
+    if document is not None:
+        translate_file(loaded, input, output, document, placement=placement, tag=tag,
+                       terms=found)
+        return
+    align_fn = loaded.aligner(align_method, readout) if align else None
+    worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=tag,
+                               fmt=choice("fmt", fmt, OutputFormat))
+    for note in worker.notes:
+        typer.echo(f"mtkit: note: {note}", err=True)
+    report_translation(_run_translation(worker, input, output, prefix))
+
+
+def _model_problems(loaded: Any, decoding: DecodeFlags, *, fmt: str, align: bool) -> list[str]:
+    """What the loaded model, with the decoding it resolved, cannot honour of the flags."""
     cfg = loaded.defaults
     problems = decoding.ignored(cfg, unseen_score="text output does not show; add --format "
                                 "jsonl, or leave it out" if fmt == "text" and cfg.nbest == 1
@@ -196,19 +213,7 @@ def translate(
     if align and not loaded.info.has_attention:
         problems.append("--align: this model has no attention (model.rnn.attention: none), "
                         "so it gives no alignment")
-    refuse(problems)
-    found = None if terms is None else _glossary(loaded, terms, terms_method or "prefix")
-    if document is not None:
-        translate_file(loaded, input, output, document, placement=placement, tag=tag,
-                       terms=found)
-        return
-    align_fn = loaded.aligner(align_method, readout) if align else None
-    chosen = loaded.checked_tag(tag)
-    worker = loaded.translator(cfg, align_fn=align_fn, terms=found, tag=chosen,
-                               fmt=choice("fmt", fmt, OutputFormat))
-    for note in worker.notes:
-        typer.echo(f"mtkit: note: {note}", err=True)
-    report_translation(_run_translation(worker, input, output, prefix))
+    return problems
 
 
 def export(

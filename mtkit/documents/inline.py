@@ -110,23 +110,22 @@ def balanced(items: Sequence[Item]) -> list[Item]:
     closes the ones inside it first only if they are closed later anyway, else they turn
     void."""
     out: list[Item] = list(items)
-    stack: list[int] = []
+    stack: list[tuple[int, Tag]] = []  # the open tags: their places and themselves
     for n, it in enumerate(out):
         if not isinstance(it, Tag) or it.kind == "void":
             continue
         if it.kind == "open":
-            stack.append(n)
+            stack.append((n, it))
             continue
-        names = [out[k].name for k in stack]  # type: ignore[union-attr]
-        if it.name not in names:
+        if it.name not in [tag.name for _, tag in stack]:
             out[n] = _voided(it)
             continue
-        while out[stack[-1]].name != it.name:  # type: ignore[union-attr]
-            k = stack.pop()
-            out[k] = _voided(out[k])  # type: ignore[arg-type]
+        while stack[-1][1].name != it.name:
+            k, tag = stack.pop()
+            out[k] = _voided(tag)
         stack.pop()
-    for k in stack:
-        out[k] = _voided(out[k])  # type: ignore[arg-type]
+    for k, tag in stack:
+        out[k] = _voided(tag)
     return out
 
 

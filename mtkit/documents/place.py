@@ -85,8 +85,8 @@ def _place_children(parent: Placed, links: _Links) -> None:
         end = p.b
     voids = [_void(child, parent, spans, links) for child in parent.node.children
              if child.void]
-    _in_order([v for v in voids if v.node.open.name == BREAK], parent, spans,  # type: ignore[union-attr]
-              links)
+    breaks = [v for v in voids if v.node.open is not None and v.node.open.name == BREAK]
+    _in_order(breaks, parent, spans, links)
     order = {id(child): n for n, child in enumerate(parent.node.children)}
     parent.children = sorted([*spans, *voids], key=lambda p: (p.a, p.b > p.a,
                                                               order[id(p.node)]))
@@ -212,10 +212,9 @@ def render(placed: Placed, words: list[str], seps: list[str], *, lead: str = "",
 
 def _atoms(p: Placed, words: list[str], atoms: list[tuple[Item, bool, bool, int]]) -> None:
     node = p.node
-    if node.void:
+    if node.void and node.open is not None:  # a void always has its tag (`Node.void`)
         glue = node.glue
-        atoms.append((node.open, glue in ("left", "both"), glue in ("right", "both"),  # type: ignore[arg-type]
-                      -1))
+        atoms.append((node.open, glue in ("left", "both"), glue in ("right", "both"), -1))
         return
     if node.open is not None:
         atoms.append((node.open, False, True, -1))

@@ -205,6 +205,9 @@ class Translator(nn.Module):
     # The longest source (tokens + EOS) it accepts (learned positions, location attention's
     # scores) and the recipe key that sets it; `mtkit align` checks its lines against it.
     max_source_len: int | None = None
+    # The cross-attention a caller may choose among: (decoder layers, heads), None where
+    # there is no choice (an RNN has one attention); `mtkit.api.ModelInfo` reports it.
+    attention_grid: tuple[int, int] | None = None
     source_len_key: str = ""
     # The cross-attention views (`AttentionView`) `attention_maps` can give.
     views: tuple[str, ...] = ("chosen", "prior")

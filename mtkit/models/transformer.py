@@ -353,6 +353,7 @@ class Transformer(Translator):
         self.decoder = decoder
         self.generator = generator
         self.heads = decoder.layers[0].self_attn.heads
+        self.attention_grid = (len(decoder.layers), self.heads)
         self.align_layer = align_layer % len(decoder.layers)
         self.align_head = align_head
         # the cross-attention a caller gets by default, as the recipe names it (-1: the top)

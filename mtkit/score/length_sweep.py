@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mtkit.config import DecodeConfig
 from mtkit.config.sections import LengthPenalty
 from mtkit.errors import ConfigError
-
-if TYPE_CHECKING:
-    import torch
 
 DEFAULT_ALPHAS = (0.6, 1.0, 1.5, 2.0)
 
@@ -85,51 +81,6 @@ def grid(current: DecodeConfig, alphas: Sequence[float] = DEFAULT_ALPHAS) -> lis
     settings += [LengthSetting("none", current.alpha), LengthSetting("average", current.alpha)]
     settings += [LengthSetting("gnmt", float(a)) for a in alphas]
     return list(dict.fromkeys(settings))
-
-
-def sweep(run: Path, *, split: str = "valid", alphas: Sequence[float] = DEFAULT_ALPHAS,
-          device: torch.device, threads: int = 0,
-          starting: Callable[[list[LengthSetting]], None] | None = None,
-          progress: Callable[[SweepPoint], None] | None = None) -> SweepResult:
-    """Decode `split` of the run directory `run` with its model and each setting of `grid`,
-    choose the best by BLEU and record it (`record`). `starting` hears the grid once the
-    request is checked, `progress` each point."""
-    import sacrebleu
-
-    from mtkit.fileio import read_lines
-    from mtkit.run import checkpoint_recipe, resolve_checkpoint
-    from mtkit.score.split_translation import split_texts, translate_split
-
-    if not Path(run).is_dir():
-        raise ConfigError(f"{run}: expected a run directory (the length is chosen for the "
-                          "run's model)")
-    ckpt = resolve_checkpoint(run)
-    current = checkpoint_recipe(ckpt).decode
-    if current.method != "beam":
-        raise ConfigError(f"decode.method is {current.method}: the length penalty ranks the "
-                          "hypotheses of beam search; set decode.method: beam")
-    from mtkit.process.lock import run_lock
-
-    settings = grid(current, alphas)
-    split_texts(Path(run), split)  # a split that is not there, before anything is said
-    points = []
-    with run_lock(run, "tune-length"):  # it writes model.json: not while training does
-        if starting is not None:
-            starting(settings)
-        for setting in settings:
-            done = translate_split(run, split, device=device, decode=setting.changes(),
-                                   threads=threads)
-            hyps, refs = read_lines(done.path), read_lines(done.reference)
-            bleu = sacrebleu.corpus_bleu(hyps, [refs])
-            chrf = sacrebleu.corpus_chrf(hyps, [refs]).score
-            point = SweepPoint(setting, bleu.score, chrf, bleu.bp,
-                               bleu.sys_len / max(bleu.ref_len, 1))
-            points.append(point)
-            if progress is not None:
-                progress(point)
-        chosen = max(points, key=lambda p: p.bleu)  # the first of equals: the current setting
-        path = record(Path(run), ckpt, points, chosen, split=split)
-    return SweepResult(points, chosen, points[0], ckpt, path)
 
 
 def record(run: Path, ckpt: Path, points: list[SweepPoint], chosen: SweepPoint, *,

@@ -1,24 +1,22 @@
-"""A run's validation and test splits translated into the run (`mtkit score --run`): with its
-best checkpoint or another of its own, into RUN_DIR/translations/, each translation reused
-while its key file says that checkpoint, source, decoding and the file itself are unchanged."""
+"""The translations of a run's validation and test splits kept in the run (`mtkit score
+--run`, `mtkit.api.splits.translate_split`): RUN_DIR/translations/, each translation reused
+while its key file says that checkpoint, source, decoding and the file itself are unchanged.
+No model here: what makes a translation opens one through `mtkit.api`, and the export's model
+card reads what is cached."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtkit.config import DecodeConfig, recipe_to_dict
-from mtkit.data.batching import decode_parallelism
 from mtkit.errors import CheckpointError, DataError
-from mtkit.translation.lines import StreamTranslator, TranslateStats, load_translator
 
 if TYPE_CHECKING:
-    import torch
+    from mtkit.translation.lines import TranslateStats
 
 
 @dataclass(frozen=True)
@@ -74,63 +72,7 @@ def split_run(run: Path) -> tuple[Path, Path]:
     return ckpt.parent, ckpt
 
 
-def translate_split(run: Path, split: str, *, device: torch.device,
-                    decode: Mapping[str, Any] | None = None,
-                    origins: Mapping[str, str] | None = None,
-                    threads: int = 0) -> SplitTranslation:
-    """Translate a run's split with its model (`run.resolve_checkpoint`), or with the
-    checkpoint `run` names, and its recipe's decode section with the fields `decode` changes
-    (validated as `mtkit.api.decode_options` does, problems named by `origins`; 1-best), into
-    RUN_DIR/translations/SPLIT.TAG.txt (another checkpoint: translations/CHECKPOINT/...),
-    written atomically. A file already there is reused only when its key file (.key beside
-    it) records the same checkpoint contents, source text and decoding, and the translation's
-    own contents: file dates prove nothing (a checkpoint copied in keeps an older date), and
-    an edited translation is made again; the model is loaded only to translate. `threads` CPU
-    threads (0: torch's count) are shared
-    among batches decoded at once as by `mtkit translate --threads`; torch's thread count is
-    set accordingly."""
-    import torch
-
-    from mtkit.api.model import decode_options
-    from mtkit.data.sources import sha256_file
-    from mtkit.fileio import atomic_write, open_text, remove_leftovers
-    from mtkit.run import checkpoint_recipe, resolve_checkpoint
-
-    run_dir, ckpt = split_run(run)
-    src, ref = split_texts(run_dir, split)
-    recipe = checkpoint_recipe(ckpt)
-    cfg = decode_options(recipe.decode, dict(decode or {}), origins=origins,
-                         source="command line" if origins else "request")
-    cfg = dataclasses.replace(cfg, nbest=1)
-    # another checkpoint than the run's own (averaged.pt) translates into a folder of its own
-    try:
-        own = ckpt.resolve() == resolve_checkpoint(run_dir).resolve()
-    except CheckpointError:  # a run left with an averaged.pt alone
-        own = False
-    out = run_dir / "translations" / ("" if own else ckpt.stem) / f"{split}.{decode_tag(cfg)}.txt"
-    key_path = out.with_name(out.name + ".key")
-    key = _translation_key(ckpt, src, cfg)
-    if out.is_file() and _read_key(key_path) == {**key, "translation_sha256": sha256_file(out)}:
-        return SplitTranslation(out, src, ref, ckpt, cfg, None)
-    key_path.unlink(missing_ok=True)  # never a key beside a translation it does not describe
-    model, recipe, tok = load_translator([ckpt], device)
-    workers, each = decode_parallelism(threads, cfg, cpu=device.type == "cpu", streaming=False,
-                                       default=torch.get_num_threads())
-    if each:
-        torch.set_num_threads(each)
-    worker = StreamTranslator(model, tok, cfg, device=device, max_src_len=recipe.data.max_len,
-                              max_out_len=recipe.output_cap(),
-                              workers=workers)
-    for name in (out.name, key_path.name):  # what a killed `score --run` left
-        remove_leftovers(out.parent, name)
-    with open_text(src) as lines, atomic_write(out, own=True) as f:
-        stats = worker.run(lines, f)
-    with atomic_write(key_path, own=True) as f:
-        json.dump({**key, "translation_sha256": sha256_file(out)}, f, sort_keys=True)
-    return SplitTranslation(out, src, ref, ckpt, cfg, stats)
-
-
-def _translation_key(ckpt: Path, src: Path, cfg: DecodeConfig) -> dict[str, Any]:
+def translation_key(ckpt: Path, src: Path, cfg: DecodeConfig) -> dict[str, Any]:
     """What a cached translation depends on: the checkpoint's and the source's bytes, and
     every decoding option that can change the output."""
     from mtkit.data.sources import sha256_file
@@ -144,7 +86,7 @@ def _output_options(cfg: DecodeConfig) -> dict[str, Any]:
     return {k: v for k, v in recipe_to_dict(cfg).items() if k != "batch_tokens"}
 
 
-def _read_key(path: Path) -> dict[str, Any] | None:
+def read_key(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -175,7 +117,7 @@ def cached_translations(run_dir: Path, ckpt: Path) -> list[CachedTranslation]:
     folder = run_dir / "translations" / ("" if own else ckpt.stem)
     found, ckpt_sha = [], None
     for out in sorted(folder.glob("*.txt")):
-        key = _read_key(out.with_name(out.name + ".key"))
+        key = read_key(out.with_name(out.name + ".key"))
         split = out.name.split(".", 1)[0]
         try:
             src, ref = split_texts(run_dir, split)

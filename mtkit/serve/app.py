@@ -13,13 +13,12 @@ its status.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs
@@ -33,14 +32,14 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mtkit.api import Extras, TranslationModel
+from mtkit.api import Extras
 from mtkit.api.detect import DetectError
 from mtkit.api.many import AUTO, ModelSet, Routed
 from mtkit.api.pool import PoolEvent
 from mtkit.api.router import RouteError
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
-from mtkit.serve import routing
+from mtkit.serve import documents, routing
 from mtkit.serve.batcher import Batcher, Closed, QueueFull
 from mtkit.serve.metrics import ServerMetrics
 from mtkit.serve.models import ModelMetrics, ServedModels
@@ -55,6 +54,7 @@ from mtkit.serve.schema import (
     TranslateResponse,
 )
 from mtkit.serve.settings import LOG_FORMATS, LogFormat, ServeSettings
+from mtkit.serve.state import ApiError, Served, check_token, served
 
 if TYPE_CHECKING:
     from mtkit.api.results import Translation
@@ -68,31 +68,6 @@ WARM_UP = "Hello."
 # A line per request; `mtkit serve` sends it to stderr.
 log = logging.getLogger("mtkit.serve")
 Libre = TypeVar("Libre", LibreRequest, DetectRequest)
-
-
-class ApiError(Exception):
-    """An error answered as JSON with its status (and headers)."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
-
-
-@dataclass
-class Served:
-    """What the routes read from the application (`app.state.served`): the models (each
-    loaded one with its batcher), the operator's settings, the metrics, and whether the
-    models loaded at the start have warmed up."""
-
-    models: ServedModels
-    settings: ServeSettings
-    metrics: ServerMetrics
-    ready: bool = False
-
-
-def served(request: Request) -> Served:
-    """The served models and the settings, of the application answering `request`."""
-    return request.app.state.served
 
 
 def create_app(models: ModelSet, settings: ServeSettings) -> FastAPI:
@@ -117,8 +92,6 @@ def create_app(models: ModelSet, settings: ServeSettings) -> FastAPI:
     _errors(app)
     _middleware(app, settings, state.metrics)
     app.include_router(router)
-    from mtkit.serve import documents  # its routes import this module's helpers
-
     documents.install(app)
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
@@ -153,29 +126,6 @@ async def authorized(request: Request) -> None:
     """A dependency that refuses a request without `Authorization: Bearer TOKEN` where the
     server has a token."""
     check_token(request, served(request).settings.token)
-
-
-def check_token(request: Request, token: str | None, api_key: object = None) -> None:
-    """Refuse `request` unless it carries `token` (compared in constant time) as a bearer
-    token, or as LibreTranslate's `api_key`; everything passes where `token` is None.
-    Without either: 401; an `api_key` (without a bearer token) that is not the token: 403
-    `Invalid API key`, LibreTranslate's answer (its access check takes an empty key for
-    none)."""
-    if token is None:
-        return
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" and api_key not in (None, ""):
-        if not (isinstance(api_key, str) and _same(api_key, token)):
-            raise ApiError(403, "Invalid API key")
-        return
-    if not _same(value.strip() if scheme.lower() == "bearer" else "", token):
-        raise ApiError(401, "a valid token is needed: Authorization: Bearer TOKEN",
-                       {"WWW-Authenticate": "Bearer"})
-
-
-def _same(offered: str, token: str) -> bool:
-    """In constant time; JSON's escapes can spell a lone surrogate, which UTF-8 cannot."""
-    return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), token.encode())
 
 
 async def _translate(request: Request, ask: routing.Ask) -> list[Routed]:
@@ -247,12 +197,10 @@ async def libre_translate(request: Request) -> dict[str, Any]:
     lines = [req.q] if isinstance(req.q, str) else list(req.q)
     request.state.sentences = len(lines)
     if req.format == "html":
-        from mtkit.serve.documents import libre_html
-
         if req.alternatives:
             raise ApiError(400, "alternatives: not for format html")
         _check_limits(lines, {}, replace(state.settings, max_chars=state.settings.max_body))
-        texts = await libre_html(state, lines, req.source, req.target)
+        texts = await documents.libre_html(state, lines, req.source, req.target)
         return {"translatedText": texts[0] if isinstance(req.q, str) else texts}
     results = await _translate(request, routing.Ask(lines, req.source, req.target,
                                                   alternatives=req.alternatives))
@@ -383,30 +331,6 @@ def _check_limits(lines: list[str], changes: dict[str, Any], settings: ServeSett
         if isinstance(changes.get(key), int) and changes[key] > settings.max_output:
             raise ApiError(422, f"{key}: {changes[key]}; this server's outputs end by "
                            f"{settings.max_output} tokens (--max-output)")
-
-
-async def document_model(state: Served, source: str, target: str
-                         ) -> tuple[str, TranslationModel, Batcher, str | None]:
-    """The one model a document goes through, held (release it with
-    `state.models.release(name)`), its batcher and tag: a direct route (no pivot: the markup
-    is placed by one model's alignment); `auto` only where the models translate from one
-    language. A 400 otherwise."""
-    many = state.models.models
-    if source == AUTO:
-        if len(many.router.sources) != 1:
-            raise ApiError(400, "source: auto: a document's language is not detected; give "
-                           f"one of {', '.join(many.router.sources)}")
-        source = many.router.sources[0]
-    try:
-        route = many.router.route(source, target)
-    except RouteError as e:
-        raise ApiError(400, str(e)) from None
-    if route.pivot is not None:
-        raise ApiError(400, f"{source} -> {target}: a document is translated by one model, "
-                       f"and this pair goes through {route.pivot}")
-    leg = route.legs[0]
-    model, batcher = await state.models.acquire(leg.model)
-    return leg.model, model, batcher, leg.tag
 
 
 async def _libre_request(request: Request, kind: type[Libre], token: str | None) -> Libre:

@@ -26,11 +26,11 @@ from fastapi.responses import Response
 
 from mtkit.api import Extras
 from mtkit.errors import MtkitError
+from mtkit.serve.state import ApiError, Served, check_token, document_model, served
 
 if TYPE_CHECKING:
     from mtkit.config import DecodeConfig
     from mtkit.documents.formats import DocumentFormat, DocumentResult
-    from mtkit.serve.app import Served
     from mtkit.serve.batcher import Batcher
     from mtkit.translation.terms import Glossary
 
@@ -73,7 +73,6 @@ def install(app: FastAPI) -> None:
 
 def _batched(state: Served, batcher: Batcher):
     """`TranslationModel.decode` through the model's batcher, for a worker thread."""
-    from mtkit.serve.app import ApiError
     from mtkit.serve.batcher import Closed, QueueFull
 
     def decode(lines: list[str], cfg: DecodeConfig, extras: Extras, *,
@@ -104,7 +103,6 @@ async def translated(state: Served, data: bytes, fmt: DocumentFormat, source: st
     """`data` translated as a `fmt` document by the model of `source` -> `target`; a problem
     of the document is a 400."""
     from mtkit.documents.formats import translate_document
-    from mtkit.serve.app import ApiError, document_model
 
     name, model, batcher, tag = await document_model(state, source, target)
     try:
@@ -129,7 +127,6 @@ async def translate_file(request: Request) -> dict[str, Any]:
     SRT, WebVTT, PO, XLIFF or docx, told by its extension), `source`, `target` and
     `api_key` -> `{"translatedFileUrl": ...}`."""
     from mtkit.documents.formats import MEDIA_TYPES, format_for
-    from mtkit.serve.app import ApiError, check_token, served
     from mtkit.serve.schema import LibreRequest
 
     state = served(request)
@@ -163,7 +160,6 @@ async def translate_file(request: Request) -> dict[str, Any]:
 @router.get("/download_file/{token}/{name}", tags=["LibreTranslate"])
 async def download_file(token: str, name: str, request: Request) -> Response:
     """A file `/translate_file` translated (kept while it is among the newest)."""
-    from mtkit.serve.app import ApiError
 
     found = request.app.state.translated_files.files.get(token)
     if found is None or found.name != name:

@@ -49,11 +49,11 @@ def optimizer_step(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) ->
     decision stays on the device; others need the flag on the host (free on a CPU).
     """
     if getattr(optimizer, "_step_supports_amp_scaling", False):
-        optimizer.found_inf = found_inf.float()  # type: ignore[attr-defined]
+        vars(optimizer)["found_inf"] = found_inf.float()  # an attribute torch's class lacks
         try:
             optimizer.step()
         finally:
-            del optimizer.found_inf  # type: ignore[attr-defined]
+            del vars(optimizer)["found_inf"]
     elif not bool(found_inf):
         optimizer.step()
 

@@ -49,6 +49,28 @@ def test_the_sweep_writes_the_best_setting_and_records_every_point(run: Path) ->
     assert "BLEU" in res.stderr and "written to" in res.stderr
 
 
+def test_the_sweep_loads_the_model_once(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five settings decoded, one model loaded; a second sweep reuses every translation and
+    loads none."""
+    import mtkit.run
+
+    loads = []
+    real = mtkit.run.load_model
+
+    def counted(*args, **kwargs):
+        loads.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mtkit.run, "load_model", counted)
+    args = ("tune-length", run, "--alphas", "0.2,3.0", "--device", "cpu", "--threads", "1")
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr.count("BLEU") == 6  # five points and the verdict
+    assert len(loads) == 1
+    assert run_cli(*args).exit_code == 0
+    assert len(loads) == 1
+
+
 def test_translate_and_score_run_use_the_choice(run: Path) -> None:
     pt = SweepPoint(LengthSetting("gnmt", 3.0), 1.0, 1.0, 1.0, 1.0)
     record(run, run / "best.pt", [pt], pt, split="valid")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mtkit.api.splits import translate_split
 from mtkit.config import DecodeConfig
 from mtkit.data.batch import collate
 from mtkit.data.batching import decode_parallelism, parallel_batches, token_batches
@@ -22,7 +23,7 @@ from mtkit.decode import forced, length_penalty
 from mtkit.device import inference_device
 from mtkit.errors import ConfigError
 from mtkit.run import data_dir
-from mtkit.score.split_translation import decode_tag, translate_split
+from mtkit.score.split_translation import decode_tag
 from mtkit.translation.lines import (
     StreamTranslator,
     TranslateStats,
@@ -385,8 +386,8 @@ def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy
                                                                              monkeypatch):
     import shutil
 
+    from mtkit.api import splits
     from mtkit.run import load_checkpoint, save_checkpoint
-    from mtkit.score import split_translation
 
     run = tmp_path / "run"
     shutil.copytree(toy_model, run)
@@ -397,7 +398,7 @@ def test_split_translation_is_written_once_and_redone_for_another_checkpoint(toy
     assert sorted(p.name for p in first.path.parent.iterdir()) == [
         first.path.name, first.path.name + ".key"]  # no temp file
     with monkeypatch.context() as m:  # a translation reused loads no model
-        m.setattr(split_translation, "load_translator", lambda *a, **k: pytest.fail("loaded"))
+        m.setattr(splits, "open_model", lambda *a, **k: pytest.fail("loaded"))
         again = translate_split(run, "test", device=CPU)
     assert again.stats is None and again.path == first.path
     newer = first.path.stat().st_mtime + 10  # a touched checkpoint is the same checkpoint
