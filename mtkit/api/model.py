@@ -340,8 +340,11 @@ class TranslationModel:
         translator = self.translator(cfg, align_fn=self._aligner(extras),
                                      attention=extras.attention, tag=tag,
                                      max_output=max_output)
-        lines = translator.refill()
-        return None if lines is None else Refilling(self, translator, lines, extras.attention)
+        if not translator.refills:
+            return None
+        from mtkit.translation.refill import LineRefill
+
+        return Refilling(self, translator, LineRefill(translator), extras.attention)
 
     def _link_choice(self, extras: Extras) -> AttentionChoice | None:
         """The checked cross-attention `extras.align_layer` reads the links from (head mean;

@@ -15,6 +15,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from mtkit.config.overrides import apply_override, ignored_overrides
+from mtkit.config.ranges import out_of_range, shown
 from mtkit.config.recipe_yaml import RecipeLoader, SafeLoader, Unbounded
 from mtkit.config.sections import FileSource, ModelConfig, Recipe
 from mtkit.errors import ConfigError
@@ -154,30 +155,10 @@ def _scalar(tp: Any, value: Any, key: str, problems: _Problems) -> Any:
 
 def _check_range(meta: Any, value: Any, key: str, problems: _Problems) -> bool:
     """Whether `value` is within its field's bounds (`meta`); a problem added where not."""
-    if value is None or not isinstance(value, int | float) or not meta:
-        return True
-    if value - value != 0:  # nan or ±inf: a bounded value is a finite one
-        problems.add(key, f"expected a finite number, got {shown(value)}")
-        return False
-    tests = {"ge": (lambda b: value >= b, ">="), "gt": (lambda b: value > b, ">"),
-             "le": (lambda b: value <= b, "<="), "lt": (lambda b: value < b, "<")}
-    ok = True
-    for name, (test, sym) in tests.items():
-        if name in meta and not test(meta[name]):
-            problems.add(key, f"out of range: expected a value {sym} {meta[name]}, "
-                               f"got {shown(value)}")
-            ok = False
-    return ok
-
-
-def range_problems(obj: Any, prefix: str) -> list[tuple[str, str]]:
-    """The fields of a section built directly (not through `_build`) outside their bounds,
-    as (dotted key, message): a section whose every face must hold it (`DecodeConfig`) checks
-    itself with this, by the same rule as a recipe's."""
-    problems = _Problems()
-    for f in dataclasses.fields(obj):
-        _check_range(f.metadata, getattr(obj, f.name), _join(prefix, f.name), problems)
-    return problems.items
+    wrong = out_of_range(meta, value)
+    for msg in wrong:
+        problems.add(key, msg)
+    return not wrong
 
 
 def _build(cls: Any, value: Any, prefix: str, problems: _Problems, base: Path | None) -> Any:
@@ -364,12 +345,6 @@ def recipe_from_yaml_text(text: str, *, source: str) -> Recipe:
     model's, which names its corpora when it was trained by mtkit, and none when it was
     imported (`mtkit.hf`)."""
     return recipe_from_dict(_parse(text, source, SafeLoader), source=source, corpora=False)
-
-
-def shown(value: Any, limit: int = 60) -> str:
-    """`repr(value)` cut to `limit` characters: a value quoted in a message may be huge."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
 def _parse(text: str, source: str, loader: type) -> Any:

@@ -485,7 +485,7 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         # the API's `decode` takes a DecodeConfig built by its caller: one with alpha=nan or
         # beam_size=0 must be refused here, not searched with (nan scores end no hypothesis)
-        from mtkit.config.loading import range_problems
+        from mtkit.config.ranges import range_problems
 
         if problems := range_problems(self, "decode"):
             raise ConfigError("\n".join(f"DecodeConfig: {key}: {msg}" for key, msg in problems))

@@ -18,6 +18,7 @@ from mtkit.api import TranslationModel
 from mtkit.api.many import ModelSet
 from mtkit.errors import MtkitError
 from mtkit.serve.batcher import Batcher, BatchReport
+from mtkit.serve.errors import ApiError
 
 OnBatch = Callable[[BatchReport], None]
 
@@ -60,8 +61,6 @@ class ServedModels:
             except MtkitError as e:
                 # its files broke after the start (under --max-loaded, a model unloaded is
                 # read again): the server's fault, not the request's, so not a 4xx
-                from mtkit.serve.app import ApiError
-
                 why = " ".join(str(e).split())
                 raise ApiError(503, f"model {name} could not be loaded: {why}") from None
         return model, self.batcher(name, model)

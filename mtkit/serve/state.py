@@ -1,6 +1,7 @@
 """What a route of `mtkit serve` reads from the application it answers: the served models and
-settings (`Served`, `served`), the JSON error it raises (`ApiError`), the token check, and the
-one model a document goes through; shared by serve/app.py and serve/documents.py."""
+settings (`Served`, `served`), the JSON error it raises (`ApiError`, from serve/errors.py),
+the token check, and the one model a document goes through; shared by serve/app.py and
+serve/documents.py."""
 
 from __future__ import annotations
 
@@ -13,17 +14,10 @@ from mtkit.api import TranslationModel
 from mtkit.api.many import AUTO
 from mtkit.api.router import RouteError
 from mtkit.serve.batcher import Batcher
+from mtkit.serve.errors import ApiError
 from mtkit.serve.metrics import ServerMetrics
 from mtkit.serve.models import ServedModels
 from mtkit.serve.settings import ServeSettings
-
-
-class ApiError(Exception):
-    """An error answered as JSON with its status (and headers)."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
 
 
 @dataclass

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from mtkit.align import Words
     from mtkit.decode.shortlist import OutputShortlist
     from mtkit.models.base import Translator
-    from mtkit.translation.refill import LineRefill
     from mtkit.translation.terms import Glossary, Match
 
 # Maps (source pieces, target pieces, attention (T, S), the source line's words or None) to
@@ -426,11 +425,12 @@ class LineTranslator:
         stats.empty += sum(1 for it in items if not it.ids)
         return items
 
-    def refill(self) -> LineRefill | None:
-        """A search that takes lines while it runs (`mtkit.translation.refill`) with this
-        translator's options, or None where there is none: an engine's, and see
-        `StreamTranslator.refill`."""
-        return None
+    @property
+    def refills(self) -> bool:
+        """Whether a search that takes lines while it runs (`mtkit.translation.refill`) can
+        have this translator's options: not an engine's, and see `StreamTranslator.refills`.
+        (The search is made by its caller, so that this module needs none of it.)"""
+        return False
 
     def _prepare(self, chunk: list[str], offset: int, stats: TranslateStats,
                  prefixes: list[str] | None = None) -> list[Item]:
@@ -566,15 +566,12 @@ class StreamTranslator(LineTranslator):
             return decode_batch(searched, b, self.cfg, need_attn=self.need_attn, prefix=prefix,
                                 continuing=continuing, shortlist=self.shortlist)
 
-    def refill(self) -> LineRefill | None:
-        """None for sampling (its draws follow a batch's lines), a shortlist (its columns are
+    @property
+    def refills(self) -> bool:
+        """Not for sampling (its draws follow a batch's lines), a shortlist (its columns are
         a batch's union), an ensemble and models without a per-row clock
         (`Translator.joins`: the RNNs)."""
-        if self.cfg.method == "sample" or self.shortlist is not None or not self.model.joins:
-            return None
-        from mtkit.translation.refill import LineRefill
-
-        return LineRefill(self)
+        return self.cfg.method != "sample" and self.shortlist is None and self.model.joins
 
     def _continuing(self) -> torch.Tensor:
         """(V,) bool: the target pieces that continue a word (no word-start mark, and a
