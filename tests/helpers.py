@@ -137,6 +137,16 @@ class Server:
 
         self.client = httpx.Client(base_url=url, timeout=60)
 
+    def logged(self, pattern: str, timeout: float = 60) -> bool:
+        """Whether a line of the server's log matches `pattern`, waiting up to `timeout`
+        seconds: a thread reads its stderr, so a line the server wrote may not be here yet."""
+        deadline = time.monotonic() + timeout
+        while not any(re.match(pattern, line) for line in list(self.log)):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def post(self, path: str, body: object = None, **kwargs):
         return self.client.post(path, json=body, **kwargs) if body is not None else (
             self.client.post(path, **kwargs))
