@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,7 +32,7 @@ from mtkit.api.results import (
 )
 from mtkit.config import DecodeConfig, Recipe
 from mtkit.config.guided import Readout
-from mtkit.errors import ConfigError, OptionError, choice
+from mtkit.errors import ConfigError, OptionError, Problem, choice
 from mtkit.fileio import unicode_problem
 from mtkit.translation.formats import OutputFormat
 from mtkit.translation.lines import (
@@ -41,7 +41,6 @@ from mtkit.translation.lines import (
     Item,
     LineTranslator,
     TranslateStats,
-    name_problems,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +53,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig))
 Engine = Literal["mtkit", "ctranslate2"]
+
+
+def _decode_namer(origins: Mapping[str, str]) -> Callable[[str], str]:
+    """How a DecodeConfig field is named, as `updated_section` names it: by what set it
+    (`origins`: a flag, ``--seed (decode.seed)``), else by its recipe key (``decode.seed``)."""
+    return lambda f: f"{origins[f]} (decode.{f})" if f in origins else f"decode.{f}"
+
+
+def _refuse_decoding(problems: list[Problem], origins: Mapping[str, str]) -> None:
+    """Raise the decoding choices a model cannot honour, every one at once, named by
+    `_decode_namer(origins)`."""
+    if problems:
+        raise ConfigError("; ".join(p.text(_decode_namer(origins)) for p in problems))
 
 
 def decode_options(base: DecodeConfig, changes: Mapping[str, Any], *,
@@ -137,8 +149,7 @@ class TranslationModel:
         with what this model's decoder cannot honour (an export has no GNMT penalty, say)."""
         cfg = decode_options(self._base.cfg, changes or {}, origins=origins)
         named = {k: k for k in changes or {}} if origins is None else origins
-        if problems := name_problems(self._base.decode_problems(cfg), named):
-            raise ConfigError("; ".join(problems))
+        _refuse_decoding(self._base.decode_problems(cfg), named)
         return cfg
 
     def translator(self, cfg: DecodeConfig, *, align_fn: AlignFn | None = None,
@@ -637,8 +648,7 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
         raise OptionError(*problems)
     cfg = decode_options(recipe.decode, decode, origins=origins)
     named = {k: k for k in decode} if origins is None else origins
-    if problems := name_problems(engine_problems(cfg), named):
-        raise ConfigError("; ".join(problems))
+    _refuse_decoding(engine_problems(cfg), named)
     from mtkit.export.ct2_translate import runs_on_cpu
 
     # torch is not loaded to say how many physical cores there are: the CPUs this process
@@ -649,8 +659,7 @@ def _open_export(export: Any, *, device: str, threads: int, decode: Mapping[str,
                                        streaming=streaming, default=usable)
     translator = CT2Translator(export, cfg, device=device, threads=each,
                                chunk_lines=chunk_lines, workers=workers)
-    if problems := name_problems(translator.decode_problems(cfg), named):
-        raise ConfigError("; ".join(problems))
+    _refuse_decoding(translator.decode_problems(cfg), named)
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
                      recipe.model.arch, [str(export.path)], "ctranslate2",
                      str(translator.engine.device), cfg, has_attention=True,
@@ -694,8 +703,7 @@ def _open_checkpoints(paths: list[Path], *, device: str, threads: int, mode: str
                                   tags=recipe.data.tags(),
                                   shortlist=_shortlist(paths[0], tok, dev) if shortlist else None)
     named = {k: k for k in decode} if origins is None else origins
-    if problems := name_problems(translator.decode_problems(cfg), named):
-        raise ConfigError("; ".join(problems))
+    _refuse_decoding(translator.decode_problems(cfg), named)
     grid = model.attention_grid if len(paths) == 1 else None  # an ensemble has no choice
     info = ModelInfo(recipe.name, recipe.data.src_lang, recipe.data.tgt_lang,
                      recipe.model.arch, [str(resolve_checkpoint(p)) for p in paths], "mtkit",

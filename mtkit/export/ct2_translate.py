@@ -63,14 +63,15 @@ from mtkit.translation.lines import CHUNK_LINES, AlignFn, LineTranslator, Stoppe
 ENGINE_TOKENS = 2000
 
 
-def engine_problems(cfg: DecodeConfig) -> list[tuple[str, str]]:
-    """Decoding choices an exported model cannot honour, as (DecodeConfig field, why)."""
+def engine_problems(cfg: DecodeConfig) -> list[Problem]:
+    """Decoding choices an exported model cannot honour, each about its DecodeConfig field."""
     out = []
     if cfg.length_penalty == "gnmt":  # sampled n-best lists are ranked by it too
-        out.append(("length_penalty", "CTranslate2 has no GNMT penalty; use average (its "
-                    "length_penalty 1), power or none"))
+        out.append(Problem("length_penalty", "CTranslate2 has no GNMT penalty; use average "
+                           "(its length_penalty 1), power or none"))
     if cfg.method == "sample" and not 0 <= cfg.seed < 2**32:  # two seeds would draw alike
-        out.append(("seed", f"CTranslate2 takes a seed from 0 to {2**32 - 1}, got {cfg.seed}"))
+        out.append(Problem("seed", f"CTranslate2 takes a seed from 0 to {2**32 - 1}, got "
+                           f"{cfg.seed}"))
     return out
 
 
@@ -171,7 +172,7 @@ class CT2Translator(LineTranslator):
                 "can differ from `mtkit translate` of the checkpoint; scores are the model's")
         return notes
 
-    def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
+    def decode_problems(self, cfg: DecodeConfig) -> list[Problem]:
         return super().decode_problems(cfg) + engine_problems(cfg)
 
     def configured(self, cfg: DecodeConfig, **kwargs: Any) -> LineTranslator:

@@ -18,7 +18,7 @@ import copy
 import errno
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,13 +129,6 @@ class Item:
     tagged: int = 0  # source pieces of the language tag put before the line's own
 
 
-def name_problems(problems: list[tuple[str, str]], origins: Mapping[str, str]) -> list[str]:
-    """Problems of DecodeConfig fields as messages, named as `updated_section` names them: by
-    what set the field (`origins`: a flag, `--seed (decode.seed): ...`), else by its key."""
-    return [f"{origins[f]} (decode.{f}): {why}" if f in origins else f"decode.{f}: {why}"
-            for f, why in problems]
-
-
 def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
     chunk: list[str] = []
     for line in lines:
@@ -244,11 +237,11 @@ class LineTranslator:
         (mtkit's own decoder: nothing)."""
         return []
 
-    def decode_problems(self, cfg: DecodeConfig) -> list[tuple[str, str]]:
-        """Decoding choices this translator cannot honour, as (DecodeConfig field, why)."""
+    def decode_problems(self, cfg: DecodeConfig) -> list[Problem]:
+        """Decoding choices this translator cannot honour, each about its DecodeConfig field."""
         if self.max_out_len is not None and cfg.min_len > self.max_out_len:
-            return [("min_len", f"{cfg.min_len} tokens before EOS, but the model's outputs "
-                     f"end by {self.max_out_len} tokens (its positions)")]
+            return [Problem("min_len", f"{cfg.min_len} tokens before EOS, but the model's "
+                            f"outputs end by {self.max_out_len} tokens (its positions)")]
         return []
 
     def run(self, lines: Iterable[str], out: IO[str],
