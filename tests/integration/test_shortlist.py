@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import mtkit
+from mtkit.cli.options import message_of
 from mtkit.data.manifest import read_manifest
 from mtkit.data.shortlist import build_shortlist, load_shortlist, save_shortlist
 from mtkit.data.spm import Tokenizer
@@ -108,5 +109,7 @@ def test_shortlist_is_refused_for_an_export(tmp_path, monkeypatch):
     from mtkit.api import model as api
 
     monkeypatch.setattr(api, "exported_model", lambda paths: object())
-    with pytest.raises(ConfigError, match="shortlist: mtkit's own decoder's"):
+    with pytest.raises(ConfigError, match="^shortlist: mtkit's own decoder's") as refused:
         mtkit.load(tmp_path, shortlist=True)
+    # the error is about the field, which the command line names by its flag
+    assert message_of(refused.value).startswith("--shortlist: mtkit's own decoder's")
