@@ -149,7 +149,7 @@ class ModelSet:
         if model is not None:
             return self.router.by_model(model, target)
         if target is None:
-            raise ConfigError.about("target", "give the target language (or a model)")
+            raise ConfigError("target: give the target language (or a model)")
         return self.router.route(source, target)
 
     def plan(self, lines: Sequence[str], source: str, target: str | None,
@@ -207,13 +207,12 @@ def _leg_options(kwargs: dict[str, Any], d: Direction, legs: int, idx: list[int]
     sentences."""
     options = dict(kwargs)
     if legs > 1 and (options.get("prefix") is not None or options.get("terms") is not None):
-        raise ConfigError.about(None, "{0} and {1}: they apply to one model's output, and "
-                                f"this pair is translated through a pivot ({d} is one leg)",
-                                others=("prefix", "terms"))
+        raise ConfigError(f"prefix and terms: they apply to one model's output, and this pair "
+                          f"is translated through a pivot ({d} is one leg)")
     tag = options.pop("tag", None)
     if tag is not None and d.tag is not None:
-        raise ConfigError.about("tag", "the target chooses the direction here; give a tag "
-                                "with a model, or no tag")
+        raise ConfigError("tag: the target chooses the direction here; give a tag with a "
+                          "model, or no tag")
     options["tag"] = tag or d.tag
     prefix = options.get("prefix")
     if isinstance(prefix, list | tuple) and len(prefix) == n and len(idx) < n:

@@ -299,14 +299,14 @@ class TranslationModel:
                align_layer: int | Literal["mean"] | None = None) -> Extras:
         """What `decode` returns beside the text, checked against this model."""
         if not attention and (layer is not None or head is not None):
-            raise ConfigError.about(None, "{0} and {1}: they choose the attention returned, "
-                                    "which needs {2}", others=("layer", "head", "attention"))
+            raise ConfigError("layer and head: they choose the attention returned, which "
+                              "needs attention")
         if attention and not self.info.has_attention:
-            raise ConfigError.about("attention", "this model has no attention "
-                                    "(model.rnn.attention: none)")
+            raise ConfigError("attention: this model has no attention (model.rnn.attention: "
+                              "none)")
         if align_layer is not None and not align:
-            raise ConfigError.about("align_layer", "it chooses the attention the word links "
-                                    "are read from, which needs align")
+            raise ConfigError("align_layer: it chooses the attention the word links are read "
+                              "from, which needs align")
         extras = Extras(align, align_method, readout, attention, layer, head, align_layer)
         self._aligner(extras)  # checks the choices
         if attention:
@@ -363,10 +363,10 @@ class TranslationModel:
         if extras.align_layer is None:
             return None
         if self._model is None:
-            raise ConfigError.about("align_layer", "an exported model or an ensemble gives "
-                                    "the attention its search used only")
+            raise ConfigError("align_layer: an exported model or an ensemble gives the "
+                              "attention its search used only")
         if not self.info.has_attention:
-            raise ConfigError.about("align_layer", "this model has no attention")
+            raise ConfigError("align_layer: this model has no attention")
         return self._model.choose_attention("cross", extras.align_layer, "mean")
 
     def attention_choice(self, layer: int | None, head: int | Literal["mean"] | None
@@ -375,11 +375,10 @@ class TranslationModel:
         if layer is None and head is None:
             return None
         if self._model is None:
-            raise ConfigError.about(None, "{0} and {1}: an exported model gives the attention "
-                                    "of the layer and head it was exported with only",
-                                    others=("layer", "head"))
+            raise ConfigError("layer and head: an exported model gives the attention of the "
+                              "layer and head it was exported with only")
         if not self.info.has_attention:
-            raise ConfigError.about("attention", "this model has no attention")
+            raise ConfigError("attention: this model has no attention")
         return self._model.choose_attention("cross", layer, head)  # validates both
 
     def _aligner(self, extras: Extras) -> AlignFn | None:
@@ -387,8 +386,8 @@ class TranslationModel:
         method, readout = extras.align_method, extras.readout
         if not extras.align:
             if method is not None or readout is not None:
-                raise ConfigError.about(None, "{0} and {1}: they choose the word links, which "
-                                        "need {2}", others=("align_method", "readout", "align"))
+                raise ConfigError("align_method and readout: they choose the word links, "
+                                  "which need align")
             return None
         return self.aligner(method, readout)
 
@@ -397,8 +396,8 @@ class TranslationModel:
         (default argmax-tgt) from the attention rows of `readout` (default: what the run's
         guided alignment supervised, else current)."""
         if not self.info.has_attention:
-            raise ConfigError.about("align", "this model has no attention "
-                                    "(model.rnn.attention: none), so it gives no alignment")
+            raise ConfigError("align: this model has no attention (model.rnn.attention: "
+                              "none), so it gives no alignment")
         from mtkit.align import DEFAULT_METHOD
         from mtkit.align.readout import default_readout
         from mtkit.translation.lines import aligner_problems, pharaoh_aligner
@@ -539,13 +538,13 @@ def checked_prefixes(prefix: Any, n: int) -> list[str] | None:
     if prefix is None:
         return None
     if isinstance(prefix, str) or not all(isinstance(p, str) for p in prefix):
-        raise ConfigError.about("prefix", "expected a list of strings, one per sentence")
+        raise ConfigError("prefix: expected a list of strings, one per sentence")
     prefixes = checked_lines(prefix, "prefix")
     if len(prefixes) != n:
-        raise ConfigError.about("prefix", f"{len(prefixes)} prefixes for {n} sentences; "
-                                "expected one per sentence (\"\" for none)")
+        raise ConfigError(f"prefix: {len(prefixes)} prefixes for {n} sentences; expected one "
+                          "per sentence (\"\" for none)")
     if any("\n" in p or "\r" in p for p in prefixes):
-        raise ConfigError.about("prefix", "a prefix is one line; found a line break")
+        raise ConfigError("prefix: a prefix is one line; found a line break")
     return None if not any(prefixes) else prefixes
 
 
@@ -602,17 +601,16 @@ def open_model(paths: list[Path], *, device: str = "auto", threads: int = 0,
         if problems := Ensemble.mode_problems(ensemble_mode):
             raise OptionError(*problems)
     if precision is not None and precision not in PRECISIONS:
-        raise ConfigError.about("precision", f"invalid choice {precision!r}; expected one of "
-                                f"{', '.join(PRECISIONS)}")
+        raise ConfigError(f"precision: invalid choice {precision!r}; expected one of "
+                          f"{', '.join(PRECISIONS)}")
     exported = exported_model(paths)
     if exported is not None:
         if precision not in (None, "auto"):
-            raise ConfigError.about("precision", "an exported model computes in the type it "
-                                    "was exported with (mtkit export --quantize)",
-                                    value=precision)
+            raise ConfigError(f"precision {precision}: an exported model computes in the type "
+                              "it was exported with (mtkit export --quantize)")
         if shortlist:
-            raise ConfigError.about("shortlist", "mtkit's own decoder's; an exported model "
-                                    "decodes with its engine's whole vocabulary")
+            raise ConfigError("shortlist: mtkit's own decoder's; an exported model decodes "
+                              "with its engine's whole vocabulary")
         return _open_export(exported, device=device, threads=threads, decode=decode or {},
                             origins=origins, streaming=streaming, chunk_lines=chunk_lines)
     return _open_checkpoints(paths, device=device, threads=threads, mode=ensemble_mode,
@@ -722,9 +720,8 @@ def _int8_ready(dev: Any) -> bool:
     from mtkit.models.quantize import ENGINES, int8_engine
 
     if dev.type != "cpu":
-        raise ConfigError.about("precision", f"mtkit's int8 decoding runs on a CPU, not "
-                                f"{dev.type} (there: precision bf16, or an export with "
-                                "--quantize int8)", value="int8")
+        raise ConfigError(f"precision int8: mtkit's int8 decoding runs on a CPU, not {dev.type} "
+                          "(there: precision bf16, or an export with --quantize int8)")
     if int8_engine() is None:
         log.warning("precision int8: this CPU has none of torch's quantized engines (%s); "
                     "decoding in fp32", ", ".join(ENGINES))

@@ -76,8 +76,8 @@ def _build(model_cfg: ModelConfig, src_vocab: int, tgt_vocab: int, *, init: bool
     elif model_cfg.arch == "transformer":
         return build_transformer(model_cfg.transformer, src_vocab, tgt_vocab, init=init,
                                  normalizer=normalizer)
-    raise ConfigError.about("model.arch", f"unknown architecture {model_cfg.arch!r}; "
-                            "expected one of rnn, transformer")
+    raise ConfigError(f"model.arch: unknown architecture {model_cfg.arch!r}; "
+                      "expected one of rnn, transformer")
 
 
 # --------------------------------------------------------------------------- RNN
@@ -93,8 +93,8 @@ def _recurrent(cfg: RNNConfig, input_dim: int, hidden: int, layers: int, *,
     elif cfg.cell == "rnn":
         cls = nn.RNN  # tanh
     else:
-        raise ConfigError.about("model.rnn.cell", f"unknown cell {cfg.cell!r}; expected one "
-                                "of lstm, gru, rnn")
+        raise ConfigError(f"model.rnn.cell: unknown cell {cfg.cell!r}; expected one of "
+                          "lstm, gru, rnn")
     return cls(input_dim, hidden, num_layers=layers, batch_first=True,
                bidirectional=bidirectional, dropout=cfg.dropout if layers > 1 else 0.0)
 
@@ -130,9 +130,9 @@ def _scores(cfg: RNNConfig, query_dim: int, memory_dim: int) -> Attention | None
         return LocalAttention(query_dim, memory_dim, cfg.local_window, predictive=False)
     elif name == "local-p":
         return LocalAttention(query_dim, memory_dim, cfg.local_window, predictive=True)
-    raise ConfigError.about("model.rnn.attention", f"unknown attention {name!r}; expected "
-                            "one of none, dot, general, concat, additive, scaled_dot, cosine, "
-                            "location, local-m, local-p")
+    raise ConfigError(f"model.rnn.attention: unknown attention {name!r}; expected one of "
+                      "none, dot, general, concat, additive, scaled_dot, cosine, location, "
+                      "local-m, local-p")
 
 
 def build_rnn(cfg: RNNConfig, src_vocab: int, tgt_vocab: int, *,
@@ -160,15 +160,14 @@ def build_rnn(cfg: RNNConfig, src_vocab: int, tgt_vocab: int, *,
             nn.Linear(memory_dim + hidden, out_dim), generator, cfg.dropout,
             input_feeding=cfg.input_feeding, hard=hard)
     else:
-        raise ConfigError.about("model.rnn.placement", f"unknown placement {cfg.placement!r}; "
-                                "expected one of bahdanau, luong")
+        raise ConfigError(f"model.rnn.placement: unknown placement {cfg.placement!r}; "
+                          "expected one of bahdanau, luong")
     if cfg.init == "bridge":
         bridge = Bridge(memory_dim, cfg.dec_layers, hidden, lstm=cfg.cell == "lstm")
     elif cfg.init == "zeros":
         bridge = None
     else:
-        raise ConfigError.about("model.rnn.init", f"unknown init {cfg.init!r}; expected "
-                                "bridge, zeros")
+        raise ConfigError(f"model.rnn.init: unknown init {cfg.init!r}; expected bridge, zeros")
     model = RNNTranslator(encoder, bridge, decoder)
     if cfg.attention == "location":
         model.max_source_len, model.source_len_key = cfg.max_positions, "model.rnn.max_positions"

@@ -71,10 +71,10 @@ def grid(current: DecodeConfig, alphas: Sequence[float] = DEFAULT_ALPHAS) -> lis
     """The settings swept: the current one first (it wins ties), then none, average, and
     gnmt at each alpha."""
     if not alphas:
-        raise ConfigError.about("alphas", "expected at least one GNMT alpha")
+        raise ConfigError("alphas: expected at least one GNMT alpha")
     for a in alphas:
         if not 0.0 <= a <= 10.0:
-            raise ConfigError.about("alphas", f"{a:g} is outside [0, 10] (decode.alpha's range)")
+            raise ConfigError(f"alphas: {a:g} is outside [0, 10] (decode.alpha's range)")
     # alpha does not enter `none` or `average`: they keep the current alpha, so that the
     # current setting is recognised whichever penalty it has
     settings = [LengthSetting(current.length_penalty, current.alpha)]

@@ -51,13 +51,13 @@ def plan(served: ServedModels, ask: Ask) -> tuple[list[Route], list[Any]]:
     models = served.models
     if ask.model is not None or (ask.target is None and ask.source is None):
         if ask.model is None and len(models.names) > 1:
-            raise ConfigError.about("target", f"this server has {len(models.names)} models; "
-                                    "give source (or auto) and target, or a model: "
-                                    f"{', '.join(models.names)}")
+            raise ConfigError(f"target: this server has {len(models.names)} models; give "
+                              "source (or auto) and target, or a model: "
+                              f"{', '.join(models.names)}")
         route = models.router.by_model(ask.model or models.names[0], ask.target)
         return [route] * len(ask.lines), [None] * len(ask.lines)
     if ask.target is None:
-        raise ConfigError.about("target", "give the target language with the source")
+        raise ConfigError("target: give the target language with the source")
     return models.plan(ask.lines, ask.source or AUTO, ask.target)
 
 
@@ -97,9 +97,9 @@ def _checked(model: TranslationModel, d: Direction, ask: Ask, alone: bool,
              at: Sequence[int]) -> tuple[DecodeConfig, Extras, Any, Any, str | None]:
     """The request's options checked against the leg's model (ConfigError: a 422)."""
     if not alone and (ask.prefix is not None or ask.terms is not None):
-        raise ConfigError.about(None, "{0} and {1}: they apply to one model's output, and "
-                                f"this pair is translated through a pivot ({d.source} -> "
-                                f"{d.target} is one leg)", others=("prefix", "terms"))
+        raise ConfigError("prefix and terms: they apply to one model's output, and this pair "
+                          f"is translated through a pivot ({d.source} -> {d.target} is one "
+                          "leg)")
     if ask.tag is not None and d.tag is not None:
         raise OptionError.about("tag", "the target chooses the direction here; give a tag "
                                 "with a model, or no tag")

@@ -87,8 +87,8 @@ class Glossary:
 
     def __post_init__(self) -> None:
         if self.method not in TERMS_METHODS:
-            raise ConfigError.about("terms_method", f"invalid choice {self.method!r}; "
-                                    f"expected one of {', '.join(TERMS_METHODS)}")
+            raise ConfigError(f"terms_method: invalid choice {self.method!r}; expected one of "
+                              f"{', '.join(TERMS_METHODS)}")
         by_first: dict[str, list[Term]] = {}
         for term in self.terms:
             by_first.setdefault(term.source[0], []).append(term)
@@ -166,13 +166,13 @@ def as_pairs(terms: Any) -> list[tuple[str, str]]:
     ConfigError naming the field."""
     items = list(terms.items()) if isinstance(terms, Mapping) else terms
     if isinstance(items, str | bytes) or not isinstance(items, Sequence | Iterable):
-        raise ConfigError.about("terms", "expected a mapping of source term to target term, "
-                                "or (source, target) pairs")
+        raise ConfigError("terms: expected a mapping of source term to target term, or "
+                          "(source, target) pairs")
     items = list(items)
     if not all(isinstance(p, Sequence) and not isinstance(p, str) and len(p) == 2
                and all(isinstance(x, str) for x in p) for p in items):
-        raise ConfigError.about("terms", "expected a mapping of source term to target term, "
-                                "or (source, target) pairs of strings")
+        raise ConfigError("terms: expected a mapping of source term to target term, or "
+                          "(source, target) pairs of strings")
     return [(p[0], p[1]) for p in items]
 
 

@@ -92,7 +92,7 @@ def test_translate_and_score_run_use_the_choice(run: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--alphas", "x"], "--alphas x: expected comma-separated numbers"),
-    (["--alphas", "12"], "error: --alphas: 12 is outside [0, 10]"),  # the field as its flag
+    (["--alphas", "12"], "alphas: 12 is outside [0, 10]"),
     (["--split", "nope"], "--split nope:"),
     (["best.pt"], "best.pt: expected a run directory"),
 ])
